@@ -1,0 +1,1 @@
+"""Read results, aggregate sweeps, plots and reports (nothing else)."""

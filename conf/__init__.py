@@ -1,0 +1,5 @@
+"""Hydra configuration groups of hobbit (YAML package data; see DESIGN.md "Entry points")."""
+
+from pathlib import Path
+
+CONF_DIR = Path(__file__).parent

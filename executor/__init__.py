@@ -1,0 +1,1 @@
+"""Real replay of traces on the local device (GPU when present, CPU otherwise)."""

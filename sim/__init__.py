@@ -1,0 +1,1 @@
+"""The simulator: configs, cost model, policies, simpy engine, results, entry points."""

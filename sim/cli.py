@@ -1,0 +1,79 @@
+"""``hobbit <command> [hydra overrides]``: the one console script, dispatching to Hydra apps.
+
+Each command is a Hydra app over ``conf/`` (``-m`` sweeps, ``--help`` lists its knobs,
+``--cfg job`` prints the composed config). Exit codes: 0 ok, 2 bad input, 1 a bug.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+
+# name -> (module, function, one-line description)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "capture": ("traces.cli", "capture_main", "record routing traces from a Hugging Face MoE model's live inference"),
+    "convert": ("traces.cli", "convert_main", "convert FLAME-MoE / vLLM / generic JSONL routing logs into a trace"),
+    "trace-info": ("traces.cli", "trace_info_main", "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
+    "demo": ("sim.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
+}
+
+PATH_KEYS = ("in", "input", "out", "model", "prompts", "path", "dir", "trace")
+_PLAIN = re.compile(r"[A-Za-z0-9_./:~+-]*")
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: hobbit <command> [key=value ...] [-m] [--help]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {desc}" for name, (_, _, desc) in COMMANDS.items()]
+    lines += ["", "Each command is a Hydra app: `hobbit <command> --help` lists its knobs and defaults.",
+              "Exit codes: 0 success, 2 bad input (the message names the file, field and fix)."]
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    """Quote path values Hydra's override grammar would not take as they are."""
+    key, sep, value = arg.partition("=")
+    if not sep or key.lstrip("+~") not in PATH_KEYS or _PLAIN.fullmatch(value) or value[:1] in "'\"":
+        return arg
+    return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def rewrite(command: str, args: list[str]) -> list[str]:
+    """Command-specific sugar: ``trace-info PATH --json``, ``convert in=PATH``."""
+    out = []
+    for a in args:
+        if command == "trace-info" and a == "--json":
+            a = "json=true"
+        elif command == "trace-info" and "=" not in a and not a.startswith("-"):
+            a = f"path={a}"
+        elif command == "convert" and a.startswith("in="):
+            a = "input=" + a[3:]
+        out.append(_quote(a))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        sys.exit(0 if argv else 2)
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"hobbit: error: unknown command '{command}'\n\n{usage()}", file=sys.stderr)
+        sys.exit(2)
+    module, func, _ = COMMANDS[command]
+    from traces.cli import STATE
+
+    sys.argv = [f"hobbit-{command}", *rewrite(command, rest)]
+    try:
+        getattr(importlib.import_module(module), func)()
+    except SystemExit as exc:
+        # Hydra exits 1 on config errors (bad override, unknown key) before the task starts
+        if exc.code == 1 and not STATE.started:
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Shared fixtures: the shared real traces, synthetic traces, tiny HF checkpoints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/hf_tiny.py
+
+REAL_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces"
+
+
+@pytest.fixture(scope="session")
+def real_traces() -> Path:
+    if not REAL_TRACES.is_dir():
+        pytest.skip("../shared/real-traces is absent")
+    return REAL_TRACES
+
+
+@pytest.fixture(scope="session")
+def synthetic_small():
+    from traces.synthetic import SyntheticConfig, generate
+
+    return generate(SyntheticConfig(num_layers=6, num_experts=8, top_k=2, requests=3, prompt_tokens=5,
+                                    decode_tokens=7, seed=7))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """A random tiny checkpoint of every supported family, saved once per session."""
+    from hf_tiny import TINY, save_tiny
+
+    root = tmp_path_factory.mktemp("hf")
+    return {mt: save_tiny(mt, root / mt) for mt in TINY}
+
+
+@pytest.fixture(scope="session")
+def prompts_file(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    p.write_text("def add(a, b):\n    return a + b\nimport os\nclass Foo(object):\n")
+    return p
+
+
+def run_cli(args: list[str]) -> int:
+    """Run ``hobbit`` in-process; returns the exit code (0 when it returns)."""
+    from sim.cli import main
+    from traces.cli import STATE
+
+    STATE.started = False
+    try:
+        main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

@@ -1,0 +1,78 @@
+"""The `hobbit` console script: help, dispatch, exit codes, config composition."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from sim.cli import COMMANDS, rewrite
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_help_lists_every_command(capsys):
+    assert run_cli(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
+
+
+def test_unknown_command_and_no_command_exit_2(capsys):
+    assert run_cli(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+    assert run_cli([]) == 2
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_each_command_has_help(command, capsys):
+    assert run_cli([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"hobbit {command}" in out and "Usage" in out
+
+
+def test_rewrite_sugar():
+    assert rewrite("trace-info", ["a.parquet", "--json"]) == ["path=a.parquet", "json=true"]
+    assert rewrite("convert", ["in=x.jsonl", "out=y"]) == ["input=x.jsonl", "out=y"]
+    assert rewrite("capture", ["model=/my models/m's"]) == ["model='/my models/m\\'s'"]
+    assert rewrite("capture", ["lookahead=3"]) == ["lookahead=3"]
+
+
+def test_unknown_knob_exits_2(capsys):
+    assert run_cli(["capture", "no_such_knob=1"]) == 2
+    assert "no_such_knob" in capsys.readouterr().err
+
+
+def test_console_script_runs(tmp_path, synthetic_small):
+    """The installed entry point, in a fresh process, on a path with a space."""
+    from traces.io import write_trace
+
+    arrays, meta = synthetic_small
+    p = write_trace(tmp_path / "a dir" / "t.parquet", arrays, meta)
+    exe = Path(sys.executable).with_name("hobbit")
+    r = subprocess.run([str(exe), "trace-info", str(p)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "synthetic-mixtral" in r.stdout and "lookahead  d=1" in r.stdout
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a dir"]  # trace-info writes nothing
+    r = subprocess.run([str(exe), "trace-info", str(tmp_path / "missing.parquet")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_wheel_ships_configs_and_the_bundled_model(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                        str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import zipfile
+
+    (whl,) = tmp_path.glob("hobbit-*.whl")
+    names = set(zipfile.ZipFile(whl).namelist())
+    for must in ["conf/__init__.py", "conf/demo.yaml", "conf/traces/capture.yaml", "conf/traces/convert.yaml",
+                 "conf/traces/trace_info.yaml", "traces/tiny/model.safetensors", "traces/tiny/config.json",
+                 "traces/tiny/tokenizer.json", "traces/tiny/prompts.jsonl", "sim/cli.py"]:
+        assert must in names, must
+    entry = [n for n in names if n.endswith("entry_points.txt")]
+    assert entry and "hobbit = sim.cli:main" in zipfile.ZipFile(whl).read(entry[0]).decode()

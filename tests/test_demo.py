@@ -1,0 +1,24 @@
+"""`hobbit demo`: the main job runs end to end and says where everything went."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_cli
+from traces.io import read_trace
+
+
+def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
+    run_dir = tmp_path / "demo"
+    assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", f"hydra.run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    for name in ["trace.parquet", "trace_info.txt", "trace_info.json", "trace_summary.png", "trace_summary.svg"]:
+        assert (run_dir / name).is_file(), name
+        assert str((run_dir / name).resolve()) in out
+    tr = read_trace(run_dir / "trace.parquet")
+    s = json.loads((run_dir / "trace_info.json").read_text())
+    assert s["requests"] == 3 == len(set(tr.arrays.request_id.tolist()))
+    assert s["tokens"]["decode"] == 3 * 3  # 4 new tokens, the last never routed
+    assert s["lookahead"] and s["model"]["name"] == "hobbit-tiny-mixtral"
+    assert (run_dir / "trace_summary.png").stat().st_size > 20_000
+    assert not list(run_dir.glob(".*.tmp"))

@@ -1,0 +1,188 @@
+"""Schema v1 I/O: lossless round trip, validation errors with rows, atomic writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import run_cli
+from traces.arrays import TraceArrays, to_table
+from traces.io import TraceWriter, read_meta, read_trace, write_trace
+from traces.schema import METADATA_KEY, TraceError
+
+
+def _raw_write(arrays: TraceArrays, meta, path) -> None:
+    """Write without validation, as a foreign tool might."""
+    pq.write_table(to_table(arrays, meta), path, compression="zstd")
+
+
+def _copy(a: TraceArrays) -> TraceArrays:
+    return TraceArrays(**{f: (None if getattr(a, f) is None else getattr(a, f).copy()) for f in a.__dataclass_fields__})
+
+
+def test_round_trip_is_lossless(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    path = write_trace(tmp_path / "t.parquet", arrays, meta)
+    tr = read_trace(path)
+    assert tr.meta == meta
+    for f in arrays.__dataclass_fields__:
+        x, y = getattr(arrays, f), getattr(tr.arrays, f)
+        assert x.dtype == y.dtype, f
+        assert np.array_equal(x, y, equal_nan=True), f
+    # the stored Arrow types are exactly schema v1's
+    schema = pq.read_schema(path)
+    assert str(schema.field("expert_ids").type) == "list<element: int16>"
+    assert str(schema.field("pred_ids").type) == "list<element: list<element: int16>>"
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
+    assert json.loads(schema.metadata[METADATA_KEY])["schema_version"] == 1
+
+
+def test_write_sorts_rows_and_missing_predictions_are_empty_lists(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    rng = np.random.default_rng(0)
+    shuffled = arrays.take(rng.permutation(len(arrays)))
+    tr = read_trace(write_trace(tmp_path / "t.parquet", shuffled, meta))
+    assert np.array_equal(tr.arrays.expert_ids, arrays.expert_ids)
+    last = pq.read_table(tmp_path / "t.parquet").column("pred_ids")[len(arrays) - 1].as_py()
+    assert last == [[], [], []]  # the last layer predicts nothing
+
+
+def test_recorded_layers_subset_round_trips(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    keep = np.isin(arrays.layer, (0, 2, 5))
+    sub = arrays.take(np.flatnonzero(keep))
+    sub.pred_ids = sub.pred_weights = None
+    m = dataclasses.replace(meta, lookahead_depth=0, recorded_layers=(0, 2, 5))
+    tr = read_trace(write_trace(tmp_path / "t.parquet", sub, m))
+    assert tr.meta.layers == (0, 2, 5)
+    assert tr.num_tokens == len(sub) // 3
+
+
+def _expect(tmp_path, arrays, meta, field: str, row: int | None, capsys=None):
+    path = tmp_path / "bad.parquet"
+    _raw_write(arrays, meta, path)
+    with pytest.raises(TraceError) as ei:
+        read_trace(path)
+    err = ei.value
+    assert err.field == field and err.row == row and str(path) in str(err), str(err)
+    assert run_cli(["trace-info", str(path)]) == 2
+    if capsys is not None:
+        assert str(path) in capsys.readouterr().err
+    return err
+
+
+def test_expert_id_out_of_range(tmp_path, synthetic_small, capsys):
+    arrays, meta = synthetic_small
+    a = _copy(arrays)
+    a.expert_ids[40, 1] = meta.model.num_experts
+    err = _expect(tmp_path, a, meta, "expert_ids", 40, capsys)
+    assert "out of range" in str(err)
+
+
+def test_missing_layer(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    drop = np.flatnonzero((arrays.request_id == 1) & (arrays.position == 3) & (arrays.layer == 4))
+    a = arrays.take(np.setdiff1d(np.arange(len(arrays)), drop))
+    first_row_of_token = int(np.flatnonzero((a.request_id == 1) & (a.position == 3))[0])
+    err = _expect(tmp_path, a, meta, "layer", first_row_of_token)
+    assert "missing layer(s) [4]" in str(err)
+
+
+def test_wrong_schema_version(tmp_path, synthetic_small, capsys):
+    arrays, meta = synthetic_small
+    path = tmp_path / "v2.parquet"
+    table = to_table(arrays, meta)
+    md = json.loads(table.schema.metadata[METADATA_KEY])
+    md["schema_version"] = 2
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(md)}), path)
+    with pytest.raises(TraceError) as ei:
+        read_meta(path)
+    assert ei.value.field == "schema_version" and "2" in str(ei.value)
+    assert run_cli(["trace-info", str(path)]) == 2
+    assert "schema_version" in capsys.readouterr().err
+
+
+def test_corrupt_file(tmp_path, synthetic_small, capsys):
+    arrays, meta = synthetic_small
+    path = write_trace(tmp_path / "t.parquet", arrays, meta)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = b"\x00" * 64  # smash the middle
+    bad = tmp_path / "corrupt.parquet"
+    bad.write_bytes(bytes(data))
+    trunc = tmp_path / "truncated.parquet"
+    trunc.write_bytes(bytes(data[: len(data) // 3]))
+    for p in (trunc, bad):
+        with pytest.raises(TraceError) as ei:
+            read_trace(p)
+        assert str(p) in str(ei.value)
+        assert run_cli(["trace-info", str(p)]) == 2
+
+
+def test_not_a_trace(tmp_path):
+    path = tmp_path / "plain.parquet"
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"x": [1, 2]}), path)
+    with pytest.raises(TraceError, match="hobbit convert"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda a: a.gate_weights.__setitem__((11, slice(None)), [0.2, 0.8]), "gate_weights"),
+    (lambda a: a.expert_ids.__setitem__((12, 1), a.expert_ids[12, 0]), "expert_ids"),
+    (lambda a: a.phase.__setitem__(slice(0, 6), 1), "step"),
+    (lambda a: a.gate_weights.__setitem__((13, 0), np.nan), "gate_weights"),
+])
+def test_row_level_errors(tmp_path, synthetic_small, mutate, field):
+    arrays, meta = synthetic_small
+    a = _copy(arrays)
+    mutate(a)
+    path = tmp_path / "bad.parquet"
+    _raw_write(a, meta, path)
+    with pytest.raises(TraceError) as ei:
+        read_trace(path)
+    assert ei.value.field == field and ei.value.row is not None
+
+
+def test_unordered_rows_are_rejected_on_read(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    a = arrays.take(np.r_[1, 0, np.arange(2, len(arrays))])
+    path = tmp_path / "bad.parquet"
+    _raw_write(a, meta, path)
+    with pytest.raises(TraceError, match="ordered") as ei:
+        read_trace(path)
+    assert ei.value.row == 1
+
+
+def test_writer_aborts_without_a_final_file(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    final = tmp_path / "t.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        with TraceWriter(final, meta) as w:
+            w.write(arrays.take(np.flatnonzero(arrays.request_id == 0)))
+            assert w.tmp.exists() and not final.exists()
+            raise KeyboardInterrupt
+    assert not final.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writer_rejects_batches_out_of_order(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    with pytest.raises(TraceError, match="previous batch"):
+        with TraceWriter(tmp_path / "t.parquet", meta) as w:
+            w.write(arrays.take(np.flatnonzero(arrays.request_id == 1)))
+            w.write(arrays.take(np.flatnonzero(arrays.request_id == 0)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writer_validates_each_batch(tmp_path, synthetic_small):
+    arrays, meta = synthetic_small
+    a = _copy(arrays)
+    a.expert_ids[0, 0] = 99
+    with pytest.raises(TraceError, match="out of range"):
+        write_trace(tmp_path / "t.parquet", a, meta)
+    assert list(tmp_path.iterdir()) == []

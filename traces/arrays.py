@@ -1,0 +1,115 @@
+"""Dense numpy <-> Arrow conversion of trace columns (no file I/O here).
+
+Legend: N rows, K experts per row (top-k), D lookahead depth.
+Missing predictions (layer l+d past the last recorded layer) are -1 ids / NaN weights
+in the dense form and empty inner lists in Arrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from traces.schema import ARROW_COLUMNS, TraceMeta, arrow_schema
+
+
+@dataclass
+class TraceArrays:
+    """Columns of a trace as numpy arrays, sorted by (request_id, step, position, layer)."""
+
+    request_id: np.ndarray  # [N] int32
+    phase: np.ndarray  # [N] int8
+    step: np.ndarray  # [N] int32
+    position: np.ndarray  # [N] int32
+    layer: np.ndarray  # [N] int16
+    expert_ids: np.ndarray  # [N, K] int16, highest weight first
+    gate_weights: np.ndarray  # [N, K] float32
+    pred_ids: np.ndarray | None = None  # [N, D, K] int16, -1 where missing
+    pred_weights: np.ndarray | None = None  # [N, D, K] float32, NaN where missing
+
+    def __len__(self) -> int:
+        return int(self.layer.shape[0])
+
+    def take(self, idx: np.ndarray) -> TraceArrays:
+        pick = (lambda a: None if a is None else a[idx])
+        return TraceArrays(*(pick(getattr(self, f)) for f in self.__dataclass_fields__))
+
+    def sorted(self) -> TraceArrays:
+        order = np.lexsort((self.layer, self.position, self.step, self.request_id))
+        if np.all(order[1:] > order[:-1]):
+            return self
+        return self.take(order)
+
+
+def concat(parts: list[TraceArrays]) -> TraceArrays:
+    fields = TraceArrays.__dataclass_fields__
+    out = {}
+    for f in fields:
+        vals = [getattr(p, f) for p in parts]
+        out[f] = None if any(v is None for v in vals) else np.concatenate(vals)
+    return TraceArrays(**out)
+
+
+def _list_array(values: np.ndarray, lengths: np.ndarray, typ: pa.DataType) -> pa.ListArray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ))
+
+
+def to_table(a: TraceArrays, meta: TraceMeta) -> pa.Table:
+    """Arrow table with the exact schema v1 types and ``meta`` attached."""
+    n, k = a.expert_ids.shape
+    cols = {
+        "request_id": pa.array(a.request_id.astype(np.int32)),
+        "phase": pa.array(a.phase.astype(np.int8)),
+        "step": pa.array(a.step.astype(np.int32)),
+        "position": pa.array(a.position.astype(np.int32)),
+        "layer": pa.array(a.layer.astype(np.int16)),
+        "expert_ids": _list_array(a.expert_ids.astype(np.int16).ravel(), np.full(n, k), pa.int16()),
+        "gate_weights": _list_array(a.gate_weights.astype(np.float32).ravel(), np.full(n, k), pa.float32()),
+    }
+    if meta.lookahead_depth > 0:
+        if a.pred_ids is None or a.pred_weights is None:
+            raise ValueError("lookahead_depth > 0 but no predictions were given")
+        d = a.pred_ids.shape[1]
+        present = a.pred_ids[:, :, 0] >= 0  # [N, D]
+        inner_len = np.where(present, k, 0).ravel()
+        ids = a.pred_ids.reshape(n * d, k)[present.ravel()].ravel().astype(np.int16)
+        wts = a.pred_weights.reshape(n * d, k)[present.ravel()].ravel().astype(np.float32)
+        inner_ids = _list_array(ids, inner_len, pa.int16())
+        inner_wts = _list_array(wts, inner_len, pa.float32())
+        outer = np.full(n, d)
+        cols["pred_ids"] = _list_array_nested(inner_ids, outer, ARROW_COLUMNS["pred_ids"])
+        cols["pred_weights"] = _list_array_nested(inner_wts, outer, ARROW_COLUMNS["pred_weights"])
+    return pa.Table.from_pydict(cols, schema=arrow_schema(meta))
+
+
+def _list_array_nested(inner: pa.ListArray, lengths: np.ndarray, typ: pa.DataType) -> pa.ListArray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), inner, type=typ)
+
+
+def list_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offsets = arr.offsets.to_numpy()
+    return np.diff(offsets)
+
+
+def flat_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Values of a list column, respecting slices (offsets may not start at 0)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return arr.flatten().to_numpy(zero_copy_only=False)
+
+
+def nested_dense(col: pa.ChunkedArray, n: int, d: int, k: int, fill: float | int, dtype) -> np.ndarray:
+    """[N, D, K] array from a list<list<...>> column whose inner lists are empty or K long."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    inner = arr.flatten()  # N*D inner lists
+    inner_len = list_lengths(inner)
+    values = flat_values(inner)
+    out = np.full((n * d, k), fill, dtype=dtype)
+    out[inner_len == k] = values.reshape(-1, k)
+    return out.reshape(n, d, k)

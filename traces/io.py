@@ -1,0 +1,179 @@
+"""The only reader and writer of trace files (Parquet, zstd, schema v1).
+
+Reads validate everything (``TraceError`` names file, row and field). Writes are
+atomic: rows go to a hidden temporary file next to the target, which is renamed over
+the final name only when complete; a crash or Ctrl-C leaves no file under that name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces.arrays import TraceArrays, to_table
+from traces.schema import METADATA_KEY, SCHEMA_VERSION, TraceError, TraceMeta, arrow_schema
+from traces.validate import validate_table
+
+COMPRESSION = "zstd"
+
+
+@dataclass
+class Trace:
+    """A validated trace: metadata plus its columns as dense numpy arrays."""
+
+    meta: TraceMeta
+    arrays: TraceArrays
+    path: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.arrays) // len(self.meta.layers)
+
+
+def parse_meta(raw: bytes | None, file: str) -> TraceMeta:
+    """Schema metadata from its JSON bytes, checked field by field."""
+    if raw is None:
+        raise TraceError(file, "no 'hobbit.trace' schema metadata: not a hobbit trace",
+                         field="hobbit.trace", fix="convert it with `hobbit convert`")
+    try:
+        d = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise TraceError(file, f"metadata is not JSON ({exc})", field="hobbit.trace") from exc
+    version = d.get("schema_version") if isinstance(d, dict) else None
+    if version != SCHEMA_VERSION:
+        raise TraceError(file, f"schema_version {version!r} is not supported (this reader knows "
+                               f"{SCHEMA_VERSION})", field="schema_version",
+                         fix="re-convert the trace with this version of hobbit")
+    try:
+        meta = TraceMeta.from_json_dict(d)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceError(file, f"bad metadata: {exc}", field="hobbit.trace") from exc
+    if meta.lookahead_depth < 0:
+        raise TraceError(file, "must be >= 0", field="lookahead_depth")
+    layers = meta.layers
+    if list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= meta.model.num_layers:
+        raise TraceError(file, f"{list(layers)} must be increasing layers in 0..{meta.model.num_layers - 1}",
+                         field="recorded_layers")
+    return meta
+
+
+def read_meta(path: str | os.PathLike) -> TraceMeta:
+    """Only the metadata (cheap: reads the footer)."""
+    file = str(path)
+    try:
+        schema = pq.read_schema(file)
+    except FileNotFoundError:
+        raise TraceError(file, "no such file") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(file, f"not a readable Parquet file ({exc})") from exc
+    return parse_meta((schema.metadata or {}).get(METADATA_KEY), file)
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """Read and validate a trace file."""
+    file = str(path)
+    meta = read_meta(file)
+    try:
+        table = pq.read_table(file, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(file, f"corrupt Parquet data ({exc})") from exc
+    return Trace(meta, validate_table(table, meta, file), file)
+
+
+def write_trace(path: str | os.PathLike, arrays: TraceArrays, meta: TraceMeta) -> Path:
+    """Sort, validate and atomically write a whole trace."""
+    with TraceWriter(path, meta) as w:
+        w.write(arrays)
+    return Path(path)
+
+
+class TraceWriter:
+    """Writes a trace a row group at a time; the final name appears only on ``close``.
+
+    Batches must arrive in (request_id, step, position, layer) order across calls;
+    within a batch rows are sorted here. Each batch is validated before it is written.
+    """
+
+    def __init__(self, path: str | os.PathLike, meta: TraceMeta) -> None:
+        self.path = Path(path)
+        self.meta = meta
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._writer = pq.ParquetWriter(self.tmp, arrow_schema(meta), compression=COMPRESSION,
+                                        write_page_checksum=True)  # CRCs let reads detect corruption
+        self._last_key: tuple[int, int, int, int] | None = None
+        self.rows = 0
+
+    def write(self, arrays: TraceArrays) -> None:
+        if len(arrays) == 0:
+            return
+        arrays = arrays.sorted()
+        first = _key(arrays, 0)
+        if self._last_key is not None and first <= self._last_key:
+            raise TraceError(self.tmp, f"batch starts at {first}, not after the previous batch's {self._last_key}",
+                             row=self.rows, field="request_id")
+        table = to_table(arrays, self.meta)
+        validate_table(table, self.meta, str(self.path))
+        self._writer.write_table(table)
+        self._last_key = _key(arrays, len(arrays) - 1)
+        self.rows += len(arrays)
+
+    def close(self) -> Path:
+        self._writer.close()
+        if self.rows == 0:
+            self.tmp.unlink(missing_ok=True)
+            raise TraceError(self.path, "nothing to write: the trace has no rows")
+        with open(self.tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self.tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if typ is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _key(a: TraceArrays, i: int) -> tuple[int, int, int, int]:
+    return (int(a.request_id[i]), int(a.step[i]), int(a.position[i]), int(a.layer[i]))
+
+
+def empty_like_preds(n: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense prediction arrays with nothing predicted yet (-1 ids, NaN weights)."""
+    return np.full((n, d, k), -1, np.int16), np.full((n, d, k), np.nan, np.float32)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write a small text file (JSON, Markdown) so that the final name is complete or absent."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return p

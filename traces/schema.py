@@ -1,0 +1,145 @@
+"""Trace schema version 1: columns, metadata and the error every reader raises.
+
+One row per (request, token, MoE layer); see DESIGN.md. The Arrow schema here is the
+single definition; ``traces.io`` is the only module that reads or writes files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"hobbit.trace"
+
+PREFILL, DECODE = 0, 1
+PHASE_NAMES = {PREFILL: "prefill", DECODE: "decode"}
+
+# How the router turns logits into the weights it applies (the column gate_weights).
+WEIGHT_RULES: dict[str, str] = {
+    "softmax_renorm": "softmax over all experts, top-k, renormalised to sum 1 (Mixtral, Qwen3-MoE)",
+    "softmax": "softmax over all experts, top-k mass kept as is (Qwen1.5/2-MoE, OLMoE)",
+    "topk_softmax": "softmax over the top-k logits only (GPT-OSS, GraniteMoE)",
+    "sparsemixer": "PhiMoE's sparsemixer: each choice weighted by its own masked softmax",
+    "sigmoid_group": "biased sigmoid, group-limited choice, normalised, times routed_scaling_factor (DeepSeek-V3)",
+    "unknown": "not recorded by the source",
+}
+
+ARROW_COLUMNS: dict[str, pa.DataType] = {
+    "request_id": pa.int32(),
+    "phase": pa.int8(),
+    "step": pa.int32(),
+    "position": pa.int32(),
+    "layer": pa.int16(),
+    "expert_ids": pa.list_(pa.int16()),
+    "gate_weights": pa.list_(pa.float32()),
+    "pred_ids": pa.list_(pa.list_(pa.int16())),
+    "pred_weights": pa.list_(pa.list_(pa.float32())),
+}
+REQUIRED_COLUMNS = ("request_id", "phase", "step", "position", "layer", "expert_ids", "gate_weights")
+PRED_COLUMNS = ("pred_ids", "pred_weights")
+
+
+class InputError(ValueError):
+    """Bad user input (a file, a field, a knob): reported in one line, exit code 2."""
+
+
+class TraceError(InputError):
+    """A trace file that breaks schema v1: names the file, the first bad row and the field."""
+
+    def __init__(self, file: object, message: str, *, row: int | None = None, field: str | None = None,
+                 fix: str | None = None) -> None:
+        self.file, self.row, self.field, self.fix, self.message = str(file), row, field, fix, message
+        where = [self.file]
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        text = ": ".join(where) + f": {message}"
+        if fix:
+            text += f" (fix: {fix})"
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Routing topology of the model a trace was recorded from."""
+
+    name: str
+    architecture: str
+    num_layers: int  # MoE layers only
+    num_experts: int
+    top_k: int
+    weight_rule: str = "unknown"
+    hidden_size: int | None = None
+    moe_intermediate_size: int | None = None
+    shared_experts: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_experts", "top_k"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"model.top_k ({self.top_k}) exceeds model.num_experts ({self.num_experts})")
+        if self.num_experts > 32767:
+            raise ValueError("model.num_experts must fit in int16")
+        if self.weight_rule not in WEIGHT_RULES:
+            raise ValueError(f"model.weight_rule '{self.weight_rule}' is not one of {sorted(WEIGHT_RULES)}")
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Schema metadata stored as JSON under ``hobbit.trace``.
+
+    ``recorded_layers`` lists the MoE layers present when a source logged only some of
+    them (None: all of ``0..num_layers-1``); every token then has exactly those layers.
+    """
+
+    model: ModelSpec
+    lookahead_depth: int = 0
+    source: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    recorded_layers: tuple[int, ...] | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """MoE layer indices every token has, in order."""
+        if self.recorded_layers is None:
+            return tuple(range(self.model.num_layers))
+        return tuple(self.recorded_layers)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["recorded_layers"] = None if self.recorded_layers is None else list(self.recorded_layers)
+        return d
+
+    @staticmethod
+    def from_json_dict(d: dict[str, Any]) -> TraceMeta:
+        model = ModelSpec(**d["model"])
+        rec = d.get("recorded_layers")
+        return TraceMeta(
+            model=model,
+            lookahead_depth=int(d.get("lookahead_depth", 0)),
+            source=dict(d.get("source", {})),
+            created=str(d.get("created", "")),
+            recorded_layers=None if rec is None else tuple(int(x) for x in rec),
+            schema_version=int(d["schema_version"]),
+        )
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def arrow_schema(meta: TraceMeta) -> pa.Schema:
+    """The Arrow schema of a file holding ``meta`` (prediction columns only when D > 0)."""
+    import json
+
+    names = list(REQUIRED_COLUMNS) + (list(PRED_COLUMNS) if meta.lookahead_depth > 0 else [])
+    schema = pa.schema([pa.field(n, ARROW_COLUMNS[n], nullable=False) for n in names])
+    return schema.with_metadata({METADATA_KEY: json.dumps(meta.to_json_dict()).encode()})
