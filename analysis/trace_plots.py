@@ -48,7 +48,7 @@ def plot_trace_summary(s: dict[str, Any], out: Path) -> list[Path]:
         ax.plot(d, [r["recall"] for r in la], "s-", label="set recall")
         ax.plot(d, [r["baseline_top1"] for r in la], "--", color="grey", label="top-1 by chance given the load")
         ax.set_xticks(d)
-        ax.legend(loc="lower left", fontsize=8)
+        ax.legend(loc="center right", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no lookahead predictions recorded", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylim(0, 1.02)
