@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable
 
+from traces.capture import CaptureConfig
+from traces.convert import ConvertConfig
 from traces.schema import InputError
 
 EXIT_BAD_INPUT = 2
@@ -70,10 +72,7 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
     return deco
 
 
-# ---------------------------------------------------------------- capture
-
-from traces.capture import CaptureConfig  # noqa: E402
-from traces.convert import ConvertConfig  # noqa: E402
+# ---------------------------------------------------------------- trace commands
 
 TRACES_CONF = "pkg://conf.traces"
 
