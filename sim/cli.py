@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "capture": ("traces.cli", "capture_main", "record routing traces from a Hugging Face MoE model's live inference"),
     "convert": ("traces.cli", "convert_main", "convert FLAME-MoE / vLLM / generic JSONL routing logs into a trace"),
     "trace-info": ("traces.cli", "trace_info_main", "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
+    "sim": ("sim.commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
     "demo": ("sim.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
 }
 

@@ -40,6 +40,18 @@ def fail(message: str) -> None:
     sys.exit(EXIT_BAD_INPUT)
 
 
+def _writable(node: Any) -> Any:
+    """Frozen dataclasses become read-only nodes, at every level; YAML and overrides must extend them."""
+    from omegaconf import DictConfig, OmegaConf
+
+    OmegaConf.set_readonly(node, False)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            _writable(child)
+    return node
+
+
 def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
     """Decorator making ``task(cfg: schema)`` a Hydra main over ``config_path`` (a ``pkg://`` path)."""
 
@@ -49,9 +61,7 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
         from omegaconf import DictConfig, OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
-        node = OmegaConf.structured(schema)  # typed; frozen dataclasses come back read-only,
-        OmegaConf.set_readonly(node, False)  # but the YAML and overrides must extend them
-        ConfigStore.instance().store(name=f"{config_name}_schema", node=node)
+        ConfigStore.instance().store(name=f"{config_name}_schema", node=_writable(OmegaConf.structured(schema)))
 
         @hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         def main(cfg: DictConfig) -> None:

@@ -22,6 +22,10 @@ from traces.schema import METADATA_KEY, SCHEMA_VERSION, TraceError, TraceMeta, a
 from traces.validate import validate_table
 
 COMPRESSION = "zstd"
+# float leaves stored byte-stream-split: the weights then compress (about a third smaller); lossless
+FLOAT_LEAVES = ["gate_weights.list.element", "pred_weights.list.element.list.element"]
+INT_LEAVES = ["request_id", "phase", "step", "position", "layer", "expert_ids.list.element",
+              "pred_ids.list.element.list.element"]
 
 
 @dataclass
@@ -109,8 +113,10 @@ class TraceWriter:
         self.meta = meta
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        self._writer = pq.ParquetWriter(self.tmp, arrow_schema(meta), compression=COMPRESSION,
-                                        write_page_checksum=True)  # CRCs let reads detect corruption
+        schema = arrow_schema(meta)
+        self._writer = pq.ParquetWriter(self.tmp, schema, compression=COMPRESSION, write_page_checksum=True,
+                                        use_byte_stream_split=[c for c in FLOAT_LEAVES if c.split(".")[0] in schema.names],
+                                        use_dictionary=INT_LEAVES)  # checksums let reads detect corruption
         self._last_key: tuple[int, int, int, int] | None = None
         self.rows = 0
 

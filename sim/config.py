@@ -1,0 +1,194 @@
+"""Typed configs of the simulator: model, hardware, system (frozen dataclasses).
+
+Hydra composes ``conf/{model,hardware,system}/*.yaml`` over these schemas (registered in
+the ConfigStore by ``register``); the core never sees a ``DictConfig``. Units are in the
+names: ``_bytes``, ``_s``, ``_gbps`` (1e9 bytes/s), ``_tflops`` (1e12 flop/s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from traces.schema import InputError
+
+PRECISIONS = ("fp16", "bf16", "int8", "int4", "int2")
+_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
+
+
+class ConfigError(InputError):
+    """A knob out of range, named in the message; raised before any simulation work."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """An MoE model's shapes, from which every byte count and flop count is derived.
+
+    An expert is three matrices (SwiGLU): 3 * hidden_size * expert_ffn parameters.
+    ``dense_params_per_layer`` counts what every MoE layer also runs on every token
+    (attention, router, norms, shared experts); ``other_params`` what stays resident
+    and runs once per token (embeddings, LM head, dense FFN layers).
+    """
+
+    name: str = "unnamed"
+    num_layers: int = 1  # MoE layers
+    num_experts: int = 8
+    top_k: int = 2
+    hidden_size: int = 4096
+    expert_ffn: int = 14336
+    dense_params_per_layer: int = 0
+    other_params: int = 0
+    kv_bytes_per_token: int = 0  # all layers, at 16 bit
+    quant_group_size: int = 128
+    quant_meta_bytes_per_group: int = 4  # an fp16 scale and an fp16 zero per group
+    source: str = ""
+
+    @property
+    def expert_params(self) -> int:
+        return 3 * self.hidden_size * self.expert_ffn
+
+    def expert_bytes(self, precision: str) -> int:
+        """Bytes of one expert at ``precision``, quantisation scales and zeros included."""
+        if precision not in _BITS:
+            raise ConfigError(f"precision '{precision}' is not one of {PRECISIONS}")
+        p = self.expert_params
+        raw = p * _BITS[precision] // 8
+        if _BITS[precision] == 16:
+            return raw
+        return raw + -(-p // self.quant_group_size) * self.quant_meta_bytes_per_group
+
+    def dense_bytes_per_layer(self) -> int:
+        return 2 * self.dense_params_per_layer
+
+    def resident_bytes(self) -> int:
+        """Weights that never leave the device: dense parts of every layer plus the rest."""
+        return 2 * (self.dense_params_per_layer * self.num_layers + self.other_params)
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """A machine: device memory and compute, the link experts cross, the host CPU.
+
+    ``unified_memory``: device and host share one DRAM (Jetson); experts then come from
+    the SSD and every byte moved also spends the shared DRAM bandwidth.
+    """
+
+    name: str = "unnamed"
+    device_memory_bytes: int = 24 * 2**30
+    device_mem_gbps: float = 1008.0
+    device_tflops: float = 165.0  # dense 16-bit
+    kernel_overhead_s: float = 10e-6  # per kernel launch
+    compute_efficiency: float = 0.8  # fraction of peak bandwidth / flops that batch-1 kernels reach
+    link_gbps: float = 25.0  # host -> device, pinned, achieved
+    link_t0_s: float = 6e-6  # per copy
+    expert_source: str = "host"  # host | ssd
+    ssd_gbps: float = 3.0
+    ssd_t0_s: float = 80e-6
+    unified_memory: bool = False
+    cpu_tflops: float = 1.0  # host CPU, 16-bit GEMV-bound work
+    cpu_mem_gbps: float = 60.0
+    high_precision: str = "fp16"
+    low_precision: str = "int4"
+    low_precision_efficiency: float = 0.8  # a low-bit kernel's bandwidth relative to a 16-bit one (dequant)
+    reserve_bytes: int = 2 * 2**30  # runtime, activations, fragmentation
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    """How a missing expert is loaded. ``mode``: hobbit (T1/T2 rule) | high | low."""
+
+    mode: str = "hobbit"
+    t1: float = 0.6  # paper default (Mixtral)
+    t2: float = 0.9
+    serve_any_cached: bool = True  # a cached copy of either precision serves a hit
+    multi_token: str = "max"  # a pass with many tokens loads an expert at the highest precision any needs
+
+
+@dataclass(frozen=True)
+class PrefetchConfig:
+    """What is loaded ahead. ``kind``: hobbit | next_layer | eam | oracle | none."""
+
+    kind: str = "hobbit"
+    max_depth: int = 2  # p: layers looked ahead (paper: adaptive in [1, 3], default 2)
+    fallback: str = "oracle"  # predictor when the trace has no predictions: oracle | history | none
+    fallback_accuracy: float = 0.9  # top-1 accuracy of the oracle fallback
+    use_precision_rule: bool = True  # prefetch at the precision the T1/T2 rule gives the predicted weights
+    eam_history: int = 32  # eam: past sequences kept for matching
+    eam_experts_per_layer: int = 2  # eam: experts prefetched per future layer
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The device expert cache. ``policy``: multidim | lru | lfu | fifo | belady | eam_priority.
+
+    Sizes: ``high_bytes``/``low_bytes`` when >= 0; otherwise the device memory left after
+    resident weights, KV cache and the reserve, split by ``high_fraction``.
+    """
+
+    policy: str = "multidim"
+    high_bytes: int = -1
+    low_bytes: int = -1
+    high_fraction: float = 0.75  # the paper keeps the high-precision pool larger
+    per_layer: bool = False  # split each pool evenly across layers (MoE-Offloading)
+    w_lru: float = 0.25
+    w_lfu: float = 0.25
+    w_lhu: float = 0.25
+    w_fld: float = 0.25
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """An offloading system: precision, prefetch and cache policies, and CPU help."""
+
+    name: str = "hobbit"
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    demand_first: bool = True  # a demand load goes ahead of queued (not in-flight) prefetches
+    cpu_compute_misses: bool = False  # Fiddler: a miss runs on the CPU instead of being loaded
+    placement: str = "cache"  # cache | static (llama.cpp) | popular (Fiddler: the most used experts, for good)
+    n_cpu_moe: int = -1  # static: experts of the first N MoE layers stay on the CPU; -1 = as few as fit
+
+
+def check_system(s: SystemConfig) -> None:
+    """Reject bad knobs before the run, naming them."""
+    p, c = s.precision, s.cache
+    if p.mode not in ("hobbit", "high", "low"):
+        raise ConfigError(f"system.precision.mode={p.mode} must be hobbit, high or low")
+    if not 0.0 <= p.t1 <= p.t2 <= 1.0:
+        raise ConfigError(f"system.precision.t1={p.t1}, t2={p.t2}: need 0 <= t1 <= t2 <= 1")
+    if p.multi_token not in ("max", "high"):
+        raise ConfigError(f"system.precision.multi_token={p.multi_token} must be max or high")
+    if s.prefetch.kind not in ("hobbit", "next_layer", "eam", "oracle", "none"):
+        raise ConfigError(f"system.prefetch.kind={s.prefetch.kind} must be hobbit, next_layer, eam, oracle or none")
+    if s.prefetch.fallback not in ("oracle", "history", "none"):
+        raise ConfigError(f"system.prefetch.fallback={s.prefetch.fallback} must be oracle, history or none")
+    if not 1 <= s.prefetch.max_depth <= 8:
+        raise ConfigError(f"system.prefetch.max_depth={s.prefetch.max_depth} must be in 1..8")
+    if not 0.0 <= s.prefetch.fallback_accuracy <= 1.0:
+        raise ConfigError(f"system.prefetch.fallback_accuracy={s.prefetch.fallback_accuracy} must be in [0, 1]")
+    if s.placement not in ("cache", "static", "popular"):
+        raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
+    if c.policy not in ("multidim", "lru", "lfu", "fifo", "belady", "eam_priority"):
+        raise ConfigError(f"system.cache.policy={c.policy} is not a known cache policy")
+    weights = {"w_lru": c.w_lru, "w_lfu": c.w_lfu, "w_lhu": c.w_lhu, "w_fld": c.w_fld}
+    for name, w in weights.items():
+        if w < 0:
+            raise ConfigError(f"system.cache.{name}={w} must be >= 0")
+    if c.policy == "multidim" and sum(weights.values()) <= 0:
+        raise ConfigError("system.cache.w_lru + w_lfu + w_lhu + w_fld must be > 0")
+    if not 0.0 <= c.high_fraction <= 1.0:
+        raise ConfigError(f"system.cache.high_fraction={c.high_fraction} must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """``hobbit sim``: one trace x model x hardware x system run (conf/sim.yaml)."""
+
+    trace: str | None = None  # None: the trace of the bundled model (traces/tiny/trace.parquet)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+    engine: str = "simpy"  # simpy | plain (the same times, computed without simpy)
+    seed: int = 0  # for fallback predictions when the trace has none
+    out_dir: str = "."

@@ -1,0 +1,90 @@
+"""Roofline costs: how long each piece of work takes on a given machine.
+
+time = max(bytes moved / memory bandwidth, flops / peak) + kernel launches. Transfers
+take t0 + bytes / B on the link (pinned host memory or the SSD). Unified memory (Jetson):
+loads share the DRAM with compute, so compute sees the DRAM bandwidth less the link's.
+A measured profile (``hobbit calibrate``) replaces these numbers when present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config import HardwareConfig, ModelConfig
+from sim.policies.base import HIGH
+
+GB = 1e9
+TFLOP = 1e12
+DENSE_KERNELS = 8  # norms, qkv, attention, output, router, residuals
+EXPERT_KERNELS = 3  # gate/up, activation, down
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds for the work of one forward pass, from a model and a hardware spec."""
+
+    model: ModelConfig
+    hw: HardwareConfig
+    layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
+
+    @property
+    def _mem_bps(self) -> float:
+        bw = self.hw.device_mem_gbps
+        if self.hw.unified_memory:
+            bw -= self.link_gbps
+        return bw * GB * self.hw.compute_efficiency
+
+    @property
+    def _flops(self) -> float:
+        return self.hw.device_tflops * TFLOP * self.hw.compute_efficiency
+
+    @property
+    def link_gbps(self) -> float:
+        return self.hw.ssd_gbps if self.hw.expert_source == "ssd" else self.hw.link_gbps
+
+    @property
+    def link_t0_s(self) -> float:
+        return self.hw.ssd_t0_s if self.hw.expert_source == "ssd" else self.hw.link_t0_s
+
+    def precision_name(self, cls: int) -> str:
+        return self.hw.high_precision if cls == HIGH else self.hw.low_precision
+
+    def expert_bytes(self, cls: int) -> int:
+        return self.model.expert_bytes(self.precision_name(cls))
+
+    def transfer_s(self, nbytes: int) -> float:
+        if self.link_gbps == float("inf"):
+            return 0.0
+        return self.link_t0_s + nbytes / (self.link_gbps * GB)
+
+    def dense_s(self, tokens: int, context: int) -> float:
+        """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
+        m = self.model
+        kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
+        nbytes = m.dense_bytes_per_layer() + kv_per_layer * context
+        flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
+        t = max(nbytes / self._mem_bps, flops / self._flops)
+        return self.layer_scale * (t + DENSE_KERNELS * self.hw.kernel_overhead_s)
+
+    def other_s(self, tokens: int) -> float:
+        """Embeddings, LM head and dense FFN layers: once per forward pass."""
+        m = self.model
+        t = max(2 * m.other_params / self._mem_bps, 2 * m.other_params * tokens / self._flops)
+        return t + 2 * self.hw.kernel_overhead_s
+
+    def expert_s(self, cls: int, tokens: int) -> float:
+        """One expert's SwiGLU for ``tokens`` tokens on the device, weights resident."""
+        nbytes = self.expert_bytes(cls)
+        bw = self._mem_bps * (1.0 if cls == HIGH else self.hw.low_precision_efficiency)
+        flops = 2 * self.model.expert_params * tokens
+        return max(nbytes / bw, flops / self._flops) + EXPERT_KERNELS * self.hw.kernel_overhead_s
+
+    def cpu_expert_s(self, tokens: int) -> float:
+        """One expert on the host CPU from host memory (Fiddler, llama.cpp), plus moving the
+        activations across the link and back."""
+        m = self.model
+        compute = max(2 * m.expert_params / (self.hw.cpu_mem_gbps * GB),
+                      2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP))
+        act = 2 * tokens * m.hidden_size
+        move = 0.0 if self.hw.unified_memory else 2 * (self.hw.link_t0_s + act / (self.hw.link_gbps * GB))
+        return compute + move

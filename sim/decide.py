@@ -1,0 +1,254 @@
+"""Walk a trace through the policies: every hit, load, prefetch, skip and eviction.
+
+Decisions do not depend on time, so they are made once here and replayed by the timing
+engines (``sim.engine`` with simpy, ``sim.plain`` without) and by the executor, which
+therefore all see the same decisions. A prefetched expert is held in a staging slot,
+pinned, until its target layer runs (``PrefetchConfig.admit``): used there, it enters
+the cache (evicting then); unused, it is dropped, and a copy that has not started yet is
+cancelled by the timing engine. Legend: N tokens, L layers, K top-k, D lookahead depth,
+E experts, T tokens in a forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import SystemConfig
+from sim.policies.base import HIGH, LOW, SKIP, PrefetchContext
+from sim.policies.cache import ExpertCache
+from sim.policies.precision import classes_for
+from sim.policies.registry import make_eviction, make_prefetcher
+from sim.workload import Workload
+
+# served kinds (results.json served_mix)
+HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
+SERVED_NAMES = ("high_hit", "low_hit", "high_load", "low_load", "skipped", "cpu")
+
+
+@dataclass
+class LayerStep:
+    """One MoE layer of one forward pass, as the timing engines replay it.
+
+    ``loads``: (transfer id, bytes, is_demand) issued when the router has run, in order;
+    ``gpu``: (transfer id to wait for or -1, precision, tokens) computed on the device;
+    ``cpu``: tokens of each expert computed on the host CPU; ``cancel``: transfer ids of
+    prefetches found useless here (dropped from the link queue if not started).
+    """
+
+    pass_index: int
+    layer: int
+    loads: list[tuple[int, int, bool]] = field(default_factory=list)
+    gpu: list[tuple[int, int, int]] = field(default_factory=list)
+    cpu: list[int] = field(default_factory=list)
+    cancel: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Experts that never move: ``resident`` keys stay on the device, ``cpu_layers`` run on the CPU."""
+
+    resident: frozenset = frozenset()
+    cpu_layers: frozenset = frozenset()
+
+
+@dataclass
+class Decisions:
+    """Everything the policies decided, plus counters for results.json."""
+
+    steps: list[LayerStep]
+    served: np.ndarray  # [6] counts by served kind
+    prefetch_issued: int = 0
+    prefetch_used: int = 0
+    bytes_requested: int = 0  # demand + prefetch copies decided (cancelled ones included)
+    evictions: int = 0
+    log: list[tuple] | None = None  # (pass, layer, expert, action, precision) when asked for
+
+
+@dataclass
+class _Staged:
+    tid: int
+    precision: int
+    target: int  # layer it was fetched for
+
+
+class Decider:
+    """Applies one system's policies to a workload; ``run`` returns the decisions."""
+
+    def __init__(self, wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
+                 placement: Placement | None = None, keep_log: bool = False) -> None:
+        self.wl, self.system = wl, system
+        self.expert_bytes = expert_bytes
+        p = system.precision
+        self.mixed = p.mode == "hobbit"
+        self.uniform = LOW if p.mode == "low" else HIGH
+        self.ids = wl.ids.tolist()  # [N][L][K]
+        self.cls = classes_for(wl.weights, p.mode, p.t1, p.t2).tolist()
+        self.pred = self.pred_cls = None
+        if wl.pred_ids is not None:
+            self.pred = wl.pred_ids.tolist()  # [N][L][D][K]
+            self.pred_cls = classes_for(wl.pred_weights, p.mode, p.t1, p.t2).tolist()
+        self.prefetcher = make_prefetcher(system.prefetch.kind, system.prefetch)
+        extras = {"advisor": self.prefetcher, "future_uses": wl.future_uses() if system.cache.policy == "belady" else {}}
+        self.cache = ExpertCache(slots[HIGH], slots[LOW], make_eviction(system.cache.policy, system.cache, extras),
+                                 wl.num_layers, per_layer=system.cache.per_layer)
+        placement = placement or Placement()
+        self.resident, self.cpu_layers = placement.resident, placement.cpu_layers
+        self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
+        self.staged: dict[tuple[int, int], _Staged] = {}
+        self.next_tid = 0
+        self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None)
+        self.prefetching = system.prefetch.kind != "none" and not system.cpu_compute_misses
+        self.any_prec = p.serve_any_cached
+
+    def _log(self, p: int, layer: int, e: int, action: str, prec: int) -> None:
+        if self.out.log is not None:
+            self.out.log.append((p, layer, e, action, prec))
+
+    def _transfer(self, step: LayerStep, prec: int, demand: bool) -> int:
+        tid = self.next_tid
+        self.next_tid += 1
+        nbytes = self.expert_bytes[prec]
+        step.loads.append((tid, nbytes, demand))
+        self.out.bytes_requested += nbytes
+        return tid
+
+    def _admit(self, p: int, key: tuple[int, int], prec: int, layer_now: int, tid: int, token: int) -> None:
+        slot, victim = self.cache.admit(key, prec, layer_now, tid)
+        if victim is not None:
+            self.out.evictions += 1
+            self._log(p, victim[0], victim[1], "evict", prec)
+        if slot >= 0:
+            self.cache.use(prec, slot, token)
+
+    # ------------------------------------------------------------------ serving one layer
+
+    def _needed(self, a: int, b: int, layer: int) -> dict[int, list[int]]:
+        """expert -> [best precision class, tokens that compute it] over the pass's tokens."""
+        need: dict[int, list[int]] = {}
+        ids, cls = self.ids, self.cls
+        for t in range(a, b):
+            for e, c in zip(ids[t][layer], cls[t][layer]):
+                cur = need.get(e)
+                if cur is None:
+                    need[e] = [c, int(c != SKIP)]
+                else:
+                    cur[0] = min(cur[0], c)
+                    cur[1] += c != SKIP
+        if b - a > 1 and self.system.precision.multi_token == "high":
+            for v in need.values():
+                v[0] = SKIP if v[0] == SKIP else HIGH
+        return need
+
+    def _serve_one(self, p: int, layer: int, e: int, c: int, n: int, step: LayerStep, token: int) -> None:
+        key = (layer, e)
+        if c == SKIP:
+            self.out.served[SKIPPED] += 1
+            self._log(p, layer, e, "skip", SKIP)
+            return
+        if key in self.resident:
+            self.out.served[HIGH_HIT] += 1
+            step.gpu.append((-1, HIGH, n))
+            self._log(p, layer, e, "hit", HIGH)
+            return
+        if layer in self.cpu_layers:
+            self.out.served[CPU] += 1
+            step.cpu.append(n)
+            self._log(p, layer, e, "cpu", HIGH)
+            return
+        hit = self.cache.lookup(key, c, self.any_prec)
+        if hit is not None:
+            pool, slot = hit
+            self.cache.use(pool, slot, token)
+            self.out.served[HIGH_HIT if pool == HIGH else LOW_HIT] += 1
+            step.gpu.append((self.cache.transfer(pool, slot), pool, n))
+            self._log(p, layer, e, "hit", pool)
+            return
+        staged = self.staged.pop(key, None)
+        if staged is not None and (staged.precision == HIGH or c == LOW or self.any_prec):
+            self.out.prefetch_used += 1
+            self.out.served[HIGH_HIT if staged.precision == HIGH else LOW_HIT] += 1
+            step.gpu.append((staged.tid, staged.precision, n))
+            self._log(p, layer, e, "hit", staged.precision)
+            self._admit(p, key, staged.precision, layer, staged.tid, token)
+            return
+        if staged is not None:  # staged at low precision, high needed: useless
+            step.cancel.append(staged.tid)
+        if self.system.cpu_compute_misses:
+            self.out.served[CPU] += 1
+            step.cpu.append(n)
+            self._log(p, layer, e, "cpu", HIGH)
+            return
+        prec = c if self.mixed else self.uniform
+        tid = self._transfer(step, prec, True)
+        self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
+        self._log(p, layer, e, "load", prec)
+        step.gpu.append((tid, prec, n))
+        self._admit(p, key, prec, layer, tid, token)
+
+    def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:
+        """Prefetches for ``layer`` that it did not use leave their staging slots."""
+        for key in [k for k, s in self.staged.items() if s.target == layer]:
+            s = self.staged.pop(key)
+            step.cancel.append(s.tid)
+            self._log(p, key[0], key[1], "discard", s.precision)
+
+    # ------------------------------------------------------------------ prefetch
+
+    def _present(self, layer: int, e: int) -> bool:
+        key = (layer, e)
+        return key in self.staged or key in self.resident or layer in self.cpu_layers or self.cache.contains(key)
+
+    def _context(self, layer: int, a: int, b: int) -> PrefetchContext:
+        wl, k = self.wl, self.wl.top_k
+
+        def predict(d: int) -> tuple[list, list]:
+            if self.pred is not None and d <= len(self.pred[a][layer]):
+                return ([self.pred[t][layer][d - 1] for t in range(a, b)],
+                        [self.pred_cls[t][layer][d - 1] for t in range(a, b)])
+            if self.system.prefetch.fallback == "history" and self.counts[layer + d].any():
+                top = np.argsort(-self.counts[layer + d], kind="stable")[:k].tolist()
+                return [top], [[self.uniform] * len(top)]
+            return [], []
+
+        def future(d: int) -> tuple[list, list]:
+            return [self.ids[t][layer + d] for t in range(a, b)], [self.cls[t][layer + d] for t in range(a, b)]
+
+        return PrefetchContext(layer=layer, num_layers=wl.num_layers, predict=predict, future=future,
+                               counts=self.counts, is_cached=self._present, precision=self.uniform)
+
+    def _prefetch(self, p: int, layer: int, step: LayerStep, a: int, b: int) -> None:
+        for req in self.prefetcher.propose(self._context(layer, a, b)):
+            key = (req.layer, req.expert)
+            if self._present(*key):
+                continue
+            prec = req.precision if self.mixed else self.uniform
+            tid = self._transfer(step, prec, False)
+            self.out.prefetch_issued += 1
+            self.staged[key] = _Staged(tid, prec, req.layer)
+            self._log(p, req.layer, req.expert, "prefetch", prec)
+
+    # ------------------------------------------------------------------ the walk
+
+    def run(self) -> Decisions:
+        wl, L = self.wl, self.wl.num_layers
+        for p, (req, a, b) in enumerate(zip(wl.pass_request, wl.pass_start, wl.pass_end)):
+            if p > 0 and req != wl.pass_request[p - 1]:
+                self.prefetcher.end_request()
+                self.cache.new_request()
+                self.counts[:] = 0
+            token = int(wl.token_in_request[b - 1]) + 1
+            self.cache.tokens = token
+            for layer in range(L):
+                self.cache.step = p * L + layer
+                step = LayerStep(p, layer)
+                for e, (c, n) in self._needed(a, b, layer).items():
+                    self._serve_one(p, layer, e, c, n, step, token)
+                    self.counts[layer, e] += max(n, 1)
+                self._drop_stale(p, layer, step)
+                if self.prefetching:
+                    self._prefetch(p, layer, step, a, b)
+                self.out.steps.append(step)
+        self.prefetcher.end_request()
+        return self.out

@@ -1,0 +1,130 @@
+"""The discrete-event engine (simpy): a compute stream and a copy link as processes.
+
+One ``simpy.Environment`` per run owns the clock. The link is a process serving a queue of
+copies, FIFO and non-preemptive, each taking t0 + bytes / B (SimPy's ``Cable`` shape);
+the compute stream is a process that walks the decided layer steps, waits on the events
+of the copies it needs and on its own compute timeouts. The rules are in
+``sim.timeline``; ``sim.plain`` computes the same times without simpy.
+"""
+
+from __future__ import annotations
+
+from typing import Generator
+
+import numpy as np
+import simpy
+
+from sim.cost import CostModel
+from sim.decide import Decisions, LayerStep
+from sim.timeline import Timeline, demand_insert_at
+from sim.workload import Workload
+
+
+class Link:
+    """A host-to-device (or SSD-to-memory) copy engine."""
+
+    def __init__(self, env: simpy.Environment, demand_first: bool) -> None:
+        self.env = env
+        self.demand_first = demand_first
+        self.queue: list[tuple[int, float, bool]] = []  # not started: (tid, seconds, is_demand)
+        self.events: dict[int, simpy.Event] = {}
+        self.done_at: dict[int, float] = {}
+        self.busy = 0.0
+        self.moved = 0
+        self.cancelled = 0
+        self.nbytes: dict[int, int] = {}
+        self._wake: simpy.Event | None = None
+        env.process(self._serve())
+
+    def cancel(self, tids: list[int]) -> None:
+        """Drop copies that have not started; an in-flight copy always completes."""
+        drop = set(tids)
+        kept = [q for q in self.queue if q[0] not in drop]
+        self.cancelled += len(self.queue) - len(kept)
+        self.queue = kept
+
+    def submit(self, items: list[tuple[int, float, bool]]) -> None:
+        for item in items:
+            at = demand_insert_at(self.queue, self.demand_first) if item[2] else len(self.queue)
+            self.queue.insert(at, item)
+            self.events[item[0]] = self.env.event()
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _serve(self) -> Generator:
+        while True:
+            if not self.queue:
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            tid, dur, _ = self.queue.pop(0)
+            yield self.env.timeout(dur)
+            self.busy += dur
+            self.moved += self.nbytes.pop(tid)
+            self.done_at[tid] = self.env.now
+            self.events[tid].succeed()
+
+
+class Engine:
+    """Runs the decided steps of one workload on one machine; ``run`` returns the timeline."""
+
+    def __init__(self, wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True) -> None:
+        self.wl, self.dec, self.cost = wl, dec, cost
+        self.env = simpy.Environment()
+        self.link = Link(self.env, demand_first)
+        n_pass, n_steps = len(wl.pass_start), len(dec.steps)
+        self.tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(n_steps), np.zeros(n_steps))
+        self.cpu_free = 0.0
+
+    def _ready(self, tid: int) -> bool:
+        return tid < 0 or tid in self.link.done_at
+
+    def _layer(self, step: LayerStep, dense: float) -> Generator:
+        env, cost, link = self.env, self.cost, self.link
+        if not step.loads and not step.cpu and not step.cancel and all(self._ready(g[0]) for g in step.gpu):
+            yield env.timeout(dense + sum(cost.expert_s(prec, n) for _, prec, n in step.gpu))
+            return 0.0
+        yield env.timeout(dense)
+        routed = env.now
+        if step.cancel:
+            link.cancel(step.cancel)
+        if step.loads:
+            link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
+            link.submit([(tid, cost.transfer_s(nb), dm) for tid, nb, dm in step.loads])
+        todo = list(enumerate(step.gpu))
+        stall = 0.0
+        while todo:
+            ready = [(-1.0 if g[0] < 0 else link.done_at[g[0]], j, g) for j, g in todo if self._ready(g[0])]
+            if not ready:
+                t0 = env.now
+                yield simpy.AnyOf(env, [link.events[g[0]] for _, g in todo])
+                stall += env.now - t0
+                continue
+            ready.sort(key=lambda r: (r[0], r[1]))
+            yield env.timeout(sum(cost.expert_s(g[1], g[2]) for _, _, g in ready))
+            done = {j for _, j, _ in ready}
+            todo = [(j, g) for j, g in todo if j not in done]
+        if step.cpu:
+            self.cpu_free = max(self.cpu_free, routed) + sum(cost.cpu_expert_s(n) for n in step.cpu)
+            if self.cpu_free > env.now:
+                yield env.timeout(self.cpu_free - env.now)
+        return stall
+
+    def _compute(self) -> Generator:
+        wl, tl, L = self.wl, self.tl, self.wl.num_layers
+        for p in range(len(wl.pass_start)):
+            tokens = wl.pass_end[p] - wl.pass_start[p]
+            tl.pass_start[p] = self.env.now
+            dense = self.cost.dense_s(tokens, wl.pass_context[p])
+            for layer in range(L):
+                i = p * L + layer
+                tl.step_stall[i] = yield from self._layer(self.dec.steps[i], dense)
+                tl.step_end[i] = self.env.now
+            yield self.env.timeout(self.cost.other_s(tokens))
+            tl.pass_end[p] = self.env.now
+
+    def run(self) -> Timeline:
+        self.env.run(until=self.env.process(self._compute()))
+        self.tl.link_busy_s, self.tl.bytes_moved, self.tl.cancelled = self.link.busy, self.link.moved, self.link.cancelled
+        self.tl.transfer_done = self.link.done_at
+        return self.tl

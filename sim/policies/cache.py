@@ -1,0 +1,108 @@
+"""The device expert cache: a high- and a low-precision pool of slots (paper §3.4).
+
+Pools are sized in slots (bytes / expert bytes at the pool's precision) and kept as
+arrays, one entry per slot, so that an eviction policy scores a whole pool at once.
+Which slot leaves a full pool is the policy's choice (``to_evict``); evicting is the
+cache's. Pinned slots are never evicted; when every slot a new copy could take is
+pinned, the copy is used once and not kept. Records (last use, uses, high-precision
+uses) reset at every request.
+"""
+
+from __future__ import annotations
+
+from sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Key, Pool
+
+
+class ExpertCache:
+    """Two pools of expert copies; ``per_layer`` splits each pool evenly across layers."""
+
+    def __init__(self, high_slots: int, low_slots: int, policy: EvictionPolicy, num_layers: int,
+                 per_layer: bool = False) -> None:
+        self.policy = policy
+        self.num_layers = num_layers
+        self.per_layer = per_layer
+        if per_layer:
+            high_slots, low_slots = high_slots // num_layers * num_layers, low_slots // num_layers * num_layers
+        self.pools = (Pool(high_slots, HIGH), Pool(low_slots, LOW))
+        self.index: tuple[dict[Key, int], dict[Key, int]] = ({}, {})  # key -> slot, per pool
+        self.free = (list(range(high_slots - 1, -1, -1)), list(range(low_slots - 1, -1, -1)))  # empty slots
+        self.tokens = 1  # T: tokens so far in the request
+        self.clock = 0  # accesses so far
+        self.step = 0  # (pass, layer) index over the trace, set by the caller
+
+    def __len__(self) -> int:
+        return len(self.index[HIGH]) + len(self.index[LOW])
+
+    def lookup(self, key: Key, need: int, any_precision: bool) -> tuple[int, int] | None:
+        """(pool, slot) of a copy that serves ``need``: high always does; low if ``need`` is
+        LOW or ``any_precision``."""
+        s = self.index[HIGH].get(key)
+        if s is not None:
+            return HIGH, s
+        if need == LOW or any_precision:
+            s = self.index[LOW].get(key)
+            if s is not None:
+                return LOW, s
+        return None
+
+    def contains(self, key: Key) -> bool:
+        return key in self.index[HIGH] or key in self.index[LOW]
+
+    def transfer(self, pool: int, slot: int) -> int:
+        return self.pools[pool].transfer[slot]
+
+    def use(self, pool: int, slot: int, token: int) -> None:
+        """Record a use of a copy by the request's token number ``token`` (1-based)."""
+        self.clock += 1
+        p = self.pools[pool]
+        p.touched[slot] = self.clock
+        p.last_use[slot] = token
+        p.uses[slot] += 1
+        p.all_uses[slot] += 1
+        if pool == HIGH:
+            p.high_uses[slot] += 1
+
+    def _free_slot(self, p: Pool, layer: int, key_layer: int) -> tuple[int, Key | None]:
+        """A slot for a new copy: an empty one, or the policy's victim; (-1, None) if all are pinned."""
+        region = range(p.size)
+        if self.per_layer:
+            per = p.size // self.num_layers
+            region = range(key_layer * per, (key_layer + 1) * per)
+        free = self.free[p.precision]
+        if self.per_layer:
+            for s in region:
+                if p.layer[s] < 0:
+                    return s, None
+        elif free:
+            return free.pop(), None
+        if all(p.pinned[s] for s in region):
+            return -1, None
+        view = CacheView(layer=layer, num_layers=self.num_layers, tokens=self.tokens, clock=self.clock, step=self.step)
+        slot = self.policy.to_evict(p, view, region)
+        return slot, (p.layer[slot], p.expert[slot])
+
+    def admit(self, key: Key, precision: int, layer: int, transfer: int) -> tuple[int, Key | None]:
+        """Insert a copy; returns (its slot or -1 if it is not kept, the evicted key or None)."""
+        p = self.pools[precision]
+        if p.size == 0:
+            return -1, None
+        self.clock += 1
+        slot, victim = self._free_slot(p, layer, key[0])
+        if slot < 0:
+            return -1, None
+        if victim is not None:
+            del self.index[precision][victim]
+        p.put(slot, key, self.clock, transfer)
+        self.index[precision][key] = slot
+        return slot, victim
+
+    def new_request(self) -> None:
+        """Records are per sequence (paper §3.4): forget last use and counts."""
+        self.tokens = 1
+        for p in self.pools:
+            p.last_use = [0] * p.size
+            p.uses = [0] * p.size
+            p.high_uses = [0] * p.size
+
+    def keys(self, pool: int) -> set[Key]:
+        return set(self.index[pool])

@@ -1,0 +1,1 @@
+"""Eviction policies, one file each; ``sim.policies.registry`` maps names to them."""

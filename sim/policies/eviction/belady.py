@@ -1,0 +1,31 @@
+"""Belady's optimal replacement: evict the copy whose next use is farthest in the future.
+
+It needs the future: ``uses[key]`` lists the (pass, layer) steps, in execution order, at
+which each expert is needed. Only the oracle bound uses it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from sim.policies.base import CacheView, Key, Pool
+
+NEVER = 1 << 62
+
+
+class Belady:
+    """Evict the copy needed again last (or never); ties go to the least recently used."""
+
+    name = "belady"
+
+    def __init__(self, uses: dict[Key, list[int]]) -> None:
+        self.uses = uses
+
+    def next_use(self, key: Key, step: int) -> int:
+        steps = self.uses.get(key, ())
+        i = bisect_right(steps, step)
+        return steps[i] if i < len(steps) else NEVER
+
+    def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
+        lay, exp, touched = pool.layer, pool.expert, pool.touched
+        return max(pool.candidates(region), key=lambda s: (self.next_use((lay[s], exp[s]), view.step), -touched[s]))

@@ -1,0 +1,31 @@
+"""MoE-Infinity's cache priority: layer proximity x matched activation probability x frequency.
+
+The probabilities come from the activation-matrix prefetcher's current match
+(``advisor.match``, [L, E]); without a match every expert counts the same.
+"""
+
+from __future__ import annotations
+
+from sim.policies.base import CacheView, Pool
+from sim.policies.eviction.multidim import fld
+
+PROB_FLOOR = 1e-3
+
+
+class EAMPriority:
+    """Evict the lowest proximity x probability x (1 + uses)."""
+
+    name = "eam_priority"
+
+    def __init__(self, advisor: object | None = None) -> None:
+        self.advisor = advisor
+
+    def priority(self, pool: Pool, slot: int, view: CacheView) -> float:
+        match = getattr(self.advisor, "match", None)
+        layer, expert = pool.layer[slot], pool.expert[slot]
+        prob = 1.0 if match is None else float(match[layer, expert])
+        return fld(layer, view.layer, view.num_layers) * (prob + PROB_FLOOR) * (1 + pool.uses[slot])
+
+    def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
+        touched = pool.touched
+        return min(pool.candidates(region), key=lambda s: (self.priority(pool, s, view), touched[s]))

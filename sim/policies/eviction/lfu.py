@@ -1,0 +1,14 @@
+"""Least frequently used since insertion; ties go to the least recently used."""
+
+from __future__ import annotations
+
+from sim.policies.base import CacheView, Pool, argmin_then_oldest
+
+
+class LFU:
+    """Evict the copy with the fewest uses since it was loaded."""
+
+    name = "lfu"
+
+    def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
+        return argmin_then_oldest(pool.all_uses, pool, pool.candidates(region))

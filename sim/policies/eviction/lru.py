@@ -1,0 +1,15 @@
+"""Least recently used (across requests: the access clock, not the per-request records)."""
+
+from __future__ import annotations
+
+from sim.policies.base import CacheView, Pool
+
+
+class LRU:
+    """Evict the copy used (or inserted) longest ago."""
+
+    name = "lru"
+
+    def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
+        touched = pool.touched
+        return min(pool.candidates(region), key=touched.__getitem__)

@@ -1,0 +1,111 @@
+"""Results of a run: the documented ``results.json`` keys and the per-pass / per-layer tables.
+
+results.json keys (times in ms):
+- ``tokens``: {total, prefill, decode}; ``requests``
+- ``decode_ms_per_token``: {mean, p50, p95} over decode passes (one token each)
+- ``prefill_ms_per_request``: {mean, p50, p95}
+- ``precision_rule_mix``: {high, low, skip}: the T1/T2 rule over every selection of the trace, cache aside
+- ``served_mix``: shares of expert uses served as {high_hit, low_hit, high_load, low_load, skipped, cpu}
+- ``hit_rate``: uses served from device-resident weights / uses not skipped
+- ``prefetch``: {issued, used, cancelled (dropped before they started), accuracy = used / issued}
+- ``bytes_loaded`` (copies that ran), ``evictions``, ``link_busy_fraction`` (link busy time / run time)
+- ``stall_ms_per_token``: compute-stream time waiting for weights, per decode token
+- ``cache``: pool slots and bytes; ``layers_simulated``; ``model``, ``hardware``, ``system``; ``engine``, ``wall_s``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.config import HardwareConfig, ModelConfig, SystemConfig
+from sim.decide import SERVED_NAMES, Decisions
+from sim.policies.precision import hobbit_classes, rule_mix
+from sim.timeline import Timeline
+from sim.workload import Workload
+from traces.io import Trace
+
+
+@dataclass
+class Results:
+    """``summary`` is results.json; ``passes`` and ``layers`` are the Parquet tables."""
+
+    summary: dict[str, Any]
+    passes: pd.DataFrame
+    layers: pd.DataFrame
+    decisions: Decisions
+    timeline: Timeline
+
+
+def _stats(ms: np.ndarray) -> dict[str, float | None]:
+    if ms.size == 0:
+        return {"mean": None, "p50": None, "p95": None}
+    return {"mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95))}
+
+
+def pass_table(wl: Workload, tl: Timeline) -> pd.DataFrame:
+    L = wl.num_layers
+    stall = tl.step_stall.reshape(-1, L).sum(axis=1) if L else np.zeros(len(wl.pass_start))
+    return pd.DataFrame({
+        "request_id": wl.pass_request,
+        "phase": wl.pass_phase,
+        "tokens": np.asarray(wl.pass_end) - np.asarray(wl.pass_start),
+        "context": wl.pass_context,
+        "start_ms": tl.pass_start * 1e3,
+        "latency_ms": (tl.pass_end - tl.pass_start) * 1e3,
+        "stall_ms": stall * 1e3,
+    })
+
+
+def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, ...]) -> pd.DataFrame:
+    L = wl.num_layers
+    decode = np.repeat(np.asarray(wl.pass_phase) == 1, L)
+    stall = tl.step_stall.reshape(-1, L)
+    loads = np.array([sum(1 for x in s.loads if x[2]) for s in dec.steps]).reshape(-1, L)
+    prefetches = np.array([sum(1 for x in s.loads if not x[2]) for s in dec.steps]).reshape(-1, L)
+    n_dec = max(int(decode.reshape(-1, L)[:, 0].sum()), 1)
+    return pd.DataFrame({
+        "layer": list(layers),
+        "stall_ms_total": stall.sum(axis=0) * 1e3,
+        "decode_stall_ms_per_token": (stall * decode.reshape(-1, L)).sum(axis=0) * 1e3 / n_dec,
+        "demand_loads": loads.sum(axis=0),
+        "prefetches_issued": prefetches.sum(axis=0),
+    })
+
+
+def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: ModelConfig, hw: HardwareConfig,
+              system: SystemConfig, sizing: Any, engine: str, wall_s: float) -> Results:
+    passes = pass_table(wl, tl)
+    dec_rows = passes[passes.phase == 1]
+    pre_rows = passes[passes.phase == 0]
+    served = dec.served.astype(float)
+    uses = served.sum()
+    not_skipped = uses - served[4]
+    hits = served[0] + served[1]
+    makespan = tl.makespan
+    summary = {
+        "tokens": {"total": int(passes.tokens.sum()), "prefill": int(pre_rows.tokens.sum()),
+                   "decode": int(dec_rows.tokens.sum())},
+        "requests": int(len(set(wl.pass_request))),
+        "decode_ms_per_token": _stats(dec_rows.latency_ms.to_numpy() / dec_rows.tokens.clip(lower=1).to_numpy()),
+        "prefill_ms_per_request": _stats(pre_rows.latency_ms.to_numpy()),
+        "precision_rule_mix": rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
+        "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
+        "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
+        "prefetch": {"issued": dec.prefetch_issued, "used": dec.prefetch_used, "cancelled": tl.cancelled,
+                     "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None},
+        "bytes_loaded": int(tl.bytes_moved),
+        "evictions": int(dec.evictions),
+        "link_busy_fraction": float(tl.link_busy_s / makespan) if makespan else 0.0,
+        "stall_ms_per_token": float(dec_rows.stall_ms.sum() / max(dec_rows.tokens.sum(), 1)),
+        "cache": dataclasses.asdict(sizing),
+        "layers_simulated": {"recorded": len(trace.meta.layers), "model": model.num_layers},
+        "model": model.name, "hardware": hw.name, "system": system.name,
+        "engine": engine, "wall_s": round(wall_s, 3),
+        "simulated_s": makespan,
+    }
+    return Results(summary, passes, layer_table(wl, dec, tl, trace.meta.layers), dec, tl)

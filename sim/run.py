@@ -1,0 +1,117 @@
+"""``simulate``: one run of a trace x model x hardware x system, no I/O.
+
+Order of work: check the knobs and the topology, lay the trace out, size the cache,
+place static experts, decide (policies), time (simpy or plain), summarise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
+from sim.cost import CostModel
+from sim.decide import Decider, Decisions, Placement
+from sim.engine import Engine
+from sim.plain import replay
+from sim.policies.base import HIGH, LOW
+from sim.results import Results, summarise
+from sim.timeline import Timeline
+from sim.workload import Workload, build_workload
+from traces.io import Trace
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class CacheSizing:
+    """Pool sizes of a run, and the device memory they came from."""
+
+    high_slots: int
+    low_slots: int
+    high_bytes: int
+    low_bytes: int
+    free_bytes: int  # device memory left for experts after resident weights, KV cache and reserve
+
+
+def check_topology(trace: Trace, model: ModelConfig) -> None:
+    m = trace.meta.model
+    got = (m.num_layers, m.num_experts, m.top_k)
+    want = (model.num_layers, model.num_experts, model.top_k)
+    if got != want:
+        raise ConfigError(f"trace {trace.path} ({m.name}: {got[0]} MoE layers, {got[1]} experts, top-{got[2]}) does "
+                          f"not fit model={model.name} ({want[0]} layers, {want[1]} experts, top-{want[2]}); pick a "
+                          f"model with the trace's topology")
+
+
+def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max_context: int) -> CacheSizing:
+    """Explicit pool sizes, or the free device memory split by ``high_fraction``."""
+    c, mode = system.cache, system.precision.mode
+    eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
+    free = hw.device_memory_bytes - model.resident_bytes() - model.kv_bytes_per_token * max_context - hw.reserve_bytes
+    if c.high_bytes >= 0 or c.low_bytes >= 0:
+        high, low = max(c.high_bytes, 0), max(c.low_bytes, 0)
+        for name, size, one in (("high_bytes", high, eb[HIGH]), ("low_bytes", low, eb[LOW])):
+            if 0 < size < one:
+                raise ConfigError(f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for "
+                                  f"no pool or at least {one}")
+    else:
+        if free < 0:
+            raise ConfigError(f"model={model.name} needs {(model.resident_bytes()) / GiB:.1f} GiB of resident weights "
+                              f"plus KV cache and a {hw.reserve_bytes / GiB:.1f} GiB reserve; hardware={hw.name} has "
+                              f"{hw.device_memory_bytes / GiB:.1f} GiB")
+        share = {"high": 1.0, "low": 0.0}.get(mode, c.high_fraction)
+        high = int(free * share)
+        low = free - high
+    return CacheSizing(high // eb[HIGH], low // eb[LOW], high, low, free)
+
+
+def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, sizing: CacheSizing) -> Placement:
+    """Static expert placement: llama.cpp's CPU layers, Fiddler's pinned popular experts."""
+    eb = model.expert_bytes(hw.high_precision)
+    L, E = wl.num_layers, wl.num_experts
+    if system.placement == "static":  # llama.cpp: the first N layers' experts stay on the CPU
+        n = system.n_cpu_moe
+        if n < 0:  # as few CPU layers as the device memory allows
+            fit_layers = max(sizing.free_bytes, 0) // (E * eb)
+            n = max(L - int(fit_layers), 0)
+        n = min(n, L)
+        gpu = frozenset((layer, e) for layer in range(n, L) for e in range(E))
+        return Placement(resident=gpu, cpu_layers=frozenset(range(n)))
+    if system.placement == "popular":  # Fiddler: the most used experts fill the device, for good
+        counts = np.zeros((L, E), np.int64)
+        np.add.at(counts, (np.broadcast_to(np.arange(L)[None, :, None], wl.ids.shape), wl.ids), 1)
+        order = np.argsort(-counts.ravel(), kind="stable")[: sizing.high_slots + sizing.low_slots]
+        return Placement(resident=frozenset((int(i) // E, int(i) % E) for i in order))
+    return Placement()
+
+
+def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
+             rng: np.random.Generator | None = None, engine: str = "simpy", keep_log: bool = False) -> Results:
+    """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``."""
+    t_wall = time.perf_counter()
+    check_system(system)
+    check_topology(trace, model)
+    if engine not in ("simpy", "plain"):
+        raise ConfigError(f"engine={engine} must be simpy or plain")
+    rng = rng if rng is not None else np.random.default_rng(0)
+    p = system.prefetch
+    wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, rng)
+    sizing = size_cache(model, hw, system, max(wl.pass_context))
+    cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers)
+    placement = place(wl, model, hw, system, sizing)
+    slots = (sizing.high_slots, sizing.low_slots) if not placement.resident else (0, 0)
+    if system.prefetch.kind != "none" and not system.cpu_compute_misses:  # staging slots for prefetched experts
+        slots = (max(slots[0] - p.max_depth * wl.top_k, 0), slots[1])
+    dec = Decider(wl, system, slots, (cost.expert_bytes(HIGH), cost.expert_bytes(LOW)), placement,
+                  keep_log=keep_log).run()
+    tl = time_decisions(wl, dec, cost, system.demand_first, engine)
+    return summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall)
+
+
+def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, engine: str) -> Timeline:
+    if engine == "plain":
+        return replay(wl, dec, cost, demand_first)
+    return Engine(wl, dec, cost, demand_first).run()

@@ -1,0 +1,103 @@
+"""A trace laid out for replay: per-token arrays and the forward passes they form.
+
+Batch 1, requests in sequence: a request's prefill is one forward pass over its prompt
+tokens, then one pass per decoded token. When the trace has no lookahead predictions,
+a named fallback fills them: ``oracle`` (the true experts of layer l+d, each replaced by a
+random other expert with probability 1 - accuracy), ``history`` (the experts layer l+d
+used most so far in the request) or ``none``.
+Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from traces.io import Trace
+
+
+@dataclass
+class Workload:
+    """Token-major arrays of a trace plus its forward passes."""
+
+    num_layers: int  # L: layers simulated (the trace's recorded layers)
+    num_experts: int
+    top_k: int
+    ids: np.ndarray  # [N, L, K] int
+    weights: np.ndarray  # [N, L, K] float32
+    pred_ids: np.ndarray | None  # [N, L, D, K] (-1: none)
+    pred_weights: np.ndarray | None
+    pass_request: list[int]  # [P]
+    pass_start: list[int]  # [P] first token
+    pass_end: list[int]  # [P] one past the last token
+    pass_phase: list[int]  # [P] 0 prefill, 1 decode
+    pass_context: list[int]  # [P] sequence length after the pass (attention span)
+    token_in_request: np.ndarray  # [N] 0-based index of the token in its request
+    layers_total: int  # the model's MoE layers (> num_layers when only some were recorded)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.ids.shape[0])
+
+    def future_uses(self) -> dict[tuple[int, int], list[int]]:
+        """(layer, expert) -> the (pass, layer) steps, in order, that need it (Belady)."""
+        uses: dict[tuple[int, int], list[int]] = {}
+        L = self.num_layers
+        for p, (a, b) in enumerate(zip(self.pass_start, self.pass_end)):
+            for layer in range(L):
+                for e in set(self.ids[a:b, layer].ravel().tolist()):
+                    uses.setdefault((layer, e), []).append(p * L + layer)
+        return uses
+
+
+def _passes(request: np.ndarray, step: np.ndarray, position: np.ndarray, phase: np.ndarray):
+    n = len(request)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (request[1:] != request[:-1]) | (step[1:] != step[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    return starts, ends, request[starts], phase[starts], position[ends - 1] + 1
+
+
+def oracle_predictions(ids: np.ndarray, weights: np.ndarray, depth: int, accuracy: float, num_experts: int,
+                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions that are the true experts of l+d, each wrong with probability 1 - accuracy."""
+    n, L, k = ids.shape
+    pid = np.full((n, L, depth, k), -1, np.int64)
+    pw = np.full((n, L, depth, k), np.nan, np.float32)
+    for d in range(1, min(depth, L - 1) + 1):
+        true = ids[:, d:].astype(np.int64)  # [N, L-d, K]
+        wrong = rng.random(true.shape) >= accuracy
+        # a wrong guess: an expert shifted by 1..E-1 (never the true one; may repeat another slot's)
+        shift = rng.integers(1, max(num_experts, 2), size=true.shape)
+        guess = np.where(wrong, (true + shift) % num_experts, true)
+        pid[:, : L - d, d - 1] = guess
+        pw[:, : L - d, d - 1] = weights[:, d:]
+    return pid, pw
+
+
+def build_workload(trace: Trace, fallback: str = "oracle", accuracy: float = 0.9, depth: int = 3,
+                   rng: np.random.Generator | None = None) -> Workload:
+    """Lay ``trace`` out for replay; fill predictions with ``fallback`` when it has none."""
+    meta, a = trace.meta, trace.arrays
+    L, k = len(meta.layers), meta.model.top_k
+    ids = a.expert_ids.reshape(-1, L, k).astype(np.int64)
+    weights = a.gate_weights.reshape(-1, L, k)
+    pick = slice(None, None, L)
+    starts, ends, req, phase, ctx = _passes(a.request_id[pick], a.step[pick], a.position[pick], a.phase[pick])
+    first_of_request = np.r_[0, np.flatnonzero(np.diff(a.request_id[pick])) + 1]
+    token_in_req = np.arange(len(ids)) - np.repeat(first_of_request, np.diff(np.r_[first_of_request, len(ids)]))
+    pred_ids = pred_w = None
+    if a.pred_ids is not None:
+        d = meta.lookahead_depth
+        pred_ids = a.pred_ids.reshape(-1, L, d, k).astype(np.int64)
+        pred_w = np.nan_to_num(a.pred_weights.reshape(-1, L, d, k), nan=0.0)
+    elif fallback == "oracle":
+        pred_ids, pred_w = oracle_predictions(ids, weights, depth, accuracy, meta.model.num_experts,
+                                              rng if rng is not None else np.random.default_rng(0))
+        pred_w = np.nan_to_num(pred_w, nan=0.0)
+    return Workload(num_layers=L, num_experts=meta.model.num_experts, top_k=k, ids=ids, weights=weights,
+                    pred_ids=pred_ids, pred_weights=pred_w, pass_request=req.tolist(), pass_start=starts.tolist(),
+                    pass_end=ends.tolist(), pass_phase=phase.tolist(), pass_context=ctx.tolist(),
+                    token_in_request=token_in_req, layers_total=meta.model.num_layers)

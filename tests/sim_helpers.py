@@ -1,0 +1,40 @@
+"""Helpers for the simulator tests: composed configs and small traces."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from traces.io import Trace, read_trace
+
+BUNDLED = Path(__file__).parents[1] / "traces" / "tiny" / "trace.parquet"
+
+
+def compose_sim(*overrides: str):
+    """The typed SimConfig Hydra composes from conf/ with ``overrides``."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    import sim.commands  # noqa: F401  (registers the schema)
+
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        return OmegaConf.to_object(compose("sim", overrides=["out_dir=.", *overrides]))
+
+
+def first_requests(trace: Trace, n: int) -> Trace:
+    """The first ``n`` requests of a trace."""
+    keep = np.flatnonzero(trace.arrays.request_id < np.unique(trace.arrays.request_id)[n])
+    return Trace(trace.meta, trace.arrays.take(keep), trace.path)
+
+
+def bundled(n_requests: int | None = None) -> Trace:
+    tr = read_trace(BUNDLED)
+    return tr if n_requests is None else first_requests(tr, n_requests)
+
+
+def without_predictions(trace: Trace) -> Trace:
+    a = dataclasses.replace(trace.arrays)
+    a.pred_ids = a.pred_weights = None
+    return Trace(dataclasses.replace(trace.meta, lookahead_depth=0), a, trace.path)

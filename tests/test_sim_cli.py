@@ -1,0 +1,81 @@
+"""`hobbit sim`: results.json with the documented keys, tables, sweeps that never collide, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from sim_helpers import bundled
+
+KEYS = {"tokens", "decode_ms_per_token", "prefill_ms_per_request", "precision_rule_mix", "served_mix", "hit_rate",
+        "prefetch", "bytes_loaded", "link_busy_fraction", "stall_ms_per_token", "cache", "model", "hardware", "system"}
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    from traces.io import write_trace
+
+    tr = bundled(2)
+    return write_trace(tmp_path_factory.mktemp("t") / "small.parquet", tr.arrays, tr.meta)
+
+
+def test_sim_writes_results_and_tables(small_trace, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(["sim", f"trace={small_trace}", "system=hobbit", f"hydra.run.dir={out}"]) == 0
+    s = json.loads((out / "results.json").read_text())
+    assert KEYS <= set(s)
+    assert set(s["decode_ms_per_token"]) == {"mean", "p50", "p95"}
+    assert set(s["served_mix"]) == {"high_hit", "low_hit", "high_load", "low_load", "skipped", "cpu"}
+    assert abs(sum(s["served_mix"].values()) - 1) < 1e-9
+    assert set(s["precision_rule_mix"]) == {"high", "low", "skip"}
+    assert set(s["prefetch"]) >= {"issued", "used", "accuracy"}
+    passes = pd.read_parquet(out / "passes.parquet")
+    layers = pd.read_parquet(out / "layers.parquet")
+    assert len(passes) == s["requests"] + s["tokens"]["decode"]  # one prefill pass per request + one per decode token
+    assert len(layers) == 32 and passes.latency_ms.gt(0).all()
+    dec = passes[passes.phase == 1]
+    assert dec.latency_ms.mean() == pytest.approx(s["decode_ms_per_token"]["mean"])
+    assert "hobbit on rtx4090-pcie4" in capsys.readouterr().out
+    assert (out / ".hydra" / "config.yaml").is_file()
+
+
+def test_multirun_sweeps_with_joblib_into_distinct_dirs(small_trace, tmp_path):
+    sweep = tmp_path / "sweep"
+    assert run_cli(["sim", "-m", f"trace={small_trace}", "system=hobbit,on-demand", "system.precision.t1=0.5,0.6",
+                    f"hydra.sweep.dir={sweep}", "hydra.launcher.n_jobs=2"]) == 0
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "results.json").exists())
+    assert len(runs) == 4
+    systems = sorted(json.loads((p / "results.json").read_text())["system"] for p in runs)
+    assert systems == ["hobbit", "hobbit", "on-demand", "on-demand"]
+
+
+def test_default_sweep_dirs_do_not_collide():
+    """Second-resolution timestamps collide (REFERENCES.md): the dirs carry microseconds."""
+    from pathlib import Path
+
+    import yaml
+    from hydra import compose, initialize_config_module
+
+    import sim.commands  # noqa: F401
+
+    raw = yaml.safe_load((Path(__file__).parents[1] / "conf" / "sim.yaml").read_text())
+    assert raw["hydra"]["sweep"]["dir"].endswith("%f}") and raw["hydra"]["run"]["dir"].endswith("%f}")
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose("sim", return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["system.precision.t1=0.95"], "system.precision.t1=0.95"),
+    (["system.cache.w_fld=-1"], "system.cache.w_fld=-1"),
+    (["system.cache.low_bytes=10"], "system.cache.low_bytes=10"),
+    (["system=warp-drive"], "warp-drive"),
+    (["model=olmoe-1b-7b"], "olmoe-1b-7b"),
+])
+def test_bad_input_exits_2_naming_it(small_trace, tmp_path, capsys, args, needle):
+    assert run_cli(["sim", f"trace={small_trace}", *args, f"hydra.run.dir={tmp_path / 'r'}"]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "r" / "results.json").exists()

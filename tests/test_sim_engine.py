@@ -1,0 +1,173 @@
+"""The simulator end to end: the two timing engines agree, limits behave, results are deterministic."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.config import ConfigError, ModelConfig, SystemConfig
+from sim.cost import CostModel
+from sim.decide import HIGH_LOAD, LOW_LOAD, SKIPPED
+from sim.policies.base import SKIP
+from sim.policies.precision import classes_for
+from sim.run import simulate
+from sim_helpers import bundled, compose_sim, without_predictions
+from traces.io import Trace
+from traces.synthetic import SyntheticConfig, generate
+
+SYSTEMS = ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "moe-infinity",
+           "fiddler", "llama-cpp", "on-demand", "oracle"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return bundled(3)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_simpy_engine_and_plain_replay_agree(small, system):
+    cfg = compose_sim(f"system={system}")
+    a = simulate(small, cfg.model, cfg.hardware, cfg.system, engine="simpy")
+    b = simulate(small, cfg.model, cfg.hardware, cfg.system, engine="plain")
+    np.testing.assert_allclose(a.timeline.pass_end, b.timeline.pass_end, rtol=1e-9)
+    np.testing.assert_allclose(a.timeline.step_stall, b.timeline.step_stall, rtol=1e-9, atol=1e-12)
+    assert a.summary["bytes_loaded"] == b.summary["bytes_loaded"]
+    assert a.summary["prefetch"]["cancelled"] == b.summary["prefetch"]["cancelled"]
+
+
+def _compute_only(res, cost: CostModel, wl_passes) -> np.ndarray:
+    """Pass latencies if every weight were resident: dense + the experts it computed + LM head."""
+    out = []
+    steps = res.decisions.steps
+    L = len(steps) // len(wl_passes)
+    for p, tokens, ctx in wl_passes:
+        t = 0.0
+        for s in steps[p * L:(p + 1) * L]:
+            t += cost.dense_s(tokens, ctx) + sum(cost.expert_s(prec, n) for _, prec, n in s.gpu)
+        out.append(t + cost.other_s(tokens))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("system", ["hobbit", "on-demand", "moe-offloading"])
+def test_infinite_bandwidth_gives_compute_only_latency(small, system):
+    cfg = compose_sim(f"system={system}", "hardware.link_gbps=inf")
+    res = simulate(small, cfg.model, cfg.hardware, cfg.system)
+    assert res.timeline.step_stall.max() == 0.0 and res.summary["stall_ms_per_token"] == 0.0
+    p = res.passes
+    passes = list(zip(range(len(p)), p.tokens, p.context))
+    want = _compute_only(res, CostModel(cfg.model, cfg.hardware), passes)
+    np.testing.assert_allclose(p.latency_ms.to_numpy(), want * 1e3, rtol=1e-9)
+
+
+def test_zero_cache_loads_every_expert_that_is_not_skipped(small):
+    cfg = compose_sim("system=hobbit", "system.prefetch.kind=none", "system.cache.high_bytes=0",
+                      "system.cache.low_bytes=0")
+    res = simulate(small, cfg.model, cfg.hardware, cfg.system)
+    served = res.decisions.served
+    # count (pass, layer, expert) uses not skipped, straight from the trace
+    from sim.workload import build_workload
+
+    wl = build_workload(small)
+    cls = classes_for(wl.weights, "hobbit", cfg.system.precision.t1, cfg.system.precision.t2)
+    needed = skipped = 0
+    for a, b in zip(wl.pass_start, wl.pass_end):
+        for layer in range(wl.num_layers):
+            best: dict[int, int] = {}
+            for t in range(a, b):
+                for e, c in zip(wl.ids[t, layer], cls[t, layer]):
+                    best[int(e)] = min(best.get(int(e), SKIP), int(c))
+            needed += sum(c != SKIP for c in best.values())
+            skipped += sum(c == SKIP for c in best.values())
+    assert served[HIGH_LOAD] + served[LOW_LOAD] == needed and served[SKIPPED] == skipped
+    assert res.summary["hit_rate"] == 0.0 and res.summary["evictions"] == 0
+
+
+def test_runs_are_deterministic(small):
+    cfg = compose_sim("system=hobbit")
+    a, b = (simulate(small, cfg.model, cfg.hardware, cfg.system).summary for _ in range(2))
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+
+
+def test_more_bandwidth_is_never_slower(small):
+    times = []
+    for gbps in (8, 25, 64, 256):
+        cfg = compose_sim("system=hobbit", f"hardware.link_gbps={gbps}")
+        times.append(simulate(small, cfg.model, cfg.hardware, cfg.system).summary["decode_ms_per_token"]["mean"])
+    assert times == sorted(times, reverse=True)
+
+
+def test_topology_mismatch_names_both(small):
+    cfg = compose_sim("model=olmoe-1b-7b")
+    with pytest.raises(ConfigError, match="hobbit-tiny-mixtral.*32 MoE layers, 8 experts, top-2.*olmoe-1b-7b"):
+        simulate(small, cfg.model, cfg.hardware, cfg.system)
+
+
+@pytest.mark.parametrize("override,knob", [
+    ("system.precision.t1=0.95", "t1"),
+    ("system.cache.w_lfu=-0.1", "w_lfu"),
+    ("system.cache.high_bytes=1000", "high_bytes"),
+    ("system.prefetch.kind=psychic", "prefetch.kind"),
+])
+def test_bad_knobs_fail_before_the_run(small, override, knob):
+    cfg = compose_sim(override)
+    with pytest.raises(ConfigError, match=knob):
+        simulate(small, cfg.model, cfg.hardware, cfg.system)
+
+
+def test_a_model_too_big_for_the_device_is_named(small):
+    cfg = compose_sim("hardware.device_memory_bytes=1000000000")
+    with pytest.raises(ConfigError, match="mixtral-8x7b needs"):
+        simulate(small, cfg.model, cfg.hardware, cfg.system)
+
+
+def test_unified_memory_reads_experts_from_the_ssd(small):
+    cfg = compose_sim("hardware=jetson-agx-orin")
+    res = simulate(small, cfg.model, cfg.hardware, cfg.system)
+    cost = CostModel(cfg.model, cfg.hardware)
+    assert cost.link_gbps == 3.0 and cfg.hardware.high_precision == "int8"
+    assert res.summary["bytes_loaded"] > 0
+    # the link is the SSD: its busy time is the bytes it moved at 3 GB/s plus t0 per copy
+    assert res.timeline.link_busy_s >= res.summary["bytes_loaded"] / 3e9
+
+
+def test_a_trace_without_predictions_uses_the_fallback(small):
+    bare = without_predictions(small)
+    for fallback in ("oracle", "history", "none"):
+        cfg = compose_sim("system=hobbit", f"system.prefetch.fallback={fallback}")
+        s = simulate(bare, cfg.model, cfg.hardware, cfg.system).summary
+        assert (s["prefetch"]["issued"] > 0) == (fallback != "none"), fallback
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 1000), layers=st.integers(2, 5), experts=st.integers(2, 8), k=st.integers(1, 3),
+       system=st.sampled_from(SYSTEMS), high=st.integers(0, 6), low=st.integers(0, 6),
+       gbps=st.sampled_from([1.0, 25.0, 1000.0]), demand_first=st.booleans())
+def test_small_random_traces_keep_the_invariants(seed, layers, experts, k, system, high, low, gbps, demand_first):
+    k = min(k, experts)
+    arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=2,
+                                            prompt_tokens=3, decode_tokens=6, lookahead_depth=2, seed=seed))
+    trace = Trace(meta, arrays, "synthetic")
+    model = ModelConfig(name="m", num_layers=layers, num_experts=experts, top_k=k, hidden_size=256, expert_ffn=512,
+                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    cfg = compose_sim(f"system={system}", f"hardware.link_gbps={gbps}")
+    eb = (model.expert_bytes(cfg.hardware.high_precision), model.expert_bytes(cfg.hardware.low_precision))
+    sys_cfg = dataclasses.replace(cfg.system, demand_first=demand_first,
+                                  cache=dataclasses.replace(cfg.system.cache, high_bytes=high * eb[0],
+                                                            low_bytes=low * eb[1]))
+    a = simulate(trace, model, cfg.hardware, sys_cfg, engine="simpy")
+    b = simulate(trace, model, cfg.hardware, sys_cfg, engine="plain")
+    np.testing.assert_allclose(a.timeline.pass_end, b.timeline.pass_end, rtol=1e-9)
+    s, dec = a.summary, a.decisions
+    uses = sum(len({int(e) for e in arrays.expert_ids[(arrays.request_id == r) & (arrays.step == st_) &
+                                                      (arrays.layer == lay)].ravel()})
+               for r, st_, lay in {(int(r), int(x), int(y)) for r, x, y in zip(arrays.request_id, arrays.step,
+                                                                                arrays.layer)})
+    assert dec.served.sum() == uses
+    assert s["bytes_loaded"] <= dec.bytes_requested
+    assert 0.0 <= s["hit_rate"] <= 1.0 and 0.0 <= s["link_busy_fraction"] <= 1.0 + 1e-9
+    assert np.all(np.diff(a.timeline.pass_start) >= 0) and np.all(a.timeline.step_stall >= 0)
