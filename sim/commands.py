@@ -49,3 +49,15 @@ def sim_main(cfg: SimConfig) -> None:
           f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
           f"link busy {s['link_busy_fraction']:.2f}")
     print(f"results in {paths[-1].parent.resolve()}")
+
+
+def compose_sim(overrides: list[str]) -> SimConfig:
+    """A typed ``SimConfig`` from conf/ and ``overrides``, inside a Hydra app or outside one."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    if GlobalHydra.instance().is_initialized():
+        return OmegaConf.to_object(compose("sim", overrides=overrides))
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        return OmegaConf.to_object(compose("sim", overrides=overrides))

@@ -130,10 +130,10 @@ class CacheConfig:
     low_bytes: int = -1
     high_fraction: float = 0.75  # the paper keeps the high-precision pool larger
     per_layer: bool = False  # split each pool evenly across layers (MoE-Offloading)
-    w_lru: float = 0.25
+    w_lru: float = 0.25  # tuned defaults: see conf/system/hobbit.yaml
     w_lfu: float = 0.25
-    w_lhu: float = 0.25
-    w_fld: float = 0.25
+    w_lhu: float = 0.0
+    w_fld: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ A measured profile (``hobbit calibrate``) replaces these numbers when present.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sim.config import HardwareConfig, ModelConfig
 from sim.policies.base import HIGH
@@ -52,11 +53,13 @@ class CostModel:
     def expert_bytes(self, cls: int) -> int:
         return self.model.expert_bytes(self.precision_name(cls))
 
+    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def transfer_s(self, nbytes: int) -> float:
         if self.link_gbps == float("inf"):
             return 0.0
         return self.link_t0_s + nbytes / (self.link_gbps * GB)
 
+    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def dense_s(self, tokens: int, context: int) -> float:
         """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
         m = self.model
@@ -66,12 +69,14 @@ class CostModel:
         t = max(nbytes / self._mem_bps, flops / self._flops)
         return self.layer_scale * (t + DENSE_KERNELS * self.hw.kernel_overhead_s)
 
+    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def other_s(self, tokens: int) -> float:
         """Embeddings, LM head and dense FFN layers: once per forward pass."""
         m = self.model
         t = max(2 * m.other_params / self._mem_bps, 2 * m.other_params * tokens / self._flops)
         return t + 2 * self.hw.kernel_overhead_s
 
+    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def expert_s(self, cls: int, tokens: int) -> float:
         """One expert's SwiGLU for ``tokens`` tokens on the device, weights resident."""
         nbytes = self.expert_bytes(cls)
@@ -79,6 +84,7 @@ class CostModel:
         flops = 2 * self.model.expert_params * tokens
         return max(nbytes / bw, flops / self._flops) + EXPERT_KERNELS * self.hw.kernel_overhead_s
 
+    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def cpu_expert_s(self, tokens: int) -> float:
         """One expert on the host CPU from host memory (Fiddler, llama.cpp), plus moving the
         activations across the link and back."""

@@ -86,9 +86,10 @@ class Decider:
         self.ids = wl.ids.tolist()  # [N][L][K]
         self.cls = classes_for(wl.weights, p.mode, p.t1, p.t2).tolist()
         self.pred = self.pred_cls = None
-        if wl.pred_ids is not None:
-            self.pred = wl.pred_ids.tolist()  # [N][L][D][K]
-            self.pred_cls = classes_for(wl.pred_weights, p.mode, p.t1, p.t2).tolist()
+        depth = system.prefetch.max_depth
+        if wl.pred_ids is not None and system.prefetch.kind in ("hobbit", "next_layer"):
+            self.pred = wl.pred_ids[:, :, :depth].tolist()  # [N][L][D][K]
+            self.pred_cls = classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2).tolist()
         self.prefetcher = make_prefetcher(system.prefetch.kind, system.prefetch)
         extras = {"advisor": self.prefetcher, "future_uses": wl.future_uses() if system.cache.policy == "belady" else {}}
         self.cache = ExpertCache(slots[HIGH], slots[LOW], make_eviction(system.cache.policy, system.cache, extras),
@@ -101,6 +102,9 @@ class Decider:
         self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None)
         self.prefetching = system.prefetch.kind != "none" and not system.cpu_compute_misses
         self.any_prec = p.serve_any_cached
+        self._span = (0, 0)
+        self.ctx = PrefetchContext(layer=0, num_layers=wl.num_layers, predict=self._predict, future=self._future,
+                                   counts=self.counts, is_cached=self._present, precision=self.uniform)
 
     def _log(self, p: int, layer: int, e: int, action: str, prec: int) -> None:
         if self.out.log is not None:
@@ -126,8 +130,10 @@ class Decider:
 
     def _needed(self, a: int, b: int, layer: int) -> dict[int, list[int]]:
         """expert -> [best precision class, tokens that compute it] over the pass's tokens."""
-        need: dict[int, list[int]] = {}
         ids, cls = self.ids, self.cls
+        if b - a == 1:
+            return {e: [c, int(c != SKIP)] for e, c in zip(ids[a][layer], cls[a][layer])}
+        need: dict[int, list[int]] = {}
         for t in range(a, b):
             for e, c in zip(ids[t][layer], cls[t][layer]):
                 cur = need.get(e)
@@ -189,6 +195,8 @@ class Decider:
 
     def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:
         """Prefetches for ``layer`` that it did not use leave their staging slots."""
+        if not self.staged:
+            return
         for key in [k for k, s in self.staged.items() if s.target == layer]:
             s = self.staged.pop(key)
             step.cancel.append(s.tid)
@@ -200,26 +208,26 @@ class Decider:
         key = (layer, e)
         return key in self.staged or key in self.resident or layer in self.cpu_layers or self.cache.contains(key)
 
-    def _context(self, layer: int, a: int, b: int) -> PrefetchContext:
-        wl, k = self.wl, self.wl.top_k
+    def _predict(self, d: int) -> tuple[list, list]:
+        a, b, layer = self._span[0], self._span[1], self.ctx.layer
+        if self.pred is not None and d <= len(self.pred[a][layer]):
+            if b - a == 1:
+                return [self.pred[a][layer][d - 1]], [self.pred_cls[a][layer][d - 1]]
+            return ([self.pred[t][layer][d - 1] for t in range(a, b)],
+                    [self.pred_cls[t][layer][d - 1] for t in range(a, b)])
+        if self.system.prefetch.fallback == "history" and self.counts[layer + d].any():
+            top = np.argsort(-self.counts[layer + d], kind="stable")[: self.wl.top_k].tolist()
+            return [top], [[self.uniform] * len(top)]
+        return [], []
 
-        def predict(d: int) -> tuple[list, list]:
-            if self.pred is not None and d <= len(self.pred[a][layer]):
-                return ([self.pred[t][layer][d - 1] for t in range(a, b)],
-                        [self.pred_cls[t][layer][d - 1] for t in range(a, b)])
-            if self.system.prefetch.fallback == "history" and self.counts[layer + d].any():
-                top = np.argsort(-self.counts[layer + d], kind="stable")[:k].tolist()
-                return [top], [[self.uniform] * len(top)]
-            return [], []
-
-        def future(d: int) -> tuple[list, list]:
-            return [self.ids[t][layer + d] for t in range(a, b)], [self.cls[t][layer + d] for t in range(a, b)]
-
-        return PrefetchContext(layer=layer, num_layers=wl.num_layers, predict=predict, future=future,
-                               counts=self.counts, is_cached=self._present, precision=self.uniform)
+    def _future(self, d: int) -> tuple[list, list]:
+        a, b, layer = self._span[0], self._span[1], self.ctx.layer
+        return [self.ids[t][layer + d] for t in range(a, b)], [self.cls[t][layer + d] for t in range(a, b)]
 
     def _prefetch(self, p: int, layer: int, step: LayerStep, a: int, b: int) -> None:
-        for req in self.prefetcher.propose(self._context(layer, a, b)):
+        self._span = (a, b)
+        self.ctx.layer = layer
+        for req in self.prefetcher.propose(self.ctx):
             key = (req.layer, req.expert)
             if self._present(*key):
                 continue

@@ -34,7 +34,15 @@ class Link:
         self.cancelled = 0
         self.nbytes: dict[int, int] = {}
         self._wake: simpy.Event | None = None
+        self.inflight = -1
         env.process(self._serve())
+
+    def first_done(self, tids: list[int]) -> int:
+        """Of copies not done yet, the one the link will finish first (in flight, then queue order)."""
+        if self.inflight in tids:
+            return self.inflight
+        pending = set(tids)
+        return next(q[0] for q in self.queue if q[0] in pending)
 
     def cancel(self, tids: list[int]) -> None:
         """Drop copies that have not started; an in-flight copy always completes."""
@@ -58,7 +66,9 @@ class Link:
                 yield self._wake
                 continue
             tid, dur, _ = self.queue.pop(0)
+            self.inflight = tid
             yield self.env.timeout(dur)
+            self.inflight = -1
             self.busy += dur
             self.moved += self.nbytes.pop(tid)
             self.done_at[tid] = self.env.now
@@ -97,7 +107,7 @@ class Engine:
             ready = [(-1.0 if g[0] < 0 else link.done_at[g[0]], j, g) for j, g in todo if self._ready(g[0])]
             if not ready:
                 t0 = env.now
-                yield simpy.AnyOf(env, [link.events[g[0]] for _, g in todo])
+                yield link.events[link.first_done([g[0] for _, g in todo])]
                 stall += env.now - t0
                 continue
             ready.sort(key=lambda r: (r[0], r[1]))

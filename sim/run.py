@@ -46,8 +46,13 @@ def check_topology(trace: Trace, model: ModelConfig) -> None:
                           f"model with the trace's topology")
 
 
-def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max_context: int) -> CacheSizing:
-    """Explicit pool sizes, or the free device memory split by ``high_fraction``."""
+def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max_context: int,
+               layer_share: float = 1.0) -> CacheSizing:
+    """Explicit pool sizes, or the free device memory split by ``high_fraction``.
+
+    ``layer_share``: the fraction of the model's MoE layers the trace recorded; the free
+    memory a partial trace's layers may use shrinks in proportion (their share of the cache).
+    """
     c, mode = system.cache, system.precision.mode
     eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
     free = hw.device_memory_bytes - model.resident_bytes() - model.kv_bytes_per_token * max_context - hw.reserve_bytes
@@ -63,8 +68,9 @@ def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max
                               f"plus KV cache and a {hw.reserve_bytes / GiB:.1f} GiB reserve; hardware={hw.name} has "
                               f"{hw.device_memory_bytes / GiB:.1f} GiB")
         share = {"high": 1.0, "low": 0.0}.get(mode, c.high_fraction)
-        high = int(free * share)
-        low = free - high
+        budget = int(free * layer_share)
+        high = int(budget * share)
+        low = budget - high
     return CacheSizing(high // eb[HIGH], low // eb[LOW], high, low, free)
 
 
@@ -75,7 +81,7 @@ def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemCo
     if system.placement == "static":  # llama.cpp: the first N layers' experts stay on the CPU
         n = system.n_cpu_moe
         if n < 0:  # as few CPU layers as the device memory allows
-            fit_layers = max(sizing.free_bytes, 0) // (E * eb)
+            fit_layers = (sizing.high_bytes + sizing.low_bytes) // (E * eb)
             n = max(L - int(fit_layers), 0)
         n = min(n, L)
         gpu = frozenset((layer, e) for layer in range(n, L) for e in range(E))
@@ -99,7 +105,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     rng = rng if rng is not None else np.random.default_rng(0)
     p = system.prefetch
     wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, rng)
-    sizing = size_cache(model, hw, system, max(wl.pass_context))
+    sizing = size_cache(model, hw, system, max(wl.pass_context), wl.num_layers / wl.layers_total)
     cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers)
     placement = place(wl, model, hw, system, sizing)
     slots = (sizing.high_slots, sizing.low_slots) if not placement.resident else (0, 0)

@@ -166,3 +166,14 @@ def test_convert_bad_arguments_exit_2(tmp_path, capsys):
     assert run_cli(["convert", "format=jsonl"]) == 2  # in= and out= are mandatory
     err = capsys.readouterr().err
     assert "format=nope" in err and "does not exist" in err
+
+
+def test_flame_replayed_as_generation(real_traces, tmp_path):
+    src = real_traces / FLAME / "flame_moe_290m_prefill_2048tok.parquet"
+    tr = read_trace(convert(ConvertConfig("flame", str(src), str(tmp_path / "d.parquet"), teacher_forced_as="decode")))
+    s = summarize(tr)
+    assert s["tokens"] == {"total": 2048, "prefill": 32, "decode": 2016}
+    a = tr.arrays
+    assert np.array_equal(a.step[a.phase == DECODE], a.position[a.phase == DECODE])
+    pre = read_trace(convert(ConvertConfig("flame", str(src), str(tmp_path / "p.parquet"))))
+    assert np.array_equal(pre.arrays.expert_ids, a.expert_ids)  # same routing, other pass structure

@@ -10,9 +10,11 @@ from traces.io import read_trace
 
 def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     run_dir = tmp_path / "demo"
-    assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", f"hydra.run.dir={run_dir}"]) == 0
+    assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", "systems=[hobbit,on-demand]",
+                    f"hydra.run.dir={run_dir}"]) == 0
     out = capsys.readouterr().out
-    for name in ["trace.parquet", "trace_info.txt", "trace_info.json", "trace_summary.png", "trace_summary.svg"]:
+    for name in ["trace.parquet", "trace_info.txt", "trace_info.json", "trace_summary.png", "trace_summary.svg",
+                 "sim/systems.md", "sim/systems.png", "sim/systems.svg"]:
         assert (run_dir / name).is_file(), name
         assert str((run_dir / name).resolve()) in out
     tr = read_trace(run_dir / "trace.parquet")
@@ -21,4 +23,9 @@ def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     assert s["tokens"]["decode"] == 3 * 3  # 4 new tokens, the last never routed
     assert s["lookahead"] and s["model"]["name"] == "hobbit-tiny-mixtral"
     assert (run_dir / "trace_summary.png").stat().st_size > 20_000
-    assert not list(run_dir.glob(".*.tmp"))
+    assert not list(run_dir.rglob(".*.tmp"))
+    for system in ("hobbit", "on-demand"):
+        r = json.loads((run_dir / "sim" / system / "results.json").read_text())
+        assert r["system"] == system and r["model"] == "mixtral-8x7b" and r["tokens"]["decode"] == 9
+    table = (run_dir / "sim" / "systems.md").read_text()
+    assert "| hobbit |" in table and "| on-demand |" in table

@@ -95,7 +95,7 @@ def capture_main(cfg: CaptureConfig) -> None:
     from traces.stats import render, summarize
 
     res = capture(cfg)
-    print(render(summarize(read_trace(res.path)), max_layer_rows=0).rsplit("\nload", 1)[0])
+    print(render(summarize(read_trace(res.path)), max_layer_rows=0))
     print(f"wrote {res.path}")
 
 

@@ -37,6 +37,7 @@ class ConvertConfig:
     weight_rule: str | None = None
     warmup_passes: str = "auto"  # vllm: "auto" or how many leading forward passes to drop
     prefill: str = "keep"  # vllm: keep | drop the batched prefill pass
+    teacher_forced_as: str = "prefill"  # flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)
 
 
 def sort_by_weight(ids: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,14 +63,18 @@ def _flame_rows(seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.nda
                 cfg: ConvertConfig, src: dict) -> tuple[TraceArrays, TraceMeta]:
     first = int(layer.min())
     ids, w = sort_by_weight(ids, w)
-    a = TraceArrays(request_id=seq.astype(np.int32), phase=np.full(len(seq), PREFILL, np.int8),
-                    step=np.zeros(len(seq), np.int32), position=pos.astype(np.int32),
+    as_decode = cfg.teacher_forced_as == "decode"
+    phase = np.where(as_decode & (pos > 0), DECODE, PREFILL).astype(np.int8)
+    step = np.where(phase == DECODE, pos, 0).astype(np.int32)
+    a = TraceArrays(request_id=seq.astype(np.int32), phase=phase, step=step, position=pos.astype(np.int32),
                     layer=(layer - first).astype(np.int16), expert_ids=ids, gate_weights=w)
     n_layers = int(layer.max()) - first + 1
     spec = _model(cfg, name="flame-moe-290m", architecture="FlameMoE (Megatron)", num_layers=n_layers,
                   num_experts=FLAME_EXPERTS, top_k=ids.shape[1], weight_rule="softmax", shared_experts=2)
+    note = ("teacher-forced forward passes replayed as generation: token 0 is the prefill, each later token a "
+            "decode step" if as_decode else "teacher-forced forward passes; each sequence is one prefill request")
     src = {"kind": "converter", "format": "flame", "input": cfg.input, "source_layers": [first, first + n_layers - 1],
-           "note": "teacher-forced forward passes; each sequence is one prefill request", **src}
+           "teacher_forced_as": cfg.teacher_forced_as, "note": note, **src}
     return a.sorted(), TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso())
 
 
@@ -268,6 +273,9 @@ def convert(cfg: ConvertConfig) -> Path:
         raise TraceError(cfg.input or "<in>", "input does not exist (fix: in=PATH)")
     if re.fullmatch(r"\d+|auto", str(cfg.warmup_passes)) is None:
         raise TraceError(cfg.input, f"warmup_passes={cfg.warmup_passes} must be 'auto' or a count", field="warmup_passes")
+    if cfg.teacher_forced_as not in ("prefill", "decode"):
+        raise TraceError(cfg.input, f"teacher_forced_as={cfg.teacher_forced_as} must be prefill or decode",
+                         field="teacher_forced_as")
     if cfg.prefill not in ("keep", "drop"):
         raise TraceError(cfg.input, f"prefill={cfg.prefill} must be keep or drop", field="prefill")
     arrays, meta = CONVERTERS[cfg.format](cfg)

@@ -176,9 +176,13 @@ def render(s: dict[str, Any], max_layer_rows: int = 40) -> str:
     else:
         lines.append("lookahead  none recorded")
     el = s["expert_load"]
-    lines.append(f"load       per layer: top-expert share, normalised entropy, CV; {el['experts_never_used']} "
-                 f"(layer, expert) pairs never used")
     layers = s["recorded_layers"]
+    ent = el["entropy"]
+    lines.append(f"load       normalised entropy {min(ent):.3f}..{max(ent):.3f} over layers; "
+                 f"{el['experts_never_used']} (layer, expert) pairs never used")
+    if max_layer_rows <= 0:
+        return "\n".join(lines)
+    lines.append("           per layer: top-expert share, normalised entropy, coefficient of variation")
     for i, layer in enumerate(layers[:max_layer_rows]):
         lines.append(f"  layer {layer:>3}  top {el['top_share'][i]:.3f}  entropy {el['entropy'][i]:.3f}  "
                      f"cv {el['cv'][i]:.3f}")

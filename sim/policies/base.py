@@ -64,7 +64,7 @@ class EvictionPolicy(Protocol):
     name: str
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        """The victim slot among ``pool.candidates(region)`` (never empty when called)."""
+        """The victim slot among ``pool.candidates(region)``, or -1 when there is none (all pinned)."""
         ...
 
 

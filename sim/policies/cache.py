@@ -75,10 +75,10 @@ class ExpertCache:
                     return s, None
         elif free:
             return free.pop(), None
-        if all(p.pinned[s] for s in region):
-            return -1, None
         view = CacheView(layer=layer, num_layers=self.num_layers, tokens=self.tokens, clock=self.clock, step=self.step)
         slot = self.policy.to_evict(p, view, region)
+        if slot < 0:  # every slot it could take is pinned
+            return -1, None
         return slot, (p.layer[slot], p.expert[slot])
 
     def admit(self, key: Key, precision: int, layer: int, transfer: int) -> tuple[int, Key | None]:

@@ -28,4 +28,7 @@ class Belady:
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         lay, exp, touched = pool.layer, pool.expert, pool.touched
-        return max(pool.candidates(region), key=lambda s: (self.next_use((lay[s], exp[s]), view.step), -touched[s]))
+        cand = pool.candidates(region)
+        if not cand:
+            return -1
+        return max(cand, key=lambda s: (self.next_use((lay[s], exp[s]), view.step), -touched[s]))

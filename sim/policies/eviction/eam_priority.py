@@ -27,5 +27,5 @@ class EAMPriority:
         return fld(layer, view.layer, view.num_layers) * (prob + PROB_FLOOR) * (1 + pool.uses[slot])
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        touched = pool.touched
-        return min(pool.candidates(region), key=lambda s: (self.priority(pool, s, view), touched[s]))
+        touched, cand = pool.touched, pool.candidates(region)
+        return min(cand, key=lambda s: (self.priority(pool, s, view), touched[s])) if cand else -1

@@ -11,5 +11,5 @@ class FIFO:
     name = "fifo"
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        inserted = pool.inserted
-        return min(pool.candidates(region), key=inserted.__getitem__)
+        cand = pool.candidates(region)
+        return min(cand, key=pool.inserted.__getitem__) if cand else -1

@@ -11,4 +11,5 @@ class LFU:
     name = "lfu"
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        return argmin_then_oldest(pool.all_uses, pool, pool.candidates(region))
+        cand = pool.candidates(region)
+        return argmin_then_oldest(pool.all_uses, pool, cand) if cand else -1

@@ -11,5 +11,5 @@ class LRU:
     name = "lru"
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        touched = pool.touched
-        return min(pool.candidates(region), key=touched.__getitem__)
+        cand = pool.candidates(region)
+        return min(cand, key=pool.touched.__getitem__) if cand else -1

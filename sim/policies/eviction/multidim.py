@@ -28,16 +28,31 @@ class MultiDim:
         if total <= 0 or min(w_lru, w_lfu, w_lhu, w_fld) < 0:
             raise ValueError("cache weights must be >= 0 with a positive sum")
         self.w = (w_lru / total, w_lfu / total, w_lhu / total, w_fld / total)
+        self._fld: dict[tuple[int, int], list[float]] = {}
 
     def priority(self, pool: Pool, slot: int, view: CacheView) -> float:
         a, b, c, d = self.w
         rec = (a * pool.last_use[slot] + b * pool.uses[slot] + c * pool.high_uses[slot]) / max(view.tokens, 1)
         return rec + d * fld(pool.layer[slot], view.layer, view.num_layers)
 
+    def _fld_weights(self, current: int, num_layers: int) -> list[float]:
+        """w_fld * FLD by the copy's layer, for one layer being filled (memoised)."""
+        key = (current, num_layers)
+        if key not in self._fld:
+            self._fld[key] = [self.w[3] * fld(x, current, num_layers) for x in range(num_layers)]
+        return self._fld[key]
+
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        a, b, c, d = self.w
-        inv_t, L, cur = 1.0 / max(view.tokens, 1), view.num_layers, view.layer
-        lu, us, hu, lay, touched = pool.last_use, pool.uses, pool.high_uses, pool.layer, pool.touched
-        fld_w = [d * (1.0 - ((x - cur) % L) / L) for x in range(L)]  # by the copy's layer
-        return min(pool.candidates(region),
-                   key=lambda s: ((a * lu[s] + b * us[s] + c * hu[s]) * inv_t + fld_w[lay[s]], touched[s]))
+        a, b, c, _ = self.w
+        inv_t = 1.0 / max(view.tokens, 1)
+        a, b, c = a * inv_t, b * inv_t, c * inv_t
+        fw = self._fld_weights(view.layer, view.num_layers)
+        lu, us, hu, lay, touched, pinned = pool.last_use, pool.uses, pool.high_uses, pool.layer, pool.touched, pool.pinned
+        best, best_key = -1, None
+        for s in region:  # one pass: candidates, score, ties to the least recently used
+            if lay[s] < 0 or pinned[s]:
+                continue
+            k = (a * lu[s] + b * us[s] + c * hu[s] + fw[lay[s]], touched[s])
+            if best_key is None or k < best_key:
+                best, best_key = s, k
+        return best

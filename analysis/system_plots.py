@@ -1,0 +1,48 @@
+"""Plots comparing simulated systems on one trace (rows of results.json summaries)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_systems(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path]:
+    """``systems.png``/``.svg``: decode ms/token per system, split into stall and the rest."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["system"] for r in rows]
+    total = [r["decode_ms_per_token"]["mean"] for r in rows]
+    stall = [min(r["stall_ms_per_token"], t) for r, t in zip(rows, total)]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.6))
+    y = range(len(rows))
+    ax.barh(y, [t - s for t, s in zip(total, stall)], color="C0", label="compute and other work")
+    ax.barh(y, stall, left=[t - s for t, s in zip(total, stall)], color="C3", label="waiting for expert weights")
+    for i, t in enumerate(total):
+        ax.text(t, i, f" {t:.1f}", va="center", fontsize=8)
+    ax.set_yticks(list(y), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("decode latency (ms / token)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlim(0, max(total) * 1.15)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "systems.png", out / "systems.svg"]
+    for p in paths:
+        fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def systems_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown table of the comparison."""
+    lines = ["| system | decode ms/token (mean) | p95 | stall ms/token | hit rate | prefetch used/issued | GB loaded |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d, pf = r["decode_ms_per_token"], r["prefetch"]
+        lines.append(f"| {r['system']} | {d['mean']:.1f} | {d['p95']:.1f} | {r['stall_ms_per_token']:.1f} | "
+                     f"{r['hit_rate']:.3f} | {pf['used']}/{pf['issued']} | {r['bytes_loaded'] / 1e9:.0f} |")
+    return "\n".join(lines)
