@@ -8,8 +8,7 @@ A measured profile (``hobbit calibrate``) replaces these numbers when present.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 
 from sim.config import HardwareConfig, ModelConfig
 from sim.policies.base import HIGH
@@ -27,6 +26,14 @@ class CostModel:
     model: ModelConfig
     hw: HardwareConfig
     layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def cached(self, name: str, *args: int) -> float:
+        """``getattr(self, name)(*args)``, remembered: the engines ask for the same few sizes again and again."""
+        key = (name, *args)
+        if key not in self._memo:
+            self._memo[key] = getattr(self, name)(*args)
+        return self._memo[key]
 
     @property
     def _mem_bps(self) -> float:
@@ -53,13 +60,11 @@ class CostModel:
     def expert_bytes(self, cls: int) -> int:
         return self.model.expert_bytes(self.precision_name(cls))
 
-    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def transfer_s(self, nbytes: int) -> float:
         if self.link_gbps == float("inf"):
             return 0.0
         return self.link_t0_s + nbytes / (self.link_gbps * GB)
 
-    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def dense_s(self, tokens: int, context: int) -> float:
         """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
         m = self.model
@@ -69,14 +74,12 @@ class CostModel:
         t = max(nbytes / self._mem_bps, flops / self._flops)
         return self.layer_scale * (t + DENSE_KERNELS * self.hw.kernel_overhead_s)
 
-    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def other_s(self, tokens: int) -> float:
         """Embeddings, LM head and dense FFN layers: once per forward pass."""
         m = self.model
         t = max(2 * m.other_params / self._mem_bps, 2 * m.other_params * tokens / self._flops)
         return t + 2 * self.hw.kernel_overhead_s
 
-    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def expert_s(self, cls: int, tokens: int) -> float:
         """One expert's SwiGLU for ``tokens`` tokens on the device, weights resident."""
         nbytes = self.expert_bytes(cls)
@@ -84,7 +87,6 @@ class CostModel:
         flops = 2 * self.model.expert_params * tokens
         return max(nbytes / bw, flops / self._flops) + EXPERT_KERNELS * self.hw.kernel_overhead_s
 
-    @lru_cache(maxsize=4096)  # noqa: B019 (frozen, long-lived)
     def cpu_expert_s(self, tokens: int) -> float:
         """One expert on the host CPU from host memory (Fiddler, llama.cpp), plus moving the
         activations across the link and back."""

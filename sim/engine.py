@@ -92,7 +92,7 @@ class Engine:
     def _layer(self, step: LayerStep, dense: float) -> Generator:
         env, cost, link = self.env, self.cost, self.link
         if not step.loads and not step.cpu and not step.cancel and all(self._ready(g[0]) for g in step.gpu):
-            yield env.timeout(dense + sum(cost.expert_s(prec, n) for _, prec, n in step.gpu))
+            yield env.timeout(dense + sum(cost.cached("expert_s", prec, n) for _, prec, n in step.gpu))
             return 0.0
         yield env.timeout(dense)
         routed = env.now
@@ -100,7 +100,7 @@ class Engine:
             link.cancel(step.cancel)
         if step.loads:
             link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
-            link.submit([(tid, cost.transfer_s(nb), dm) for tid, nb, dm in step.loads])
+            link.submit([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads])
         todo = list(enumerate(step.gpu))
         stall = 0.0
         while todo:
@@ -111,11 +111,11 @@ class Engine:
                 stall += env.now - t0
                 continue
             ready.sort(key=lambda r: (r[0], r[1]))
-            yield env.timeout(sum(cost.expert_s(g[1], g[2]) for _, _, g in ready))
+            yield env.timeout(sum(cost.cached("expert_s", g[1], g[2]) for _, _, g in ready))
             done = {j for _, j, _ in ready}
             todo = [(j, g) for j, g in todo if j not in done]
         if step.cpu:
-            self.cpu_free = max(self.cpu_free, routed) + sum(cost.cpu_expert_s(n) for n in step.cpu)
+            self.cpu_free = max(self.cpu_free, routed) + sum(cost.cached("cpu_expert_s", n) for n in step.cpu)
             if self.cpu_free > env.now:
                 yield env.timeout(self.cpu_free - env.now)
         return stall
@@ -125,12 +125,12 @@ class Engine:
         for p in range(len(wl.pass_start)):
             tokens = wl.pass_end[p] - wl.pass_start[p]
             tl.pass_start[p] = self.env.now
-            dense = self.cost.dense_s(tokens, wl.pass_context[p])
+            dense = self.cost.cached("dense_s", tokens, wl.pass_context[p])
             for layer in range(L):
                 i = p * L + layer
                 tl.step_stall[i] = yield from self._layer(self.dec.steps[i], dense)
                 tl.step_end[i] = self.env.now
-            yield self.env.timeout(self.cost.other_s(tokens))
+            yield self.env.timeout(self.cost.cached("other_s", tokens))
             tl.pass_end[p] = self.env.now
 
     def run(self) -> Timeline:

@@ -67,7 +67,7 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
     for p in range(n_pass):
         tokens = wl.pass_end[p] - wl.pass_start[p]
         tl.pass_start[p] = t
-        dense = cost.dense_s(tokens, wl.pass_context[p])
+        dense = cost.cached("dense_s", tokens, wl.pass_context[p])
         for layer in range(L):
             i = p * L + layer
             step = dec.steps[i]
@@ -75,7 +75,7 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
             routed = t
             if step.loads or step.cancel:
                 link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
-                link.enqueue([(tid, cost.transfer_s(nb), dm) for tid, nb, dm in step.loads], t, step.cancel)
+                link.enqueue([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads], t, step.cancel)
             ready = [(-1.0 if tid < 0 else link.done_at(tid), j) for j, (tid, _, _) in enumerate(step.gpu)]
             stall = 0.0
             for r, j in sorted(ready):
@@ -83,13 +83,13 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
                     stall += r - t
                     t = r
                 _, prec, n = step.gpu[j]
-                t += cost.expert_s(prec, n)
+                t += cost.cached("expert_s", prec, n)
             if step.cpu:
-                cpu_free = max(cpu_free, routed) + sum(cost.cpu_expert_s(n) for n in step.cpu)
+                cpu_free = max(cpu_free, routed) + sum(cost.cached("cpu_expert_s", n) for n in step.cpu)
                 t = max(t, cpu_free)
             tl.step_stall[i] = stall
             tl.step_end[i] = t
-        t += cost.other_s(tokens)
+        t += cost.cached("other_s", tokens)
         tl.pass_end[p] = t
     tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy, link.moved, link.cancelled
     tl.transfer_done = link.done

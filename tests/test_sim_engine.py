@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import ConfigError, ModelConfig, SystemConfig
+from sim.config import ConfigError, ModelConfig
 from sim.cost import CostModel
 from sim.decide import HIGH_LOAD, LOW_LOAD, SKIPPED
 from sim.policies.base import SKIP
