@@ -192,3 +192,5 @@ class SimConfig:
     engine: str = "simpy"  # simpy | plain (the same times, computed without simpy)
     seed: int = 0  # for fallback predictions when the trace has none
     out_dir: str = "."
+    cache_dir: str | None = None  # finished runs by resolved config; None: $HOBBIT_CACHE or ~/.cache/hobbit/sim
+    use_cache: bool = True  # skip a configuration already simulated (an interrupted sweep resumes)

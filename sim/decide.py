@@ -62,6 +62,7 @@ class Decisions:
     prefetch_issued: int = 0
     prefetch_used: int = 0
     bytes_requested: int = 0  # demand + prefetch copies decided (cancelled ones included)
+    mass: np.ndarray = field(default_factory=lambda: np.zeros(3))  # gate mass served [high, low, skipped]
     evictions: int = 0
     log: list[tuple] | None = None  # (pass, layer, expert, action, precision) when asked for
 
@@ -84,6 +85,8 @@ class Decider:
         self.mixed = p.mode == "hobbit"
         self.uniform = LOW if p.mode == "low" else HIGH
         self.ids = wl.ids.tolist()  # [N][L][K]
+        w = wl.weights.astype(np.float64)
+        self.wn = (w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None)).tolist()  # gate mass per token
         self.cls = classes_for(wl.weights, p.mode, p.t1, p.t2).tolist()
         self.pred = self.pred_cls = None
         depth = system.prefetch.max_depth
@@ -128,41 +131,45 @@ class Decider:
 
     # ------------------------------------------------------------------ serving one layer
 
-    def _needed(self, a: int, b: int, layer: int) -> dict[int, list[int]]:
-        """expert -> [best precision class, tokens that compute it] over the pass's tokens."""
-        ids, cls = self.ids, self.cls
+    def _needed(self, a: int, b: int, layer: int) -> dict[int, list]:
+        """expert -> [best precision class, tokens that compute it, their gate mass, gate mass
+        of the tokens that skip it] over the pass's tokens (mass: weights normalised per token)."""
+        ids, cls, wn = self.ids, self.cls, self.wn
         if b - a == 1:
-            return {e: [c, int(c != SKIP)] for e, c in zip(ids[a][layer], cls[a][layer])}
-        need: dict[int, list[int]] = {}
+            return {e: [c, 0, 0.0, w] if c == SKIP else [c, 1, w, 0.0]
+                    for e, c, w in zip(ids[a][layer], cls[a][layer], wn[a][layer])}
+        need: dict[int, list] = {}
         for t in range(a, b):
-            for e, c in zip(ids[t][layer], cls[t][layer]):
-                cur = need.get(e)
-                if cur is None:
-                    need[e] = [c, int(c != SKIP)]
+            for e, c, w in zip(ids[t][layer], cls[t][layer], wn[t][layer]):
+                cur = need.setdefault(e, [SKIP, 0, 0.0, 0.0])
+                cur[0] = min(cur[0], c)
+                if c == SKIP:
+                    cur[3] += w
                 else:
-                    cur[0] = min(cur[0], c)
-                    cur[1] += c != SKIP
+                    cur[1] += 1
+                    cur[2] += w
         if b - a > 1 and self.system.precision.multi_token == "high":
             for v in need.values():
                 v[0] = SKIP if v[0] == SKIP else HIGH
         return need
 
-    def _serve_one(self, p: int, layer: int, e: int, c: int, n: int, step: LayerStep, token: int) -> None:
+    def _serve_one(self, p: int, layer: int, e: int, c: int, n: int, step: LayerStep, token: int) -> int:
+        """Serve one expert; returns the precision its tokens got (HIGH, LOW or SKIP)."""
         key = (layer, e)
         if c == SKIP:
             self.out.served[SKIPPED] += 1
             self._log(p, layer, e, "skip", SKIP)
-            return
+            return SKIP
         if key in self.resident:
             self.out.served[HIGH_HIT] += 1
             step.gpu.append((-1, HIGH, n))
             self._log(p, layer, e, "hit", HIGH)
-            return
+            return HIGH
         if layer in self.cpu_layers:
             self.out.served[CPU] += 1
             step.cpu.append(n)
             self._log(p, layer, e, "cpu", HIGH)
-            return
+            return HIGH
         hit = self.cache.lookup(key, c, self.any_prec)
         if hit is not None:
             pool, slot = hit
@@ -170,7 +177,7 @@ class Decider:
             self.out.served[HIGH_HIT if pool == HIGH else LOW_HIT] += 1
             step.gpu.append((self.cache.transfer(pool, slot), pool, n))
             self._log(p, layer, e, "hit", pool)
-            return
+            return pool
         staged = self.staged.pop(key, None)
         if staged is not None and (staged.precision == HIGH or c == LOW or self.any_prec):
             self.out.prefetch_used += 1
@@ -178,20 +185,21 @@ class Decider:
             step.gpu.append((staged.tid, staged.precision, n))
             self._log(p, layer, e, "hit", staged.precision)
             self._admit(p, key, staged.precision, layer, staged.tid, token)
-            return
+            return staged.precision
         if staged is not None:  # staged at low precision, high needed: useless
             step.cancel.append(staged.tid)
         if self.system.cpu_compute_misses:
             self.out.served[CPU] += 1
             step.cpu.append(n)
             self._log(p, layer, e, "cpu", HIGH)
-            return
+            return HIGH
         prec = c if self.mixed else self.uniform
         tid = self._transfer(step, prec, True)
         self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
         self._log(p, layer, e, "load", prec)
         step.gpu.append((tid, prec, n))
         self._admit(p, key, prec, layer, tid, token)
+        return prec
 
     def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:
         """Prefetches for ``layer`` that it did not use leave their staging slots."""
@@ -251,8 +259,10 @@ class Decider:
             for layer in range(L):
                 self.cache.step = p * L + layer
                 step = LayerStep(p, layer)
-                for e, (c, n) in self._needed(a, b, layer).items():
-                    self._serve_one(p, layer, e, c, n, step, token)
+                for e, (c, n, mass, skipped) in self._needed(a, b, layer).items():
+                    served = self._serve_one(p, layer, e, c, n, step, token)
+                    self.out.mass[served] += mass
+                    self.out.mass[SKIP] += skipped
                     self.counts[layer, e] += max(n, 1)
                 self._drop_stale(p, layer, step)
                 if self.prefetching:

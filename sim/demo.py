@@ -3,7 +3,8 @@
 Captures a routing trace from the bundled tiny MoE model on its held-out prompts, reports
 its statistics (text, JSON, plots), then simulates HOBBIT, its ablations and the systems
 it is compared with replaying that trace as Mixtral-8x7B (same topology) on an RTX 4090,
-with a table and a plot; everything lands in the run directory.
+with a table and a plot; finally sweeps T1 x T2 x cache size on the bundled trace and
+builds the sweep report. Everything lands in the run directory.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class DemoConfig:
     batch_size: int = 4
     model: str = "mixtral-8x7b"  # the trace's routing replayed at this model's size
     hardware: str = "rtx4090-pcie4"
+    sweep_t1: list[float] = field(default_factory=lambda: [0.4, 0.6, 0.8])
+    sweep_t2: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    sweep_high_gb: list[float] = field(default_factory=lambda: [8.0, 16.0])  # high pool; the low pool is 4 GB
+    sweep_jobs: int = 2
     systems: list[str] = field(default_factory=lambda: ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading",
                                 "moe-infinity", "on-demand", "fiddler", "llama-cpp", "oracle"])
 
@@ -41,11 +46,11 @@ def demo_main(cfg: DemoConfig) -> None:
 
     out = Path(cfg.out_dir)
     t0 = time.perf_counter()
-    print(f"[1/3] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
+    print(f"[1/4] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
     res = capture(CaptureConfig(out=str(out / "trace.parquet"), max_prompts=cfg.max_prompts,
                                 max_new_tokens=cfg.max_new_tokens, lookahead=cfg.lookahead,
                                 batch_size=cfg.batch_size))
-    print("[2/3] trace statistics")
+    print("[2/4] trace statistics")
     trace = read_trace(res.path)
     summary = summarize(trace)
     text = render(summary, max_layer_rows=0)
@@ -53,8 +58,11 @@ def demo_main(cfg: DemoConfig) -> None:
     atomic_write_text(out / "trace_info.json", json.dumps(summary, indent=1) + "\n")
     plots = plot_trace_summary(summary, out)
     print(text)
-    print(f"[3/3] simulate {len(cfg.systems)} systems: the trace as {cfg.model} on {cfg.hardware}")
+    print(f"[3/4] simulate {len(cfg.systems)} systems: the trace as {cfg.model} on {cfg.hardware}")
     written = _simulate_systems(trace, cfg, out / "sim")
+    n = len(cfg.sweep_t1) * len(cfg.sweep_t2) * len(cfg.sweep_high_gb)
+    print(f"[4/4] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
+    written += _sweep(cfg, out / "sweep")
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; results in {out.resolve()}:")
     for p in [res.path, out / "trace_info.txt", out / "trace_info.json", *plots, *written]:
         print(f"  {Path(p).resolve()}")
@@ -79,3 +87,38 @@ def _simulate_systems(trace, cfg: DemoConfig, out: Path) -> list[Path]:
     title = f"{trace.meta.model.name} routing as {cfg.model} on {cfg.hardware}: {rows[0]['tokens']['decode']} decode tokens"
     md = atomic_write_text(out / "systems.md", f"# {title}\n\n{table}\n\n![systems](systems.png)\n")
     return [md, *plot_systems(rows, out, title)]
+
+
+def _one(trace_path: str, sc, out: str, overrides: list[str]) -> None:
+    """One sweep point (runs in a joblib worker): simulate, write results and its overrides."""
+    from sim.commands import write_results
+    from sim.run import simulate
+    from traces.io import atomic_write_text, read_trace
+
+    res = simulate(read_trace(trace_path), sc.model, sc.hardware, sc.system, engine="plain")
+    write_results(res, Path(out))
+    atomic_write_text(Path(out) / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
+
+
+def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
+    import itertools
+
+    from joblib import Parallel, delayed
+
+    from analysis.report import build_report
+    from sim.commands import bundled_trace, compose_sim
+
+    jobs = []
+    grid = itertools.product(cfg.sweep_t1, cfg.sweep_t2, cfg.sweep_high_gb)
+    for i, (t1, t2, gb) in enumerate(grid):
+        over = [f"system.precision.t1={t1}", f"system.precision.t2={t2}",
+                f"system.cache.high_bytes={int(gb * 1e9)}", "system.cache.low_bytes=4000000000"]
+        sc = compose_sim([f"model={cfg.model}", f"hardware={cfg.hardware}", "system=hobbit", f"out_dir={out}", *over])
+        jobs.append(delayed(_one)(str(bundled_trace()), sc, str(out / str(i)), over))
+    Parallel(n_jobs=cfg.sweep_jobs)(jobs)
+    report, agg = build_report(out)
+    best = agg.runs.sort_values("decode_ms_per_token.mean").iloc[0]
+    print(f"sweep: {len(agg.runs)} runs; fastest {best['decode_ms_per_token.mean']:.1f} ms/token at T1="
+          f"{best['system_config.precision.t1']}, T2={best['system_config.precision.t2']}, high pool "
+          f"{best['cache.high_bytes'] / 1e9:.0f} GB")
+    return [report, report.parent / "runs.parquet", *sorted(report.parent.glob("*.png"))]

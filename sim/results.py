@@ -7,10 +7,13 @@ results.json keys (times in ms):
 - ``precision_rule_mix``: {high, low, skip}: the T1/T2 rule over every selection of the trace, cache aside
 - ``served_mix``: shares of expert uses served as {high_hit, low_hit, high_load, low_load, skipped, cpu}
 - ``hit_rate``: uses served from device-resident weights / uses not skipped
+- ``quality_proxy``: {low_mass, skip_mass, degraded_mass}: shares of the gate mass (weights normalised per
+  token) served in low precision or skipped, cache hits included (the quality issue measures the real cost)
 - ``prefetch``: {issued, used, cancelled (dropped before they started), accuracy = used / issued}
 - ``bytes_loaded`` (copies that ran), ``evictions``, ``link_busy_fraction`` (link busy time / run time)
 - ``stall_ms_per_token``: compute-stream time waiting for weights, per decode token
-- ``cache``: pool slots and bytes; ``layers_simulated``; ``model``, ``hardware``, ``system``; ``engine``, ``wall_s``
+- ``cache``: pool slots and bytes; ``layers_simulated``; ``model``, ``hardware``, ``system`` (names) and
+  ``system_config`` (every knob of the system); ``engine``, ``wall_s``
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ def _stats(ms: np.ndarray) -> dict[str, float | None]:
     if ms.size == 0:
         return {"mean": None, "p50": None, "p95": None}
     return {"mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95))}
+
+
+def _proxy(mass: np.ndarray) -> dict[str, float]:
+    """Share of the gate mass (weights normalised per token) served in low precision or skipped."""
+    total = float(mass.sum()) or 1.0
+    low, skip = float(mass[1]) / total, float(mass[2]) / total
+    return {"low_mass": low, "skip_mass": skip, "degraded_mass": low + skip}
 
 
 def pass_table(wl: Workload, tl: Timeline) -> pd.DataFrame:
@@ -96,6 +106,7 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "precision_rule_mix": rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
+        "quality_proxy": _proxy(dec.mass),
         "prefetch": {"issued": dec.prefetch_issued, "used": dec.prefetch_used, "cancelled": tl.cancelled,
                      "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None},
         "bytes_loaded": int(tl.bytes_moved),
@@ -105,6 +116,7 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "cache": dataclasses.asdict(sizing),
         "layers_simulated": {"recorded": len(trace.meta.layers), "model": model.num_layers},
         "model": model.name, "hardware": hw.name, "system": system.name,
+        "system_config": dataclasses.asdict(system),
         "engine": engine, "wall_s": round(wall_s, 3),
         "simulated_s": makespan,
     }

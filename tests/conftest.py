@@ -12,6 +12,14 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/hf_tiny.py
 REAL_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_result_cache(tmp_path_factory):
+    """Runs cache their results by configuration; the suite keeps its own cache."""
+    import os
+
+    os.environ["HOBBIT_CACHE"] = str(tmp_path_factory.mktemp("hobbit-cache"))
+
+
 @pytest.fixture(scope="session")
 def real_traces() -> Path:
     if not REAL_TRACES.is_dir():

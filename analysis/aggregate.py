@@ -1,0 +1,90 @@
+"""One run or a whole multirun directory -> one table, a row per run.
+
+A run is a directory holding ``results.json``; its Hydra overrides (``.hydra/overrides.yaml``)
+become columns (``system``, ``system.precision.t1`` ...) next to every results.json field,
+flattened with dots (``decode_ms_per_token.mean``). A run whose results.json is missing or
+unreadable is listed in ``problems`` by name; the rest is still aggregated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+KNOB_PREFIX = "knob."  # columns holding overridden knobs
+
+
+@dataclass
+class Aggregate:
+    """Runs of a directory as a table, plus what could not be read."""
+
+    root: Path
+    runs: pd.DataFrame
+    problems: list[str] = field(default_factory=list)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = json.dumps(v)
+        else:
+            out[key] = v
+    return out
+
+
+def _overrides(run: Path) -> dict[str, Any]:
+    import yaml
+
+    f = run / ".hydra" / "overrides.yaml"
+    if not f.is_file():
+        return {}
+    out: dict[str, Any] = {}
+    for item in yaml.safe_load(f.read_text()) or []:
+        key, _, value = str(item).lstrip("+~").partition("=")
+        if key.startswith("hydra.") or key in ("trace", "out_dir"):
+            continue
+        try:
+            out[KNOB_PREFIX + key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[KNOB_PREFIX + key] = value
+    return out
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Directories under ``root`` (itself included) that are runs: they hold results.json or a .hydra dir."""
+    found = {p.parent for p in root.rglob("results.json")} | {p.parent for p in root.rglob(".hydra")}
+    return sorted(d for d in found if "report" not in d.relative_to(root).parts)
+
+
+def aggregate(root: str | Path) -> Aggregate:
+    """Read every run under ``root``."""
+    root = Path(root)
+    rows, problems = [], []
+    for run in run_dirs(root):
+        f = run / "results.json"
+        name = str(run.relative_to(root)) if run != root else "."
+        if not f.is_file():
+            problems.append(f"{name}: no results.json (the run did not finish)")
+            continue
+        try:
+            res = json.loads(f.read_text())
+            if not isinstance(res, dict):
+                raise ValueError("not a JSON object")
+        except (json.JSONDecodeError, ValueError, UnicodeDecodeError) as exc:
+            problems.append(f"{name}: results.json is unreadable ({exc})")
+            continue
+        rows.append({"run": name, **_overrides(run), **_flatten(res)})
+    return Aggregate(root, pd.DataFrame(rows), problems)
+
+
+def knob_columns(df: pd.DataFrame) -> list[str]:
+    """Overridden knobs that take more than one value across the runs."""
+    return [c for c in df.columns if c.startswith(KNOB_PREFIX) and df[c].astype(str).nunique() > 1]

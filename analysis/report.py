@@ -1,0 +1,66 @@
+"""``DIR/report/``: runs.parquet, the plots, and report.md embedding them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import plots
+from analysis.aggregate import Aggregate, aggregate, knob_columns
+
+
+def _table(df: pd.DataFrame, cols: list[str], n: int = 10) -> str:
+    cols = [c for c in cols if c in df]
+    head = "| " + " | ".join(c.removeprefix("knob.") for c in cols) + " |"
+    rows = [head, "|" + "---|" * len(cols)]
+    for _, r in df[cols].head(n).iterrows():
+        rows.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r) + " |")
+    return "\n".join(rows)
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def build_report(root: str | Path) -> tuple[Path, Aggregate]:
+    """Aggregate ``root`` and write ``root/report/``; returns the report.md path."""
+    from traces.io import atomic_write_text
+
+    agg = aggregate(root)
+    out = Path(root) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    df = agg.runs
+    lines = [f"# Sweep report: {Path(root).resolve().name}", "",
+             f"{len(df)} runs aggregated from `{Path(root).resolve()}`; table: `runs.parquet`."]
+    if agg.problems:
+        lines += ["", "Runs left out:", *[f"- {p}" for p in agg.problems]]
+    if df.empty:
+        atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+        return out / "report.md", agg
+    _write_parquet(df, out / "runs.parquet")
+    df = df.sort_values(plots.LAT)
+    knobs = [k for k in knob_columns(df) if k != "knob.system"]
+    best = df.iloc[0]
+    lines += ["", "## Fastest configurations", "",
+              _table(df, ["run", "system", *knobs, plots.LAT, "decode_ms_per_token.p95", "hit_rate",
+                          "quality_proxy.degraded_mass"]),
+              "", f"Best: `{best['run']}` ({best['system']}) at {best[plots.LAT]:.2f} ms/token."]
+    figures = [
+        ("Latency against quality", plots.latency_quality(df, out)),
+        ("Precision thresholds", plots.t1_t2_heatmaps(df, out)),
+        ("Cache size", plots.cache_size_lines(df, out)),
+        ("Cache-policy weights", plots.weight_sensitivity(df, out)),
+    ]
+    layers_file = Path(root) / best["run"] / "layers.parquet"
+    if layers_file.is_file():
+        figures.append(("Per-layer stall of the best configuration",
+                        plots.layer_stall(pd.read_parquet(layers_file), f"{best['run']} ({best['system']})", out)))
+    for title, files in figures:
+        if files:
+            lines += ["", f"## {title}", "", f"![{title}]({files[0].name})"]
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    return out / "report.md", agg

@@ -1,0 +1,153 @@
+"""``hobbit tune``: search T1, T2, the cache split and the four cache weights with Optuna.
+
+TPE, seeded. ``objective=budget`` minimises decode latency with the quality proxy (gate
+mass served low or skipped) kept within ``quality_budget`` (Optuna's constraint, so
+infeasible trials inform the sampler); ``objective=pareto`` minimises both and keeps the
+Pareto set. The study lives in SQLite: run again with the same ``study=PATH`` and it
+continues up to ``trials``. The best configuration is written as a ready experiment file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Knobs of ``hobbit tune`` (conf/tune.yaml)."""
+
+    trace: str | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)  # the base the search varies
+    trials: int = 40
+    seed: int = 0
+    objective: str = "budget"  # budget | pareto
+    quality_budget: float = 0.25  # max quality_proxy.degraded_mass in budget mode
+    study: str = "study.db"  # SQLite file; relative paths are under out_dir
+    study_name: str = "hobbit"
+    out_dir: str = "."
+
+
+def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
+    """A system from one trial: T1 <= T2 by construction, weights uniform on the simplex."""
+    t1 = trial.suggest_float("t1", 0.0, 1.0)
+    t2 = t1 + (1.0 - t1) * trial.suggest_float("t2_share", 0.0, 1.0)
+    split = trial.suggest_float("high_fraction", 0.1, 0.95)
+    raw = [-math.log(max(trial.suggest_float(f"u_{n}", 1e-6, 1.0), 1e-12)) for n in ("lru", "lfu", "lhu", "fld")]
+    w = [x / sum(raw) for x in raw]
+    return dataclasses.replace(
+        base,
+        precision=dataclasses.replace(base.precision, mode="hobbit", t1=t1, t2=t2),
+        cache=dataclasses.replace(base.cache, policy="multidim", high_fraction=split, w_lru=w[0], w_lfu=w[1],
+                                  w_lhu=w[2], w_fld=w[3]),
+    )
+
+
+def evaluate(trace: Any, cfg: TuneConfig, system: SystemConfig) -> tuple[float, float]:
+    """(decode ms/token, degraded gate mass) of one system."""
+    from sim.run import simulate
+
+    s = simulate(trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="plain").summary
+    return s["decode_ms_per_token"]["mean"], s["quality_proxy"]["degraded_mass"]
+
+
+def experiment_yaml(system: SystemConfig, note: str) -> str:
+    """A ``# @package _global_`` experiment that reproduces ``system`` over conf/system/hobbit."""
+    p, c = system.precision, system.cache
+    return f"""# @package _global_
+# {note}
+# use: hobbit sim hydra.searchpath=[file://DIR] +experiment=tuned   (DIR holds experiment/tuned.yaml)
+defaults:
+  - override /system: hobbit
+system:
+  name: hobbit-tuned
+  precision:
+    t1: {p.t1:.6f}
+    t2: {p.t2:.6f}
+  cache:
+    policy: multidim
+    high_fraction: {c.high_fraction:.6f}
+    w_lru: {c.w_lru:.6f}
+    w_lfu: {c.w_lfu:.6f}
+    w_lhu: {c.w_lhu:.6f}
+    w_fld: {c.w_fld:.6f}
+"""
+
+
+def open_study(cfg: TuneConfig, path: Path) -> Any:
+    import optuna
+
+    if cfg.objective not in ("budget", "pareto"):
+        raise ConfigError(f"objective={cfg.objective} must be budget or pareto")
+    constraints = None
+    if cfg.objective == "budget" and not hasattr(optuna.trial.Trial, "set_constraint"):  # optuna 4
+        constraints = lambda t: [t.user_attrs["degraded_mass"] - cfg.quality_budget]  # noqa: E731
+    sampler = optuna.samplers.TPESampler(seed=cfg.seed, constraints_func=constraints)
+    directions = ["minimize"] if cfg.objective == "budget" else ["minimize", "minimize"]
+    return optuna.create_study(storage=f"sqlite:///{path}", study_name=cfg.study_name, load_if_exists=True,
+                               sampler=sampler, directions=directions)
+
+
+def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    if cfg.objective == "pareto":
+        return sorted(study.best_trials, key=lambda t: t.values[0])
+    ok = [t for t in done if t.user_attrs["degraded_mass"] <= cfg.quality_budget]
+    return sorted(ok, key=lambda t: t.values[0])[:1]
+
+
+def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
+    """Run (or continue) the study; write trials.parquet, experiment/tuned.yaml, tune.json."""
+    import optuna
+    import pandas as pd
+
+    from traces.io import atomic_write_text
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = Path(cfg.study) if Path(cfg.study).is_absolute() else out / cfg.study
+    path.parent.mkdir(parents=True, exist_ok=True)
+    study = open_study(cfg, path)
+    finished = len([t for t in study.trials if t.state.name == "COMPLETE"])
+
+    def objective(trial: Any):
+        lat, q = evaluate(trace, cfg, suggest(trial, cfg.system))
+        trial.set_user_attr("latency_ms", lat)
+        trial.set_user_attr("degraded_mass", q)
+        if cfg.objective == "budget" and hasattr(trial, "set_constraint"):  # optuna 5
+            trial.set_constraint("quality", q - cfg.quality_budget)
+        return lat if cfg.objective == "budget" else (lat, q)
+
+    todo = max(cfg.trials - finished, 0)
+    study.optimize(objective, n_trials=todo, show_progress_bar=todo > 0)
+    rows = [{"trial": t.number, **t.params, **t.user_attrs} for t in study.trials if t.state.name == "COMPLETE"]
+    pd.DataFrame(rows).to_parquet(out / "trials.parquet", index=False)
+    best = best_trials(study, cfg)
+    summary = {"study": str(path), "trials": len(rows), "resumed_from": finished, "objective": cfg.objective,
+               "quality_budget": cfg.quality_budget, "best": []}
+    if not best:
+        atomic_write_text(out / "tune.json", json.dumps(summary, indent=1) + "\n")
+        return summary
+    for t in best:
+        s = suggest(optuna.trial.FixedTrial(t.params), cfg.system)
+        summary["best"].append({"trial": t.number, "latency_ms": t.user_attrs["latency_ms"],
+                                "degraded_mass": t.user_attrs["degraded_mass"],
+                                "system": dataclasses.asdict(s)})
+    top = summary["best"][0]
+    note = (f"hobbit tune: trial {top['trial']} of {len(rows)}, {top['latency_ms']:.2f} ms/token, degraded gate mass "
+            f"{top['degraded_mass']:.3f}; {cfg.model.name} on {cfg.hardware.name}")
+    system = suggest(optuna.trial.FixedTrial(best[0].params), cfg.system)
+    summary["experiment"] = str(atomic_write_text(out / "experiment" / "tuned.yaml", experiment_yaml(system, note)))
+    atomic_write_text(out / "tune.json", json.dumps(summary, indent=1) + "\n")
+    return summary

@@ -1,0 +1,85 @@
+"""`hobbit tune`: seeded, resumable, within the quality budget, and its experiment file reproduces its best."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from sim_helpers import bundled
+
+
+@pytest.fixture(scope="module")
+def one_request(tmp_path_factory):
+    from traces.io import write_trace
+
+    tr = bundled(1)
+    return write_trace(tmp_path_factory.mktemp("t") / "one.parquet", tr.arrays, tr.meta)
+
+
+def test_tune_resumes_and_writes_a_ready_experiment(one_request, tmp_path, capsys):
+    run = tmp_path / "tune"
+    study = tmp_path / "study.db"
+    args = ["tune", f"trace={one_request}", "quality_budget=0.3", f"study={study}", f"hydra.run.dir={run}"]
+    assert run_cli([*args, "trials=5"]) == 0
+    assert run_cli([*args, "trials=8"]) == 0
+    out = capsys.readouterr().out
+    assert "8 trials (5 from earlier runs)" in out
+    s = json.loads((run / "tune.json").read_text())
+    trials = pd.read_parquet(run / "trials.parquet")
+    assert len(trials) == 8 and s["trials"] == 8
+    best = s["best"][0]
+    feasible = trials[trials.degraded_mass <= 0.3]
+    assert best["latency_ms"] == pytest.approx(feasible.latency_ms.min())
+    assert best["degraded_mass"] <= 0.3
+    sysc = best["system"]
+    assert 0 <= sysc["precision"]["t1"] <= sysc["precision"]["t2"] <= 1
+    w = sysc["cache"]
+    assert w["w_lru"] + w["w_lfu"] + w["w_lhu"] + w["w_fld"] == pytest.approx(1.0)
+    # the experiment file reproduces the best trial through `hobbit sim`
+    sim_dir = tmp_path / "sim"
+    assert run_cli(["sim", f"trace={one_request}", f"hydra.searchpath=[file://{run}]", "+experiment=tuned",
+                    "engine=plain", "use_cache=false", f"hydra.run.dir={sim_dir}"]) == 0
+    r = json.loads((sim_dir / "results.json").read_text())
+    assert r["system"] == "hobbit-tuned"
+    assert r["decode_ms_per_token"]["mean"] == pytest.approx(best["latency_ms"], rel=1e-6)
+
+
+def test_same_seed_same_search(one_request, tmp_path):
+    from sim.commands import compose_sim
+    from sim.tune import TuneConfig, tune
+    from traces.io import read_trace
+
+    base = compose_sim(["out_dir=."])
+    tr = read_trace(one_request)
+    runs = []
+    for name in ("a", "b"):
+        cfg = TuneConfig(model=base.model, hardware=base.hardware, system=base.system, trials=4, seed=3,
+                         study=str(tmp_path / f"{name}.db"), out_dir=str(tmp_path / name))
+        tune(tr, cfg)
+        runs.append(pd.read_parquet(tmp_path / name / "trials.parquet"))
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+
+
+def test_pareto_mode_returns_non_dominated_trials(one_request, tmp_path):
+    from sim.commands import compose_sim
+    from sim.tune import TuneConfig, tune
+    from traces.io import read_trace
+
+    base = compose_sim(["out_dir=."])
+    cfg = TuneConfig(model=base.model, hardware=base.hardware, system=base.system, trials=8, objective="pareto",
+                     study=str(tmp_path / "p.db"), out_dir=str(tmp_path))
+    s = tune(read_trace(one_request), cfg)
+    front = [(b["latency_ms"], b["degraded_mass"]) for b in s["best"]]
+    allt = pd.read_parquet(tmp_path / "trials.parquet")
+    assert front
+    for lat, q in front:
+        dominated = ((allt.latency_ms < lat) & (allt.degraded_mass <= q)) | \
+                    ((allt.latency_ms <= lat) & (allt.degraded_mass < q))
+        assert not dominated.any()
+
+
+def test_bad_objective_exits_2(one_request, tmp_path):
+    assert run_cli(["tune", f"trace={one_request}", "objective=fastest", f"hydra.run.dir={tmp_path}"]) == 2
