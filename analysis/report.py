@@ -20,6 +20,23 @@ def _table(df: pd.DataFrame, cols: list[str], n: int = 10) -> str:
     return "\n".join(rows)
 
 
+KEY = ["system_config.precision.mode", "system_config.precision.t1", "system_config.precision.t2"]
+
+
+def join_quality(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Simulated runs, with the measured quality of the run that used the same rule joined on.
+
+    Returns (the simulated runs, how many got a measured quality)."""
+    sim = df[df[plots.LAT].notna()] if plots.LAT in df else df.iloc[0:0]
+    if "quality.ppl" not in df or not all(k in df for k in KEY):
+        return sim, 0
+    q = df[df["quality.ppl"].notna()]
+    qcols = [c for c in q.columns if c.startswith("quality.")]
+    q = q[KEY + qcols].drop_duplicates(subset=KEY)
+    merged = sim.drop(columns=[c for c in qcols if c in sim]).merge(q, on=KEY, how="left")
+    return merged, int(merged["quality.ppl"].notna().sum())
+
+
 def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     df.to_parquet(tmp, index=False)
@@ -42,6 +59,12 @@ def build_report(root: str | Path) -> tuple[Path, Aggregate]:
         atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md", agg
     _write_parquet(df, out / "runs.parquet")
+    df, joined = join_quality(df)
+    if joined:
+        lines += ["", f"Measured quality joined to {joined} simulated runs by precision mode, T1 and T2."]
+    if df.empty:
+        atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+        return out / "report.md", agg
     df = df.sort_values(plots.LAT)
     knobs = [k for k in knob_columns(df) if k != "knob.system"]
     best = df.iloc[0]

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "trace-info": ("traces.cli", "trace_info_main", "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
     "sim": ("sim.commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
     "tune": ("sim.commands", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
+    "quality": ("executor.commands", "quality_main", "perplexity, top-1 agreement and KL of mixed precision vs full"),
     "report": ("analysis.commands", "report_main", "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
     "demo": ("sim.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
 }

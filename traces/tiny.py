@@ -42,6 +42,11 @@ def bundled_prompts_path() -> Path:
     return bundled_model_dir() / "prompts.jsonl"
 
 
+def bundled_heldout_text() -> Path:
+    """Held-out text (standard-library source the model never trained on), for quality checks."""
+    return bundled_model_dir() / "heldout.txt"
+
+
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (what ByteLevel expects)."""
     printable = (

@@ -99,6 +99,21 @@ def make_prompts(held_files: list[tuple[str, Path]], n: int) -> list[dict[str, s
     return prompts
 
 
+HELDOUT_TEXT_BYTES = 49152
+
+
+def write_heldout_text(held_files: list[tuple[str, Path]], path: Path, nbytes: int = HELDOUT_TEXT_BYTES) -> None:
+    """Held-out source text for quality measurements: whole held-out files, in order, up to ``nbytes``."""
+    out, total = [], 0
+    for _, f in held_files:
+        data = f.read_text(encoding="utf-8", errors="replace")
+        out.append(data)
+        total += len(data.encode())
+        if total >= nbytes:
+            break
+    path.write_bytes("".join(out).encode()[:nbytes].decode("utf-8", errors="ignore").encode())
+
+
 def _batch(data: np.ndarray, rng: np.random.Generator, b: int, t: int):
     import torch
 
@@ -198,6 +213,7 @@ def _save(model, cfg: TrainConfig, curve, held_files, digest, n_train, n_held, s
     model.to(torch.float16).save_pretrained(out)
     build_byte_tokenizer().save_pretrained(out)
     prompts = make_prompts(held_files, cfg.num_prompts)
+    write_heldout_text(held_files, out / "heldout.txt")
     with open(out / "prompts.jsonl", "w") as f:
         for p in prompts:
             f.write(json.dumps(p) + "\n")
