@@ -19,7 +19,7 @@ WEIGHTS = ["system_config.cache.w_lru", "system_config.cache.w_lfu", "system_con
            "system_config.cache.w_fld"]
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,13 +29,14 @@ def _plt():
     return plt
 
 
-def _save(fig, out: Path, name: str) -> list[Path]:
+def save(fig, out: Path, name: str) -> list[Path]:
+    """``name``.png and ``name``.svg in ``out``; closes the figure."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.svg"]
     fig.tight_layout()
     for p in paths:
         fig.savefig(p, dpi=110)
-    _plt().close(fig)
+    pyplot().close(fig)
     return paths
 
 
@@ -51,7 +52,7 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
         df = df[df[mode] == "hobbit"]
     if not _varies(df, T1, T2):
         return []
-    plt = _plt()
+    plt = pyplot()
     panels = [(LAT, "decode latency (ms / token)", "viridis_r"), ("precision_rule_mix.high", "share high", "Blues"),
               ("precision_rule_mix.low", "share low", "Oranges"), ("precision_rule_mix.skip", "share skipped", "Reds")]
     fig, axes = plt.subplots(1, 4, figsize=(17, 4))
@@ -70,7 +71,7 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
                 ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=8, color="white" if dark else "black")
         fig.colorbar(im, ax=ax)
     fig.suptitle("HOBBIT's precision thresholds: latency (best over the other swept knobs) and the mix they give")
-    return _save(fig, out, "t1_t2")
+    return save(fig, out, "t1_t2")
 
 
 def cache_size_lines(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -78,7 +79,7 @@ def cache_size_lines(df: pd.DataFrame, out: Path) -> list[Path]:
     size = (df.get("cache.high_bytes", 0) + df.get("cache.low_bytes", 0)) / 1e9
     if size.nunique() < 2:
         return []
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     d = df.assign(cache_gb=size)
     for system, g in d.groupby("system"):
@@ -89,7 +90,7 @@ def cache_size_lines(df: pd.DataFrame, out: Path) -> list[Path]:
     ax.set_title("latency against cache size")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, out, "cache_size")
+    return save(fig, out, "cache_size")
 
 
 def weight_sensitivity(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -99,7 +100,7 @@ def weight_sensitivity(df: pd.DataFrame, out: Path) -> list[Path]:
         return []
     w = df[cols].to_numpy(dtype=float)
     w = w / np.clip(w.sum(axis=1, keepdims=True), 1e-12, None)
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6), sharey=True)
     for i, (ax, name) in enumerate(zip(axes, ["w_lru", "w_lfu", "w_lhu", "w_fld"])):
         ax.scatter(w[:, i], df[LAT], s=14, alpha=0.7)
@@ -107,7 +108,7 @@ def weight_sensitivity(df: pd.DataFrame, out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("decode latency (ms / token)")
     fig.suptitle("sensitivity to the cache-policy weights")
-    return _save(fig, out, "weights")
+    return save(fig, out, "weights")
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -131,7 +132,7 @@ def latency_quality(df: pd.DataFrame, out: Path) -> list[Path]:
     d = df.dropna(subset=[qcol, LAT])
     x, y = d[qcol].to_numpy(float), d[LAT].to_numpy(float)
     front = pareto_front(x, y)
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.4))
     for system, g in d.groupby("system"):
         ax.scatter(g[qcol], g[LAT], s=18, alpha=0.7, label=system)
@@ -142,15 +143,15 @@ def latency_quality(df: pd.DataFrame, out: Path) -> list[Path]:
     ax.set_title("latency against quality loss")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, out, "latency_quality")
+    return save(fig, out, "latency_quality")
 
 
 def layer_stall(layers: pd.DataFrame, label: str, out: Path) -> list[Path]:
     """Per-layer decode stall of one run (the best)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.6))
     ax.bar(layers["layer"], layers["decode_stall_ms_per_token"], color="C3")
     ax.set_xlabel("MoE layer")
     ax.set_ylabel("stall (ms / decode token)")
     ax.set_title(f"where the best configuration waits for weights: {label}", fontsize=10)
-    return _save(fig, out, "layer_stall")
+    return save(fig, out, "layer_stall")

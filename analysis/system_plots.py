@@ -8,10 +8,9 @@ from typing import Any
 
 def plot_systems(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path]:
     """``systems.png``/``.svg``: decode ms/token per system, split into stall and the rest."""
-    import matplotlib
+    from analysis.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r["system"] for r in rows]
     total = [r["decode_ms_per_token"]["mean"] for r in rows]
@@ -28,13 +27,7 @@ def plot_systems(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path
     ax.set_title(title, fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_xlim(0, max(total) * 1.15)
-    fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "systems.png", out / "systems.svg"]
-    for p in paths:
-        fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return paths
+    return save(fig, out, "systems")
 
 
 def systems_table(rows: list[dict[str, Any]]) -> str:

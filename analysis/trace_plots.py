@@ -10,10 +10,9 @@ import numpy as np
 
 def plot_trace_summary(s: dict[str, Any], out: Path) -> list[Path]:
     """Write ``trace_summary.png`` and ``.svg``: expert load, next-token reuse per layer, lookahead accuracy."""
-    import matplotlib
+    from analysis.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     m = s["model"]
     counts = np.asarray(s["expert_load"]["counts"], dtype=float)
@@ -56,10 +55,4 @@ def plot_trace_summary(s: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("accuracy")
     ax.set_title("predicting layer l+d from layer l")
     fig.suptitle(f"{m['name']}: {s['tokens']['total']} tokens, {m['num_experts']} experts, top-{m['top_k']}")
-    fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "trace_summary.png", out / "trace_summary.svg"]
-    for p in paths:
-        fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return paths
+    return save(fig, out, "trace_summary")

@@ -38,3 +38,11 @@ def without_predictions(trace: Trace) -> Trace:
     a = dataclasses.replace(trace.arrays)
     a.pred_ids = a.pred_weights = None
     return Trace(dataclasses.replace(trace.meta, lookahead_depth=0), a, trace.path)
+
+
+def write_first_requests(directory: Path, n: int) -> Path:
+    """The bundled trace's first ``n`` requests, written as a trace file in ``directory``."""
+    from traces.io import write_trace
+
+    tr = bundled(n)
+    return write_trace(directory / f"first{n}.parquet", tr.arrays, tr.meta)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
-from sim_helpers import bundled
+from sim_helpers import write_first_requests
 
 KEYS = {"tokens", "decode_ms_per_token", "prefill_ms_per_request", "precision_rule_mix", "served_mix", "hit_rate",
         "prefetch", "bytes_loaded", "link_busy_fraction", "stall_ms_per_token", "cache", "model", "hardware", "system"}
@@ -16,10 +16,7 @@ KEYS = {"tokens", "decode_ms_per_token", "prefill_ms_per_request", "precision_ru
 
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory):
-    from traces.io import write_trace
-
-    tr = bundled(2)
-    return write_trace(tmp_path_factory.mktemp("t") / "small.parquet", tr.arrays, tr.meta)
+    return write_first_requests(tmp_path_factory.mktemp("t"), 2)
 
 
 def test_sim_writes_results_and_tables(small_trace, tmp_path, capsys):

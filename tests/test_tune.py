@@ -8,15 +8,12 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
-from sim_helpers import bundled
+from sim_helpers import write_first_requests
 
 
 @pytest.fixture(scope="module")
 def one_request(tmp_path_factory):
-    from traces.io import write_trace
-
-    tr = bundled(1)
-    return write_trace(tmp_path_factory.mktemp("t") / "one.parquet", tr.arrays, tr.meta)
+    return write_first_requests(tmp_path_factory.mktemp("t"), 1)
 
 
 def test_tune_resumes_and_writes_a_ready_experiment(one_request, tmp_path, capsys):
