@@ -33,8 +33,10 @@ class QuantizedWeight:
 
 
 def group_size(k: int, group: int) -> int:
-    """The group used for ``k`` input features: ``group``, or ``k`` itself for narrow layers."""
-    return group if k % group == 0 else k
+    """The group used for ``k`` input features (the simulator's byte counts use the same rule)."""
+    from sim.config import quant_group
+
+    return quant_group(k, group)
 
 
 def quantize(w: torch.Tensor, bits: int, group: int = 128) -> QuantizedWeight:

@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sim": ("sim.commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
     "tune": ("sim.commands", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
     "quality": ("executor.commands", "quality_main", "perplexity, top-1 agreement and KL of mixed precision vs full"),
+    "calibrate": ("executor.commands", "calibrate_main", "measure this machine through the executor; write a hardware profile"),
+    "validate": ("executor.commands", "validate_main", "simulate and replay the same decisions; report the per-token error"),
     "report": ("analysis.commands", "report_main", "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
     "demo": ("sim.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
 }

@@ -15,6 +15,15 @@ PRECISIONS = ("fp16", "bf16", "int8", "int4", "int2")
 _BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
 
 
+def quant_group(k: int, group: int = 128) -> int:
+    """The quantisation group for a layer with ``k`` input features: ``group`` when it divides
+    ``k``, else the largest of 64 or 32 that does (what int4 kernels take), else ``k`` itself."""
+    for g in (group, 64, 32):
+        if g <= group and k % g == 0:
+            return g
+    return k
+
+
 class ConfigError(InputError):
     """A knob out of range, named in the message; raised before any simulation work."""
 
@@ -54,7 +63,9 @@ class ModelConfig:
         raw = p * _BITS[precision] // 8
         if _BITS[precision] == 16:
             return raw
-        return raw + -(-p // self.quant_group_size) * self.quant_meta_bytes_per_group
+        h, f, g = self.hidden_size, self.expert_ffn, self.quant_group_size
+        groups = 2 * f * (h // quant_group(h, g)) + h * (f // quant_group(f, g))  # gate/up over hidden, down over FFN
+        return raw + groups * self.quant_meta_bytes_per_group
 
     def dense_bytes_per_layer(self) -> int:
         return 2 * self.dense_params_per_layer
@@ -62,6 +73,31 @@ class ModelConfig:
     def resident_bytes(self) -> int:
         """Weights that never leave the device: dense parts of every layer plus the rest."""
         return 2 * (self.dense_params_per_layer * self.num_layers + self.other_params)
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Costs measured by ``hobbit calibrate`` on one machine for one model's shapes.
+
+    When a hardware config carries a profile, the cost model uses it instead of the
+    roofline: copies t0 + bytes / B; the dense part of a layer a + b*T + c*T*C (T tokens,
+    C context) plus the executor's per-layer overhead; the LM head a + b*T; an expert's
+    SwiGLU interpolated in the token count.
+    """
+
+    model: str = ""  # what it was measured for: name and the two widths that set every size
+    hidden_size: int = 0
+    expert_ffn: int = 0
+    device: str = ""
+    link_t0_s: float = 0.0
+    link_gbps: float = 0.0
+    dense_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # a, b, c
+    other_s: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a, b
+    layer_overhead_s: float = 0.0
+    expert_tokens: list[int] = field(default_factory=list)
+    expert_high_s: list[float] = field(default_factory=list)
+    expert_low_s: list[float] = field(default_factory=list)
+    cpu_expert_s: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,7 @@ class HardwareConfig:
     low_precision_efficiency: float = 0.8  # a low-bit kernel's bandwidth relative to a 16-bit one (dequant)
     reserve_bytes: int = 2 * 2**30  # runtime, activations, fragmentation
     source: str = ""
+    profile: ProfileConfig | None = None  # measured costs (hobbit calibrate) replace the roofline
 
 
 @dataclass(frozen=True)

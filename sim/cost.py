@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sim.config import HardwareConfig, ModelConfig
 from sim.policies.base import HIGH
 
@@ -48,10 +50,14 @@ class CostModel:
 
     @property
     def link_gbps(self) -> float:
+        if self.hw.profile is not None:
+            return self.hw.profile.link_gbps
         return self.hw.ssd_gbps if self.hw.expert_source == "ssd" else self.hw.link_gbps
 
     @property
     def link_t0_s(self) -> float:
+        if self.hw.profile is not None:
+            return self.hw.profile.link_t0_s
         return self.hw.ssd_t0_s if self.hw.expert_source == "ssd" else self.hw.link_t0_s
 
     def precision_name(self, cls: int) -> str:
@@ -67,6 +73,9 @@ class CostModel:
 
     def dense_s(self, tokens: int, context: int) -> float:
         """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
+        if self.hw.profile is not None:
+            a, b, c = self.hw.profile.dense_s
+            return self.layer_scale * (a + b * tokens + c * tokens * context) + self.hw.profile.layer_overhead_s
         m = self.model
         kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
         nbytes = m.dense_bytes_per_layer() + kv_per_layer * context
@@ -76,12 +85,19 @@ class CostModel:
 
     def other_s(self, tokens: int) -> float:
         """Embeddings, LM head and dense FFN layers: once per forward pass."""
+        if self.hw.profile is not None:
+            a, b = self.hw.profile.other_s
+            return a + b * tokens
         m = self.model
         t = max(2 * m.other_params / self._mem_bps, 2 * m.other_params * tokens / self._flops)
         return t + 2 * self.hw.kernel_overhead_s
 
     def expert_s(self, cls: int, tokens: int) -> float:
         """One expert's SwiGLU for ``tokens`` tokens on the device, weights resident."""
+        if self.hw.profile is not None:
+            prof = self.hw.profile
+            table = prof.expert_high_s if cls == HIGH else prof.expert_low_s
+            return float(np.interp(tokens, prof.expert_tokens, table))
         nbytes = self.expert_bytes(cls)
         bw = self._mem_bps * (1.0 if cls == HIGH else self.hw.low_precision_efficiency)
         flops = 2 * self.model.expert_params * tokens
@@ -90,6 +106,8 @@ class CostModel:
     def cpu_expert_s(self, tokens: int) -> float:
         """One expert on the host CPU from host memory (Fiddler, llama.cpp), plus moving the
         activations across the link and back."""
+        if self.hw.profile is not None:
+            return float(np.interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s))
         m = self.model
         compute = max(2 * m.expert_params / (self.hw.cpu_mem_gbps * GB),
                       2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP))

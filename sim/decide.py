@@ -34,7 +34,10 @@ class LayerStep:
     ``loads``: (transfer id, bytes, is_demand) issued when the router has run, in order;
     ``gpu``: (transfer id to wait for or -1, precision, tokens) computed on the device;
     ``cpu``: tokens of each expert computed on the host CPU; ``cancel``: transfer ids of
-    prefetches found useless here (dropped from the link queue if not started).
+    prefetches found useless here (dropped from the link queue if not started). For the
+    executor, parallel lists name the experts: ``load_keys`` (layer, expert, precision) of
+    each load, ``gpu_keys`` / ``cpu_keys`` (layer, expert) of each computation, and
+    ``evicted`` (layer, expert, precision) the copies this step pushed out of the cache.
     """
 
     pass_index: int
@@ -43,6 +46,11 @@ class LayerStep:
     gpu: list[tuple[int, int, int]] = field(default_factory=list)
     cpu: list[int] = field(default_factory=list)
     cancel: list[int] = field(default_factory=list)
+    load_keys: list[tuple[int, int, int]] = field(default_factory=list)
+    gpu_keys: list[tuple[int, int]] = field(default_factory=list)
+    cpu_keys: list[tuple[int, int]] = field(default_factory=list)
+    evicted: list[tuple[int, int, int]] = field(default_factory=list)
+    kept: list[tuple[int, int, int]] = field(default_factory=list)  # copies the cache took in this step
 
 
 @dataclass(frozen=True)
@@ -113,21 +121,25 @@ class Decider:
         if self.out.log is not None:
             self.out.log.append((p, layer, e, action, prec))
 
-    def _transfer(self, step: LayerStep, prec: int, demand: bool) -> int:
+    def _transfer(self, step: LayerStep, key: tuple[int, int], prec: int, demand: bool) -> int:
         tid = self.next_tid
         self.next_tid += 1
         nbytes = self.expert_bytes[prec]
         step.loads.append((tid, nbytes, demand))
+        step.load_keys.append((key[0], key[1], prec))
         self.out.bytes_requested += nbytes
         return tid
 
-    def _admit(self, p: int, key: tuple[int, int], prec: int, layer_now: int, tid: int, token: int) -> None:
+    def _admit(self, p: int, key: tuple[int, int], prec: int, layer_now: int, tid: int, token: int,
+               step: LayerStep) -> None:
         slot, victim = self.cache.admit(key, prec, layer_now, tid)
         if victim is not None:
             self.out.evictions += 1
+            step.evicted.append((victim[0], victim[1], prec))
             self._log(p, victim[0], victim[1], "evict", prec)
         if slot >= 0:
             self.cache.use(prec, slot, token)
+            step.kept.append((key[0], key[1], prec))
 
     # ------------------------------------------------------------------ serving one layer
 
@@ -163,11 +175,13 @@ class Decider:
         if key in self.resident:
             self.out.served[HIGH_HIT] += 1
             step.gpu.append((-1, HIGH, n))
+            step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", HIGH)
             return HIGH
         if layer in self.cpu_layers:
             self.out.served[CPU] += 1
             step.cpu.append(n)
+            step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
             return HIGH
         hit = self.cache.lookup(key, c, self.any_prec)
@@ -176,6 +190,7 @@ class Decider:
             self.cache.use(pool, slot, token)
             self.out.served[HIGH_HIT if pool == HIGH else LOW_HIT] += 1
             step.gpu.append((self.cache.transfer(pool, slot), pool, n))
+            step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", pool)
             return pool
         staged = self.staged.pop(key, None)
@@ -183,22 +198,25 @@ class Decider:
             self.out.prefetch_used += 1
             self.out.served[HIGH_HIT if staged.precision == HIGH else LOW_HIT] += 1
             step.gpu.append((staged.tid, staged.precision, n))
+            step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", staged.precision)
-            self._admit(p, key, staged.precision, layer, staged.tid, token)
+            self._admit(p, key, staged.precision, layer, staged.tid, token, step)
             return staged.precision
         if staged is not None:  # staged at low precision, high needed: useless
             step.cancel.append(staged.tid)
         if self.system.cpu_compute_misses:
             self.out.served[CPU] += 1
             step.cpu.append(n)
+            step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
             return HIGH
         prec = c if self.mixed else self.uniform
-        tid = self._transfer(step, prec, True)
+        tid = self._transfer(step, key, prec, True)
         self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
         self._log(p, layer, e, "load", prec)
         step.gpu.append((tid, prec, n))
-        self._admit(p, key, prec, layer, tid, token)
+        step.gpu_keys.append(key)
+        self._admit(p, key, prec, layer, tid, token, step)
         return prec
 
     def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:
@@ -240,7 +258,7 @@ class Decider:
             if self._present(*key):
                 continue
             prec = req.precision if self.mixed else self.uniform
-            tid = self._transfer(step, prec, False)
+            tid = self._transfer(step, key, prec, False)
             self.out.prefetch_issued += 1
             self.staged[key] = _Staged(tid, prec, req.layer)
             self._log(p, req.layer, req.expert, "prefetch", prec)

@@ -32,6 +32,8 @@ class DemoConfig:
     sweep_t2: list[float] = field(default_factory=lambda: [0.9, 0.95])
     sweep_high_gb: list[float] = field(default_factory=lambda: [8.0, 16.0])  # high pool; the low pool is 4 GB
     sweep_jobs: int = 2
+    validate_scale: int = 16  # the executor's model: mixtral-8x7b at 1/16 width
+    validate_requests: int = 2
     systems: list[str] = field(default_factory=lambda: ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading",
                                 "moe-infinity", "on-demand", "fiddler", "llama-cpp", "oracle"])
 
@@ -46,11 +48,11 @@ def demo_main(cfg: DemoConfig) -> None:
 
     out = Path(cfg.out_dir)
     t0 = time.perf_counter()
-    print(f"[1/4] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
+    print(f"[1/5] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
     res = capture(CaptureConfig(out=str(out / "trace.parquet"), max_prompts=cfg.max_prompts,
                                 max_new_tokens=cfg.max_new_tokens, lookahead=cfg.lookahead,
                                 batch_size=cfg.batch_size))
-    print("[2/4] trace statistics")
+    print("[2/5] trace statistics")
     trace = read_trace(res.path)
     summary = summarize(trace)
     text = render(summary, max_layer_rows=0)
@@ -58,11 +60,14 @@ def demo_main(cfg: DemoConfig) -> None:
     atomic_write_text(out / "trace_info.json", json.dumps(summary, indent=1) + "\n")
     plots = plot_trace_summary(summary, out)
     print(text)
-    print(f"[3/4] simulate {len(cfg.systems)} systems: the trace as {cfg.model} on {cfg.hardware}")
+    print(f"[3/5] simulate {len(cfg.systems)} systems: the trace as {cfg.model} on {cfg.hardware}")
     written = _simulate_systems(trace, cfg, out / "sim")
     n = len(cfg.sweep_t1) * len(cfg.sweep_t2) * len(cfg.sweep_high_gb)
-    print(f"[4/4] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
+    print(f"[4/5] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
     written += _sweep(cfg, out / "sweep")
+    print(f"[5/5] calibrate this machine and validate the simulator against a real replay ({cfg.model} at 1/"
+          f"{cfg.validate_scale} width)")
+    written += _validate(cfg, out / "validate")
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; results in {out.resolve()}:")
     for p in [res.path, out / "trace_info.txt", out / "trace_info.json", *plots, *written]:
         print(f"  {Path(p).resolve()}")
@@ -122,3 +127,18 @@ def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
           f"{best['system_config.precision.t1']}, T2={best['system_config.precision.t2']}, high pool "
           f"{best['cache.high_bytes'] / 1e9:.0f} GB")
     return [report, report.parent / "runs.parquet", *sorted(report.parent.glob("*.png"))]
+
+
+def _validate(cfg: DemoConfig, out: Path) -> list[Path]:
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    import executor.commands  # noqa: F401  (registers validate's schema)
+    from executor.validate import validate_run
+
+    vc = OmegaConf.to_object(compose("validate", overrides=[
+        f"model={cfg.model}", f"scale={cfg.validate_scale}", f"requests={cfg.validate_requests}", f"out_dir={out}"]))
+    v = validate_run(vc, out)
+    print(f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, "
+          f"|error| P50 {v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms")
+    return [out / "results.json", out / "report.md", out / "validation.png"]

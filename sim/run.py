@@ -36,6 +36,19 @@ class CacheSizing:
     free_bytes: int  # device memory left for experts after resident weights, KV cache and reserve
 
 
+def check_profile(model: ModelConfig, hw: HardwareConfig) -> None:
+    """A measured profile only holds for the shapes it was measured with."""
+    prof = hw.profile
+    if prof is None:
+        return
+    if (prof.hidden_size, prof.expert_ffn) != (model.hidden_size, model.expert_ffn):
+        raise ConfigError(f"hardware={hw.name} was calibrated for model {prof.model} (hidden {prof.hidden_size}, "
+                          f"expert FFN {prof.expert_ffn}), not model={model.name} (hidden {model.hidden_size}, expert "
+                          f"FFN {model.expert_ffn}); calibrate again for this model")
+    if not prof.expert_tokens or len(prof.expert_high_s) != len(prof.expert_tokens):
+        raise ConfigError(f"hardware={hw.name}: profile.expert_tokens and expert_high_s are empty or differ in length")
+
+
 def check_topology(trace: Trace, model: ModelConfig) -> None:
     m = trace.meta.model
     got = (m.num_layers, m.num_experts, m.top_k)
@@ -100,6 +113,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     t_wall = time.perf_counter()
     check_system(system)
     check_topology(trace, model)
+    check_profile(model, hw)
     if engine not in ("simpy", "plain"):
         raise ConfigError(f"engine={engine} must be simpy or plain")
     rng = rng if rng is not None else np.random.default_rng(0)

@@ -12,11 +12,12 @@ def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", "systems=[hobbit,on-demand]",
                     "sweep_t1=[0.5,0.7]", "sweep_t2=[0.9]", "sweep_high_gb=[8.0]",
+                    "validate_scale=32", "validate_requests=1",
                     f"hydra.run.dir={run_dir}"]) == 0
     out = capsys.readouterr().out
     for name in ["trace.parquet", "trace_info.txt", "trace_info.json", "trace_summary.png", "trace_summary.svg",
                  "sim/systems.md", "sim/systems.png", "sim/systems.svg", "sweep/report/report.md",
-                 "sweep/report/runs.parquet"]:
+                 "sweep/report/runs.parquet", "validate/results.json", "validate/report.md"]:
         assert (run_dir / name).is_file(), name
         assert str((run_dir / name).resolve()) in out
     tr = read_trace(run_dir / "trace.parquet")

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# GPU check (under 5 minutes on one GPU): calibrate + validate on CUDA, the executor's CUDA
+# kernels against the reference, and the achieved host-to-device bandwidth of the replay's
+# copies as a fraction of the calibrated B. Runs unchanged on any CUDA box with the project.
+#   benchmarks/gpu_check.sh            # SCALE=4 REQUESTS=3 OUT=outputs/gpu_check by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/hobbit ] || make venv >/dev/null
+PY=.venv/bin/python
+OUT=${OUT:-outputs/gpu_check}
+SCALE=${SCALE:-4}
+REQUESTS=${REQUESTS:-3}
+mkdir -p "$OUT"
+$PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('device:', torch.cuda.get_device_name(0))"
+$PY -m pytest -q -m gpu tests/test_executor.py
+.venv/bin/hobbit validate device=cuda scale="$SCALE" requests="$REQUESTS" threads=4 hydra.run.dir="$OUT/validate"
+$PY - "$OUT/validate/results.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+v, p = r["validation"], r["profile"]
+frac = r["copies_measured_gbps"] / p["link_gbps"]
+print(f"validation on {v['device']}: {v['tokens']} decode tokens, MAPE {100 * v['mape']:.2f} %, "
+      f"|error| P50 {v['p50_abs_ms']:.3f} ms, P95 {v['p95_abs_ms']:.3f} ms")
+print(f"link: calibrated t0 {p['link_t0_s'] * 1e6:.1f} us, B {p['link_gbps']:.2f} GB/s; replay copies "
+      f"{r['copies_measured_gbps']:.2f} GB/s = {100 * frac:.1f} % of B")
+print(f"gpu_check mape={v['mape']:.4f} copy_fraction={frac:.3f}")
+PYEOF

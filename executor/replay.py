@@ -1,0 +1,205 @@
+"""Real replay: the simulator's decisions executed with real copies and real matmuls, timed.
+
+Per forward pass and layer, on the compute stream: the dense part (q, k, v, o projections
+and attention over the KV cache, the router, shared experts) at the model's shapes; then
+the layer's copies go to the copy engine (``executor.link``) into device buffers, and the
+layer's experts compute as their weights arrive, already resident ones first: the same
+rules as ``sim.timeline``. The cache is the decisions' cache (``sim.decide``): the
+executor keeps a device buffer for every copy the decisions keep, frees the ones they
+evict, and never holds more per pool than the pool's slots plus copies in flight.
+Each pass is timed with perf_counter after synchronising (CUDA events would time the
+same span). Legend: T tokens in the pass, C context, H hidden.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.nn import functional as nnf
+
+from executor.link import Copy, CopyEngine
+from executor.weights import HostStore, kv_width
+from sim.decide import Decisions, LayerStep
+from sim.timeline import Timeline
+from sim.workload import Workload
+
+HEAD_DIM = 64
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Dense:
+    """One MoE layer's dense work and the LM head, at the model's shapes, with a KV cache."""
+
+    def __init__(self, store: HostStore, max_context: int) -> None:
+        w, m, dev = store.dense, store.model, store.device
+        self.w = w
+        self.h, self.kv = m.hidden_size, kv_width(m)
+        self.heads, self.kv_heads = max(self.h // HEAD_DIM, 1), max(self.kv // HEAD_DIM, 1)
+        self.cache = [torch.zeros(2, self.kv_heads, max_context + 1, self.kv // self.kv_heads, dtype=torch.bfloat16,
+                                  device=dev) for _ in range(m.num_layers)]
+
+    def layer(self, x: torch.Tensor, layer: int, context: int) -> torch.Tensor:
+        """x [T, H] -> x [T, H]; the new tokens end at position ``context``."""
+        t, w = x.shape[0], self.w
+        q = (x @ w["q"].t()).reshape(t, self.heads, -1).transpose(0, 1)  # [heads, T, d]
+        kv = self.cache[layer]
+        kv[0, :, context - t: context] = (x @ w["k"].t()).reshape(t, self.kv_heads, -1).transpose(0, 1)
+        kv[1, :, context - t: context] = (x @ w["v"].t()).reshape(t, self.kv_heads, -1).transpose(0, 1)
+        rep = self.heads // self.kv_heads
+        k = kv[0, :, :context].repeat_interleave(rep, 0)
+        v = kv[1, :, :context].repeat_interleave(rep, 0)
+        a = nnf.scaled_dot_product_attention(q[:, :, : k.shape[-1]], k, v, is_causal=t > 1)
+        x = x + a.transpose(0, 1).reshape(t, -1)[:, : self.h] @ w["o"].t()
+        _ = x @ w["router"].t()
+        if "shared_gu" in w:
+            g, u = (x @ w["shared_gu"].t()).chunk(2, dim=-1)
+            x = x + (nnf.silu(g) * u) @ w["shared_down"].t()
+        return x
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w["lm_head"].t()
+
+
+@dataclass
+class _Buffers:
+    """Device buffers per precision class, reused: a copy takes a free one or a new one."""
+
+    store: HostStore
+    free: dict[int, list[torch.Tensor]] = field(default_factory=lambda: {0: [], 1: []})
+    allocated: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})
+
+    def take(self, cls: int) -> torch.Tensor:
+        if self.free[cls]:
+            return self.free[cls].pop()
+        self.allocated[cls] += 1
+        return torch.empty(self.store.nbytes(cls), dtype=torch.uint8, device=self.store.device)
+
+    def give(self, cls: int, buf: torch.Tensor) -> None:
+        self.free[cls].append(buf)
+
+
+class Replayer:
+    """Executes the decisions of one workload; ``run`` returns measured times."""
+
+    def __init__(self, wl: Workload, dec: Decisions, store: HostStore) -> None:
+        self.wl, self.dec, self.store = wl, dec, store
+        self.device = store.device
+        self.dense = Dense(store, max(wl.pass_context))
+        self.buffers = _Buffers(store)
+        self.resident: dict[tuple[int, int, int], torch.Tensor] = {}
+        self.by_tid: dict[int, tuple[tuple[int, int, int], torch.Tensor]] = {}
+        self.views = {cls: {} for cls in store.kernels}  # id(buffer) -> typed views
+        g = torch.Generator().manual_seed(0)
+        self.x = (torch.randn(max(np.diff([0, *wl.pass_end])), store.model.hidden_size, generator=g) * 0.1
+                  ).to(torch.bfloat16).to(self.device)
+
+    def _views(self, cls: int, buf: torch.Tensor) -> dict[str, torch.Tensor]:
+        v = self.views[cls].get(id(buf))
+        if v is None:
+            v = self.views[cls][id(buf)] = self.store.kernels[cls].views(buf)
+        return v
+
+    def _issue(self, link: CopyEngine, step: LayerStep) -> None:
+        link.cancel(step.cancel)
+        copies = []
+        for (tid, _, demand), (layer, e, cls) in zip(step.loads, step.load_keys):
+            buf = self.buffers.take(cls)
+            self.by_tid[tid] = ((layer, e, cls), buf)
+            copies.append(Copy(tid, self.store.experts[(layer, e, cls)], buf, demand))
+        if copies:
+            link.submit(copies)
+
+    def _compute(self, link: CopyEngine, step: LayerStep, tokens: int) -> float:
+        """The layer's experts in arrival order; returns the time spent waiting for copies."""
+        todo = list(range(len(step.gpu)))
+        stall = 0.0
+        while todo:
+            ready = [j for j in todo if link.done(step.gpu[j][0])]
+            if not ready:
+                t0 = time.perf_counter()
+                link.wait(min((step.gpu[j][0] for j in todo), key=lambda tid: self._queue_rank(link, tid)))
+                stall += time.perf_counter() - t0
+                continue
+            for j in ready:
+                tid, cls, n = step.gpu[j]
+                layer, e = step.gpu_keys[j]
+                buf = self.by_tid[tid][1] if tid in self.by_tid else self.resident[(layer, e, cls)]
+                self.store.kernels[cls].forward(self.x[: max(n, 1)], self._views(cls, buf))
+            todo = [j for j in todo if j not in ready]
+        host = self.store.kernels[0]
+        for n, (layer, e) in zip(step.cpu, step.cpu_keys):  # experts on the host CPU (Fiddler, llama.cpp)
+            host.forward(self.x[: max(n, 1)].cpu(), host.views(self.store.experts[(layer, e, 0)]))
+        return stall
+
+    @staticmethod
+    def _queue_rank(link: CopyEngine, tid: int) -> int:
+        for i, c in enumerate(link.queue):
+            if c.tid == tid:
+                return i + 1
+        return 0  # in flight
+
+    def _settle(self, link: CopyEngine, step: LayerStep) -> None:
+        """After the layer: free what the decisions evicted, keep what they kept, free the rest
+        this layer loaded or dropped (prefetches for later layers stay staged)."""
+        for key in step.evicted:
+            buf = self.resident.pop(key, None)
+            if buf is not None:
+                self.buffers.give(key[2], buf)
+        kept = set(step.kept)
+        for tid in [*(g[0] for g in step.gpu), *step.cancel]:
+            if tid not in self.by_tid:
+                continue
+            key, buf = self.by_tid.pop(tid)
+            if key in kept:
+                self.resident[key] = buf
+            else:
+                link.wait(tid)  # a dropped copy may still be in flight into this buffer
+                self.buffers.give(key[2], buf)
+
+    def _preload(self) -> None:
+        """Experts a static placement keeps on the device for good (hits with transfer -1)."""
+        for step in self.dec.steps:
+            for (tid, cls, _), (layer, e) in zip(step.gpu, step.gpu_keys):
+                if tid < 0 and (layer, e, cls) not in self.resident:
+                    buf = self.buffers.take(cls)
+                    buf.copy_(self.store.experts[(layer, e, cls)])
+                    self.resident[(layer, e, cls)] = buf
+
+    def run(self) -> Timeline:
+        wl, L = self.wl, self.wl.num_layers
+        n_pass, n_steps = len(wl.pass_start), len(self.dec.steps)
+        tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(n_steps), np.zeros(n_steps))
+        self._preload()
+        link = CopyEngine(self.device)
+        origin = time.perf_counter()
+        try:
+            with torch.no_grad():
+                for p in range(n_pass):
+                    tokens = wl.pass_end[p] - wl.pass_start[p]
+                    sync(self.device)
+                    tl.pass_start[p] = time.perf_counter() - origin
+                    x = self.x[:tokens]
+                    for layer in range(L):
+                        i = p * L + layer
+                        step = self.dec.steps[i]
+                        x = self.dense.layer(x, layer, wl.pass_context[p])
+                        sync(self.device)
+                        self._issue(link, step)
+                        tl.step_stall[i] = self._compute(link, step, tokens)
+                        sync(self.device)
+                        self._settle(link, step)
+                        tl.step_end[i] = time.perf_counter() - origin
+                    self.dense.head(x)
+                    sync(self.device)
+                    tl.pass_end[p] = time.perf_counter() - origin
+        finally:
+            link.close()
+        tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy_s, link.moved, link.cancelled
+        return tl
