@@ -6,20 +6,20 @@ the layer's copies go to the copy engine (``executor.link``) into device buffers
 layer's experts compute as their weights arrive, already resident ones first: the same
 rules as ``sim.timeline``. The cache is the decisions' cache (``sim.decide``): the
 executor keeps a device buffer for every copy the decisions keep, frees the ones they
-evict, and never holds more per pool than the pool's slots plus copies in flight.
-Each pass is timed with perf_counter after synchronising (CUDA events would time the
-same span). Legend: T tokens in the pass, C context, H hidden.
+evict (``executor.cache``: pools preallocated, never more resident than a pool's slots).
+Each pass is timed with perf_counter after synchronising, and on CUDA by events recorded
+on the compute stream at its start and end (the event time is the one reported). Legend: T tokens in the pass, C context, H hidden.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch.nn import functional as nnf
 
+from executor.cache import DeviceCache
 from executor.link import Copy, CopyEngine
 from executor.weights import HostStore, kv_width
 from sim.decide import Decisions, LayerStep
@@ -67,24 +67,6 @@ class Dense:
         return x @ self.w["lm_head"].t()
 
 
-@dataclass
-class _Buffers:
-    """Device buffers per precision class, reused: a copy takes a free one or a new one."""
-
-    store: HostStore
-    free: dict[int, list[torch.Tensor]] = field(default_factory=lambda: {0: [], 1: []})
-    allocated: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})
-
-    def take(self, cls: int) -> torch.Tensor:
-        if self.free[cls]:
-            return self.free[cls].pop()
-        self.allocated[cls] += 1
-        return torch.empty(self.store.nbytes(cls), dtype=torch.uint8, device=self.store.device)
-
-    def give(self, cls: int, buf: torch.Tensor) -> None:
-        self.free[cls].append(buf)
-
-
 class Replayer:
     """Executes the decisions of one workload; ``run`` returns measured times."""
 
@@ -92,8 +74,9 @@ class Replayer:
         self.wl, self.dec, self.store = wl, dec, store
         self.device = store.device
         self.dense = Dense(store, max(wl.pass_context))
-        self.buffers = _Buffers(store)
-        self.resident: dict[tuple[int, int, int], torch.Tensor] = {}
+        # the decisions' pools, and the staging slots in the high pool's memory, allocated up front
+        self.cache = DeviceCache(store, dec.slots, staging=dec.staging)
+        self.log: list[tuple] = []  # (pass, layer, expert, action, precision) as executed
         self.by_tid: dict[int, tuple[tuple[int, int, int], torch.Tensor]] = {}
         self.views = {cls: {} for cls in store.kernels}  # id(buffer) -> typed views
         g = torch.Generator().manual_seed(0)
@@ -110,7 +93,8 @@ class Replayer:
         link.cancel(step.cancel)
         copies = []
         for (tid, _, demand), (layer, e, cls) in zip(step.loads, step.load_keys):
-            buf = self.buffers.take(cls)
+            self.log.append((step.pass_index, layer, e, "load" if demand else "prefetch", cls))
+            buf = self.cache.take(cls)
             self.by_tid[tid] = ((layer, e, cls), buf)
             copies.append(Copy(tid, self.store.experts[(layer, e, cls)], buf, demand))
         if copies:
@@ -130,7 +114,8 @@ class Replayer:
             for j in ready:
                 tid, cls, n = step.gpu[j]
                 layer, e = step.gpu_keys[j]
-                buf = self.by_tid[tid][1] if tid in self.by_tid else self.resident[(layer, e, cls)]
+                self.log.append((step.pass_index, layer, e, "compute", cls))
+                buf = self.by_tid[tid][1] if tid in self.by_tid else self.cache.get((layer, e, cls))
                 self.store.kernels[cls].forward(self.x[: max(n, 1)], self._views(cls, buf))
             todo = [j for j in todo if j not in ready]
         host = self.store.kernels[0]
@@ -149,28 +134,27 @@ class Replayer:
         """After the layer: free what the decisions evicted, keep what they kept, free the rest
         this layer loaded or dropped (prefetches for later layers stay staged)."""
         for key in step.evicted:
-            buf = self.resident.pop(key, None)
-            if buf is not None:
-                self.buffers.give(key[2], buf)
+            if self.cache.evict(key):
+                self.log.append((step.pass_index, key[0], key[1], "evict", key[2]))
         kept = set(step.kept)
         for tid in [*(g[0] for g in step.gpu), *step.cancel]:
             if tid not in self.by_tid:
                 continue
             key, buf = self.by_tid.pop(tid)
             if key in kept:
-                self.resident[key] = buf
+                self.cache.admit(key, buf)
             else:
                 link.wait(tid)  # a dropped copy may still be in flight into this buffer
-                self.buffers.give(key[2], buf)
+                self.cache.give(key[2], buf)
 
     def _preload(self) -> None:
         """Experts a static placement keeps on the device for good (hits with transfer -1)."""
         for step in self.dec.steps:
             for (tid, cls, _), (layer, e) in zip(step.gpu, step.gpu_keys):
-                if tid < 0 and (layer, e, cls) not in self.resident:
-                    buf = self.buffers.take(cls)
+                if tid < 0 and (layer, e, cls) not in self.cache.resident:
+                    buf = self.cache.take(cls)
                     buf.copy_(self.store.experts[(layer, e, cls)])
-                    self.resident[(layer, e, cls)] = buf
+                    self.cache.admit((layer, e, cls), buf, pinned=True)
 
     def run(self) -> Timeline:
         wl, L = self.wl, self.wl.num_layers
@@ -178,6 +162,9 @@ class Replayer:
         tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(n_steps), np.zeros(n_steps))
         self._preload()
         link = CopyEngine(self.device)
+        cuda = self.device.type == "cuda"
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(n_pass)] if cuda else []
         origin = time.perf_counter()
         try:
             with torch.no_grad():
@@ -185,6 +172,8 @@ class Replayer:
                     tokens = wl.pass_end[p] - wl.pass_start[p]
                     sync(self.device)
                     tl.pass_start[p] = time.perf_counter() - origin
+                    if cuda:
+                        events[p][0].record()
                     x = self.x[:tokens]
                     for layer in range(L):
                         i = p * L + layer
@@ -197,9 +186,15 @@ class Replayer:
                         self._settle(link, step)
                         tl.step_end[i] = time.perf_counter() - origin
                     self.dense.head(x)
+                    if cuda:
+                        events[p][1].record()
                     sync(self.device)
                     tl.pass_end[p] = time.perf_counter() - origin
         finally:
             link.close()
+        if cuda:  # per pass, the device's own clock: CUDA events on the compute stream
+            sync(self.device)
+            for p, (start, end) in enumerate(events):
+                tl.pass_end[p] = tl.pass_start[p] + start.elapsed_time(end) / 1e3
         tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy_s, link.moved, link.cancelled
         return tl

@@ -114,7 +114,15 @@ def load_hardware(path: str) -> HardwareConfig:
     if not Path(path).is_file():
         raise ConfigError(f"profile={path} does not exist (fix: the hardware YAML hobbit calibrate wrote)")
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HardwareConfig), OmegaConf.load(path)))
+        def typed(schema: type, data: Any) -> Any:
+            node = OmegaConf.structured(schema)
+            OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the merge fills in a copy
+            return OmegaConf.to_object(OmegaConf.merge(node, data))
+
+        data = OmegaConf.load(path)
+        profile = data.pop("profile", None)
+        hw = typed(HardwareConfig, data)
+        return dataclasses.replace(hw, profile=None if profile is None else typed(ProfileConfig, profile))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"profile={path}: {exc}".replace("\n", " ")) from exc
 

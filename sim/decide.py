@@ -73,6 +73,8 @@ class Decisions:
     mass: np.ndarray = field(default_factory=lambda: np.zeros(3))  # gate mass served [high, low, skipped]
     evictions: int = 0
     log: list[tuple] | None = None  # (pass, layer, expert, action, precision) when asked for
+    slots: tuple[int, int] = (0, 0)  # the cache's pools, in experts (high, low)
+    staging: int = 0  # staging slots for prefetched experts, carved from the high pool's memory
 
 
 @dataclass
@@ -110,8 +112,10 @@ class Decider:
         self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
         self.staged: dict[tuple[int, int], _Staged] = {}
         self.next_tid = 0
-        self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None)
         self.prefetching = system.prefetch.kind != "none" and not system.cpu_compute_misses
+        self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None,
+                             slots=(int(slots[HIGH]), int(slots[LOW])),
+                             staging=depth * wl.top_k if self.prefetching else 0)
         self.any_prec = p.serve_any_cached
         self._span = (0, 0)
         self.ctx = PrefetchContext(layer=0, num_layers=wl.num_layers, predict=self._predict, future=self._future,

@@ -65,21 +65,62 @@ def test_replay_runs_the_simulators_decisions_and_respects_the_slots(small):
     wl = build_workload(trace)
     rep = Replayer(wl, a.decisions, store)
     tl = rep.run()
-    # what the replay holds in its cache is exactly what the decisions' cache holds
     log = a.decisions.log
+    acts = {act for *_, act, _ in log}
+    assert {"hit", "load", "prefetch", "skip", "evict"} <= acts, acts
+    # the replay executed the decisions, pass by pass: every load and prefetch copied at its
+    # precision, every hit and load computed at it, every eviction freed, nothing skipped computed
+    executed = {"hit": ["compute"], "load": ["load", "compute"], "prefetch": ["prefetch"], "evict": ["evict"]}
+    want = [(p, lay, e, x, prec) for p, lay, e, act, prec in log for x in executed.get(act, [])]
+    assert sorted(rep.log) == sorted(want)
+    # the pools: allocated up front, never more resident than the decisions' slots
+    slots = a.decisions.slots
+    assert slots == (20 - system.prefetch.max_depth * 2, 30) and a.decisions.staging == system.prefetch.max_depth * 2
+    assert 0 < rep.cache.peak[HIGH] <= slots[0] and 0 < rep.cache.peak[LOW] <= slots[1]
+    assert rep.cache.allocated[HIGH] >= 20 and rep.cache.allocated[LOW] >= 30
+    # what the replay holds in its cache is exactly what the decisions' cache holds
     kept: set = set()
     for step in a.decisions.steps:
         kept -= set(step.evicted)
         kept |= set(step.kept)
-    assert set(rep.resident) == kept
-    high = sum(1 for k in rep.resident if k[2] == HIGH)
-    low = sum(1 for k in rep.resident if k[2] == LOW)
-    assert high <= 20 - system.prefetch.max_depth * 2 and low <= 30
+    assert set(rep.cache.resident) == kept
     # every load the decisions made was copied (or cancelled before it started)
     loads = sum(len(s.loads) for s in a.decisions.steps)
     assert tl.bytes_moved <= a.decisions.bytes_requested and tl.bytes_moved > 0
     assert loads == sum(1 for x in log if x[3] in ("load", "prefetch"))
     assert np.all(tl.pass_end > tl.pass_start) and np.all(np.diff(tl.pass_start) > 0)
+
+
+def test_the_device_cache_refuses_more_than_its_slots(small):
+    from executor.cache import CacheOverflow, DeviceCache
+
+    store = small[2]
+    cache = DeviceCache(store, (2, 1), staging=1)
+    assert cache.allocated == [3, 1] and [len(f) for f in cache.free] == [3, 1]
+    bufs = [cache.take(HIGH) for _ in range(3)]
+    cache.admit((0, 0, HIGH), bufs[0])
+    cache.admit((0, 1, HIGH), bufs[1])
+    with pytest.raises(CacheOverflow, match="2 slots"):
+        cache.admit((0, 2, HIGH), bufs[2])
+    assert cache.evict((0, 0, HIGH)) and not cache.evict((0, 0, HIGH))
+    cache.admit((0, 2, HIGH), bufs[2])
+    assert cache.peak[HIGH] == 2 and cache.take(HIGH) is bufs[0] and cache.allocated == [3, 1]
+
+
+def test_weights_from_a_checkpoint_are_the_checkpoints():
+    from transformers import AutoModelForCausalLM
+
+    from traces.tiny import bundled_model_dir
+
+    cfg = compose_sim("model=tiny")
+    store = build_store(cfg.model, ("bf16", "int4"), CPU, checkpoint_dir=str(bundled_model_dir()), progress=False)
+    ref = AutoModelForCausalLM.from_pretrained(bundled_model_dir(), dtype=torch.float32)
+    k = store.kernels[HIGH]
+    v = k.views(store.experts[(5, 3, HIGH)])
+    assert torch.equal(v["gu"], ref.model.layers[5].mlp.experts.gate_up_proj[3].to(torch.bfloat16))
+    assert torch.equal(v["down"], ref.model.layers[5].mlp.experts.down_proj[3].to(torch.bfloat16))
+    with pytest.raises(Exception, match="hidden"):
+        build_store(compose_sim().model, ("bf16", "int4"), CPU, checkpoint_dir=str(bundled_model_dir()), progress=False)
 
 
 def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
@@ -101,6 +142,15 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     assert run_cli(["sim", f"trace={trace}", f"hydra.searchpath=[file://{run}]", f"hardware={hw_file.stem}",
                     f"hydra.run.dir={tmp_path / 'x'}"]) == 2
     assert "was calibrated for model" in capsys.readouterr().err
+    assert run_cli(["validate", f"profile={hw_file}", "scale=16", f"hydra.run.dir={tmp_path / 'y'}"]) == 2
+    assert "was calibrated for model" in capsys.readouterr().err
+    # the profile it was calibrated for is taken as it is, without calibrating again
+    assert run_cli(["validate", f"profile={hw_file}", "scale=32", "requests=1", f"hydra.run.dir={tmp_path / 'z'}"]) == 0
+    assert "calibrating" not in capsys.readouterr().out
+    v = json.loads((tmp_path / "z" / "results.json").read_text())
+    import yaml
+
+    assert v["profile"]["link_gbps"] == yaml.safe_load(hw_file.read_text())["profile"]["link_gbps"]
 
 
 def test_validate_reports_the_error(tmp_path, capsys):
