@@ -84,6 +84,7 @@ class ExecConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     scale: int = 8  # divide hidden and expert widths (a full Mixtral does not fit this machine)
+    layers: int = 0  # keep only the model's first N MoE layers (and the trace's); 0: all
     device: str = "auto"  # auto | cpu | cuda
     precision_pair: str = "fp16-int4"
     threads: int = 1  # torch threads for compute on the CPU (the copy thread takes another core)
@@ -111,8 +112,9 @@ class ValidateConfig(ExecConfig):
     engine: str = "simpy"
 
 
-def _setup(cfg: ExecConfig):
-    """Resolve the device, check memory, build the reduced model and its weights."""
+def _setup(cfg: ExecConfig, pool_fraction: float = 0.0):
+    """Resolve the device, check memory (host: every expert; device: ``pool_fraction`` of them),
+    build the reduced model and its weights."""
     import os
 
     import torch
@@ -128,7 +130,7 @@ def _setup(cfg: ExecConfig):
         raise QualityError(f"precision_pair={cfg.precision_pair} must be one of {sorted(PAIRS)}")
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")
-    model = reduce_model(cfg.model, cfg.scale)
+    model = reduce_model(cfg.model, cfg.scale, cfg.layers)
     pair = PAIRS[cfg.precision_pair]
     from executor.kernels import ExpertKernel
 
@@ -138,6 +140,14 @@ def _setup(cfg: ExecConfig):
     if need > 0.8 * avail:
         raise QualityError(f"model={model.name} needs {need / 2**30:.1f} GiB of host memory for its experts, "
                            f"{avail / 2**30:.1f} GiB are free (fix: a larger scale=, e.g. scale={cfg.scale * 2})")
+    if device.type == "cuda" and pool_fraction > 0:  # the cache's pools live on the device
+        high = ExpertKernel(pair[0], model.hidden_size, model.expert_ffn, torch.device("cpu")).nbytes
+        pools = int(pool_fraction * model.num_layers * model.num_experts * high)
+        free = torch.cuda.mem_get_info(device)[0]
+        if pools > 0.9 * free:
+            raise QualityError(f"model={model.name}: the cache's pools need {pools / 2**30:.1f} GiB on {device}, "
+                               f"{free / 2**30:.1f} GiB are free (fix: a larger scale=, fewer layers= or a smaller "
+                               f"cache_fraction=)")
     if device.type == "cpu":
         torch.set_num_threads(max(cfg.threads, 1))
     store = build_store(model, pair, device, cfg.checkpoint, cfg.seed)

@@ -70,6 +70,9 @@ def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace) -> float:
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
                  progress=print) -> HardwareConfig:
     """Calibrate the parts, then the loop overhead on ``trace``'s first request."""
+    from executor.weights import first_layers
+
+    trace = first_layers(trace, store.model.num_layers)
     hw = profile_hardware(calibrate(store, device.type, progress), device, pair)
     progress("  replay loop overhead per layer")
     first = Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id == trace.arrays.request_id[0])),
@@ -139,7 +142,7 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
 
     from analysis.validation_plots import plot_validation
     from executor.commands import _setup, write_profile
-    from executor.weights import reduce_model
+    from executor.weights import first_layers, reduce_model
     from sim.commands import bundled_trace, write_results
     from sim.results import summarise
     from sim.run import CacheSizing, check_profile
@@ -147,10 +150,10 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
 
     hw = load_hardware(cfg.profile) if cfg.profile else None
     if hw is not None:
-        check_profile(reduce_model(cfg.model, cfg.scale), hw)  # before any work
-    trace = read_trace(cfg.trace or bundled_trace())
+        check_profile(reduce_model(cfg.model, cfg.scale, cfg.layers), hw)  # before any work
+    trace = first_layers(read_trace(cfg.trace or bundled_trace()), cfg.layers)
     warm, measured = _requests(trace, 0, 1), _requests(trace, 1, cfg.requests)
-    device, model, pair, store = _setup(cfg)
+    device, model, pair, store = _setup(cfg, cfg.cache_fraction)
     if hw is None:
         print(f"calibrating {model.name} on {device}")
         hw = full_profile(store, device, pair, warm)

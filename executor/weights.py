@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from executor.kernels import ExpertKernel
@@ -20,17 +21,39 @@ from sim.config import ConfigError, ModelConfig
 from sim.policies.base import HIGH, LOW
 
 
-def reduce_model(model: ModelConfig, scale: int) -> ModelConfig:
+def reduce_model(model: ModelConfig, scale: int, layers: int = 0) -> ModelConfig:
     """``model`` with hidden and expert widths divided by ``scale`` (attention and the shared
-    parts shrink with the square of the width, embeddings with it); the routing is unchanged."""
+    parts shrink with the square of the width, embeddings with it) and, when ``layers`` > 0,
+    only its first ``layers`` MoE layers; the routing of the layers kept is unchanged."""
     if scale < 1 or model.hidden_size % scale or model.expert_ffn % scale:
         raise ConfigError(f"scale={scale} must divide hidden_size {model.hidden_size} and expert_ffn {model.expert_ffn}")
-    if scale == 1:
-        return model
-    return dataclasses.replace(
-        model, name=f"{model.name}/{scale}", hidden_size=model.hidden_size // scale,
-        expert_ffn=model.expert_ffn // scale, dense_params_per_layer=model.dense_params_per_layer // scale**2,
-        other_params=model.other_params // scale, kv_bytes_per_token=model.kv_bytes_per_token // scale)
+    if layers < 0 or layers > model.num_layers:
+        raise ConfigError(f"layers={layers} must be between 1 and model={model.name}'s {model.num_layers} MoE layers "
+                          f"(0: all of them)")
+    if scale > 1:
+        model = dataclasses.replace(
+            model, name=f"{model.name}/{scale}", hidden_size=model.hidden_size // scale,
+            expert_ffn=model.expert_ffn // scale, dense_params_per_layer=model.dense_params_per_layer // scale**2,
+            other_params=model.other_params // scale, kv_bytes_per_token=model.kv_bytes_per_token // scale)
+    if 0 < layers < model.num_layers:  # the KV cache per token is per layer: it shrinks with them
+        model = dataclasses.replace(model, name=f"{model.name}-L{layers}", num_layers=layers,
+                                    kv_bytes_per_token=model.kv_bytes_per_token * layers // model.num_layers)
+    return model
+
+
+def first_layers(trace: Any, layers: int) -> Any:
+    """``trace`` with only its first ``layers`` MoE layers, as a trace of a ``layers``-layer model."""
+    from traces.io import Trace
+
+    meta = trace.meta
+    if layers <= 0 or layers >= meta.model.num_layers:
+        return trace
+    if meta.recorded_layers is not None:
+        raise ConfigError(f"layers={layers}: trace {trace.path} recorded only layers {list(meta.recorded_layers)}; "
+                          f"use layers=0 with a partial trace")
+    keep = trace.arrays.take(np.flatnonzero(trace.arrays.layer < layers))
+    meta = dataclasses.replace(meta, model=dataclasses.replace(meta.model, num_layers=layers))
+    return Trace(meta, keep, trace.path)
 
 
 def kv_width(model: ModelConfig) -> int:

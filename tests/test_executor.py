@@ -145,12 +145,21 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     assert run_cli(["validate", f"profile={hw_file}", "scale=16", f"hydra.run.dir={tmp_path / 'y'}"]) == 2
     assert "was calibrated for model" in capsys.readouterr().err
     # the profile it was calibrated for is taken as it is, without calibrating again
-    assert run_cli(["validate", f"profile={hw_file}", "scale=32", "requests=1", f"hydra.run.dir={tmp_path / 'z'}"]) == 0
+    # the profile it was calibrated for is taken as it is, without calibrating again; a profile
+    # holds for the widths, so it serves the model's first 8 layers too
+    z = tmp_path / "z"
+    assert run_cli(["validate", f"profile={hw_file}", "scale=32", "layers=8", "requests=1", f"hydra.run.dir={z}"]) == 0
     assert "calibrating" not in capsys.readouterr().out
-    v = json.loads((tmp_path / "z" / "results.json").read_text())
+    v = json.loads((z / "results.json").read_text())
+    import pandas as pd
     import yaml
 
     assert v["profile"]["link_gbps"] == yaml.safe_load(hw_file.read_text())["profile"]["link_gbps"]
+    assert v["model"] == "mixtral-8x7b/32-L8"
+    for part in ("sim", "replay"):
+        assert sorted(pd.read_parquet(z / part / "layers.parquet").layer.unique()) == list(range(8))
+    assert run_cli(["validate", "scale=32", "layers=33", f"hydra.run.dir={tmp_path / 'w'}"]) == 2
+    assert "layers=33 must be between 1 and" in capsys.readouterr().err
 
 
 def test_validate_reports_the_error(tmp_path, capsys):
