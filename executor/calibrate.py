@@ -7,7 +7,7 @@
 - the dense part of a layer over tokens x context, fitted to a + b*T + c*T*C, and the LM head;
 - the replay loop's own cost per layer: a run with every expert resident, minus what
   the measured parts predict for it.
-Medians of repeated runs after a warm-up; writes a hardware profile (``sim.config.ProfileConfig``).
+Medians of repeated rounds after a warm-up, each round going through every shape in turn; writes a hardware profile (``sim.config.ProfileConfig``).
 """
 
 from __future__ import annotations
@@ -26,18 +26,6 @@ from sim.config import ProfileConfig
 from sim.policies.base import HIGH, LOW
 
 EXPERT_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-
-
-def _median_s(fn: Callable[[], object], device: torch.device, reps: int = 7) -> float:
-    fn()
-    sync(device)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def measure_link(store: HostStore, reps: int = 5) -> tuple[float, float]:
@@ -70,12 +58,24 @@ def measure_link(store: HostStore, reps: int = 5) -> tuple[float, float]:
 ROTATION_BYTES = 512 * 2**20  # experts cycled through per precision: more than a large LLC (warm weights lie)
 
 
-def _rotated_s(kernel, views: list, x: torch.Tensor, n: int, device: torch.device) -> float:
-    """Seconds per expert call, cycling through ``views`` (median of 3 rounds)."""
-    def one_round() -> None:
+ROUNDS = 5  # rounds over every token count; a count's time is its median round
+
+
+def _rotated_s(kernel, views: list, x: torch.Tensor, tokens: list[int], device: torch.device) -> list[float]:
+    """Seconds per expert call for each token count, cycling through ``views``. The rounds go
+    over all token counts in turn, so a slow spell of a shared machine lands on one round of
+    every count (and the median drops it) rather than on every round of one count."""
+    def one_round(n: int) -> float:
+        sync(device)
+        t0 = time.perf_counter()
         for v in views:
             kernel.forward(x[:n], v)
-    return _median_s(one_round, device, reps=3) / len(views)
+        sync(device)
+        return (time.perf_counter() - t0) / len(views)
+
+    one_round(tokens[0])  # warm-up
+    rounds = [[one_round(n) for n in tokens] for _ in range(ROUNDS)]
+    return [statistics.median(r[i] for r in rounds) for i in range(len(tokens))]
 
 
 def measure_experts(store: HostStore, tokens: list[int]) -> dict[str, list[float]]:
@@ -87,29 +87,48 @@ def measure_experts(store: HostStore, tokens: list[int]) -> dict[str, list[float
         k, xd = store.kernels[cls], x.to(dev)
         keys = every[: max(1, -(-ROTATION_BYTES // k.nbytes))]
         views = [k.views(store.experts[(*key, cls)].to(dev)) for key in keys]
-        out[name] = [_rotated_s(k, views, xd, n, dev) for n in tokens]
+        out[name] = _rotated_s(k, views, xd, tokens, dev)
     host = store.kernels[HIGH]
     hviews = [host.views(store.experts[(*key, HIGH)]) for key in every[: max(1, -(-ROTATION_BYTES // host.nbytes))]]
-    out["cpu"] = [_rotated_s(host, hviews, x, n, torch.device("cpu")) for n in tokens]
+    out["cpu"] = _rotated_s(host, hviews, x, tokens, torch.device("cpu"))
     return out
 
 
+def _relative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares in relative error: one-token decode steps count as much as 256-token prefills."""
+    w = 1.0 / np.maximum(y, 1e-12)
+    coef, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+    return coef
+
+
 def measure_dense(store: HostStore) -> tuple[list[float], list[float]]:
-    """Fits (a, b, c) of a + b*T + c*T*C for a layer, and (a, b) of a + b*T for the LM head."""
+    """Fits (a, b, c) of a + b*T + c*T*C for a layer, and (a, b) of a + b*T for the LM head,
+    in relative error over rounds that go through every shape in turn (medians)."""
     dev, h = store.device, store.model.hidden_size
     dense = Dense(store, 600)
     x = (torch.randn(256, h) * 0.1).to(torch.bfloat16).to(dev)
-    rows = []
+    shapes = [(t, t + extra) for t in (1, 8, 32, 128, 256) for extra in (64, 320)]
+    head_t = (1, 8, 32, 128, 256)
+
+    def timed(fn: Callable[[], object]) -> float:
+        sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        sync(dev)
+        return time.perf_counter() - t0
+
     with torch.no_grad():
-        for t in (1, 8, 32, 128, 256):
-            for extra in (64, 320):
-                c = t + extra
-                rows.append((t, c, _median_s(lambda t=t, c=c: dense.layer(x[:t], 0, c), dev)))
-        a = np.array([[1.0, t, t * c] for t, c, _ in rows])
-        coef, *_ = np.linalg.lstsq(a, np.array([r[2] for r in rows]), rcond=None)
-        heads = [(t, _median_s(lambda t=t: dense.head(x[:t]), dev)) for t in (1, 32, 128, 256)]
-    b, a0 = np.polyfit([t for t, _ in heads], [s for _, s in heads], 1)
-    return [float(v) for v in coef], [float(a0), float(b)]
+        for t, c in shapes[:2]:  # warm-up
+            timed(lambda t=t, c=c: (dense.layer(x[:t], 0, c), dense.head(x[:t])))
+        layer_rounds, head_rounds = [], []
+        for _ in range(ROUNDS + 2):
+            layer_rounds.append([timed(lambda t=t, c=c: dense.layer(x[:t], 0, c)) for t, c in shapes])
+            head_rounds.append([timed(lambda t=t: dense.head(x[:t])) for t in head_t])
+    layer_s = np.median(np.array(layer_rounds), axis=0)
+    head_s = np.median(np.array(head_rounds), axis=0)
+    coef = _relative_fit(np.array([[1.0, t, t * c] for t, c in shapes]), layer_s)
+    head = _relative_fit(np.array([[1.0, t] for t in head_t]), head_s)
+    return [float(v) for v in coef], [float(v) for v in head]
 
 
 def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None] = print) -> ProfileConfig:

@@ -22,7 +22,7 @@ from sim.workload import build_workload
 from traces.io import Trace
 
 OVERHEAD_RUNS = 3
-REPLAYS = 2  # a token's measured latency is its fastest of this many replays (drops disturbances)
+REPLAYS = 3  # a token's measured latency is its median over this many replays (drops disturbances)
 
 
 def device_memory_bytes(device: torch.device) -> int:
@@ -163,8 +163,8 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
     run_pair(warm, model, hw, system, store, cfg.engine)
     t0 = time.perf_counter()
     res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine)
-    for _ in range(REPLAYS - 1):  # the same decisions again; per token, the faster run
-        real = _faster_run(real, Replayer(wl, res.decisions, store).run())
+    # the same decisions again; per token, the median run (as the calibration's medians)
+    real = _median_run([real, *(Replayer(wl, res.decisions, store).run() for _ in range(REPLAYS - 1))])
     replay = summarise(measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]),
                        "replay", time.perf_counter() - t0)
     write_results(res, out / "sim")
@@ -184,14 +184,13 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
     return v
 
 
-def _faster_run(a: Any, b: Any) -> Any:
-    """Per pass, the smaller of two measured latencies (a disturbance only adds time); the rest
-    of the record from the first run."""
-    la, lb = a.pass_end - a.pass_start, b.pass_end - b.pass_start
-    pick = lb < la
-    a.pass_start = np.where(pick, b.pass_start, a.pass_start)
-    a.pass_end = np.where(pick, b.pass_end, a.pass_end)
-    return a
+def _median_run(runs: list[Any]) -> Any:
+    """Per pass, the median of the runs' measured latencies (a disturbance of one run drops out);
+    the rest of the record from the first run."""
+    lat = np.median(np.stack([r.pass_end - r.pass_start for r in runs]), axis=0)
+    first = runs[0]
+    first.pass_end = first.pass_start + lat
+    return first
 
 
 def _report(v: dict[str, Any], s: dict[str, Any], plots: list) -> str:

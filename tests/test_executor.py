@@ -205,3 +205,24 @@ def test_cuda_kernels_match_the_reference():
         got = k.forward(x.to(dev), k.views(buf)).float().cpu()
         want = reference(x.float(), gu, down, precision)
         assert (got - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_calibration_fits_and_replay_medians_drop_disturbances():
+    from executor.calibrate import _relative_fit
+    from executor.validate import _median_run
+    from sim.timeline import Timeline
+
+    # a + b*T + c*T*C, recovered exactly; in relative error a one-token point weighs as much as a long prefill
+    shapes = np.array([[1.0, t, t * c] for t in (1, 8, 256) for c in (t + 64, t + 320)])
+    truth = np.array([6e-4, 2e-6, 1e-7])
+    assert np.allclose(_relative_fit(shapes, shapes @ truth), truth, rtol=1e-9)
+    noisy = shapes @ truth * np.array([1, 1, 1, 1, 1.5, 1.5])  # long prefills 50 % slow
+    rel = _relative_fit(shapes, noisy)
+    absolute, *_ = np.linalg.lstsq(shapes, noisy, rcond=None)
+    assert abs(rel[0] + rel[1] - 6.02e-4) < abs(absolute[0] + absolute[1] - 6.02e-4)
+    # per token, the median of three replays: one run's slow spell drops out
+    runs = []
+    for spell in ((0, 0, 0), (0, 5, 0), (0, 0, 9)):
+        tl = Timeline(np.arange(3.0) * 10, np.arange(3.0) * 10 + 1 + np.array(spell), np.zeros(1), np.zeros(1))
+        runs.append(tl)
+    assert np.allclose(_median_run(runs).pass_end - np.arange(3.0) * 10, 1.0)
