@@ -50,7 +50,10 @@ def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
 
 def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace) -> float:
     """Seconds per layer the replay loop adds to the measured parts: a pass with every expert
-    resident (static placement, no copies), measured minus modelled, per layer, median."""
+    resident (static placement, no copies), measured minus modelled, per layer, median.
+    Zero when the loop runs faster than its parts: this run has no copies, and on a CPU the
+    copies of a real run slow the compute (they share the memory bus), which no negative
+    correction measured without them should hide."""
     system = SystemConfig(name="resident", placement="static", n_cpu_moe=0)
     system = dataclasses.replace(system, precision=dataclasses.replace(system.precision, mode="high"),
                                  prefetch=dataclasses.replace(system.prefetch, kind="none"))

@@ -93,7 +93,7 @@ class ProfileConfig:
     link_gbps: float = 0.0
     dense_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # a, b, c
     other_s: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a, b
-    layer_overhead_s: float = 0.0
+    layer_overhead_s: float = 0.0  # the replay loop per layer beyond its measured parts
     expert_tokens: list[int] = field(default_factory=list)
     expert_high_s: list[float] = field(default_factory=list)
     expert_low_s: list[float] = field(default_factory=list)

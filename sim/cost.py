@@ -75,7 +75,7 @@ class CostModel:
         """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
         if self.hw.profile is not None:
             a, b, c = self.hw.profile.dense_s
-            return self.layer_scale * (a + b * tokens + c * tokens * context) + self.hw.profile.layer_overhead_s
+            return max(self.layer_scale * (a + b * tokens + c * tokens * context) + self.hw.profile.layer_overhead_s, 0.0)
         m = self.model
         kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
         nbytes = m.dense_bytes_per_layer() + kv_per_layer * context
