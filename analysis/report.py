@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -37,15 +36,9 @@ def join_quality(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return merged, int(merged["quality.ppl"].notna().sum())
 
 
-def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-
-
 def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     """Aggregate ``root`` and write ``root/report/``; returns the report.md path."""
-    from traces.io import atomic_write_text
+    from traces.io import atomic_write_parquet, atomic_write_text
 
     agg = aggregate(root)
     out = Path(root) / "report"
@@ -58,7 +51,7 @@ def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     if df.empty:
         atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md", agg
-    _write_parquet(df, out / "runs.parquet")
+    atomic_write_parquet(df, out / "runs.parquet")
     df, joined = join_quality(df)
     if joined:
         lines += ["", f"Measured quality joined to {joined} simulated runs by precision mode, T1 and T2."]

@@ -7,7 +7,8 @@
 - the dense part of a layer over tokens x context, fitted to a + b*T + c*T*C, and the LM head;
 - the replay loop's own cost per layer: a run with every expert resident, minus what
   the measured parts predict for it.
-Medians of repeated rounds after a warm-up, each round going through every shape in turn; writes a hardware profile (``sim.config.ProfileConfig``).
+Medians of repeated rounds after a warm-up, each round going through every shape in turn;
+writes a hardware profile (``sim.config.ProfileConfig``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ rules as ``sim.timeline``. The cache is the decisions' cache (``sim.decide``): t
 executor keeps a device buffer for every copy the decisions keep, frees the ones they
 evict (``executor.cache``: pools preallocated, never more resident than a pool's slots).
 Each pass is timed with perf_counter after synchronising, and on CUDA by events recorded
-on the compute stream at its start and end (the event time is the one reported). Legend: T tokens in the pass, C context, H hidden.
+on the compute stream at its start and end (the event time is the one reported).
+Legend: T tokens in the pass, C context, H hidden.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 
 from executor.calibrate import calibrate
 from executor.replay import Replayer
-from executor.weights import HostStore
+from executor.weights import HostStore, first_layers
 from sim.config import HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
 from sim.policies.base import HIGH, LOW
 from sim.run import simulate
@@ -73,14 +73,10 @@ def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace) -> float:
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
                  progress=print) -> HardwareConfig:
     """Calibrate the parts, then the loop overhead on ``trace``'s first request."""
-    from executor.weights import first_layers
-
     trace = first_layers(trace, store.model.num_layers)
     hw = profile_hardware(calibrate(store, device.type, progress), device, pair)
     progress("  replay loop overhead per layer")
-    first = Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id == trace.arrays.request_id[0])),
-                  trace.path)
-    over = loop_overhead(store, hw, first)
+    over = loop_overhead(store, hw, _requests(trace, 0, 1))
     progress(f"    {over * 1e6:.1f} us per layer")
     return dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, layer_overhead_s=over))
 
@@ -145,11 +141,11 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
 
     from analysis.validation_plots import plot_validation
     from executor.commands import _setup, write_profile
-    from executor.weights import first_layers, reduce_model
+    from executor.weights import reduce_model
     from sim.commands import bundled_trace, write_results
     from sim.results import summarise
     from sim.run import CacheSizing, check_profile
-    from traces.io import atomic_write_text, read_trace
+    from traces.io import atomic_write_parquet, atomic_write_text, read_trace
 
     hw = load_hardware(cfg.profile) if cfg.profile else None
     if hw is not None:
@@ -181,7 +177,8 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
     atomic_write_text(out / "results.json", json.dumps(summary, indent=1) + "\n")
     import pandas as pd
 
-    pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}).to_parquet(out / "tokens.parquet")
+    atomic_write_parquet(pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}),
+                         out / "tokens.parquet")
     plots = plot_validation(e["sim_ms"], e["measured_ms"], v, out)
     atomic_write_text(out / "report.md", _report(v, summary, plots))
     return v

@@ -19,6 +19,7 @@ import torch
 from executor.kernels import ExpertKernel
 from sim.config import ConfigError, ModelConfig
 from sim.policies.base import HIGH, LOW
+from traces.io import Trace
 
 
 def reduce_model(model: ModelConfig, scale: int, layers: int = 0) -> ModelConfig:
@@ -26,7 +27,8 @@ def reduce_model(model: ModelConfig, scale: int, layers: int = 0) -> ModelConfig
     parts shrink with the square of the width, embeddings with it) and, when ``layers`` > 0,
     only its first ``layers`` MoE layers; the routing of the layers kept is unchanged."""
     if scale < 1 or model.hidden_size % scale or model.expert_ffn % scale:
-        raise ConfigError(f"scale={scale} must divide hidden_size {model.hidden_size} and expert_ffn {model.expert_ffn}")
+        raise ConfigError(f"scale={scale} must divide hidden_size {model.hidden_size} and expert_ffn "
+                          f"{model.expert_ffn}")
     if layers < 0 or layers > model.num_layers:
         raise ConfigError(f"layers={layers} must be between 1 and model={model.name}'s {model.num_layers} MoE layers "
                           f"(0: all of them)")
@@ -41,10 +43,8 @@ def reduce_model(model: ModelConfig, scale: int, layers: int = 0) -> ModelConfig
     return model
 
 
-def first_layers(trace: Any, layers: int) -> Any:
+def first_layers(trace: Trace, layers: int) -> Trace:
     """``trace`` with only its first ``layers`` MoE layers, as a trace of a ``layers``-layer model."""
-    from traces.io import Trace
-
     meta = trace.meta
     if layers <= 0 or layers >= meta.model.num_layers:
         return trace

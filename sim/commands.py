@@ -19,17 +19,10 @@ def bundled_trace() -> Path:
 
 def write_results(res, out: Path) -> list[Path]:
     """results.json, passes.parquet (one row per forward pass), layers.parquet; each written atomically."""
-    import os
+    from traces.io import atomic_write_parquet, atomic_write_text
 
-    from traces.io import atomic_write_text
-
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, table in (("passes.parquet", res.passes), ("layers.parquet", res.layers)):
-        tmp = out / f".{name}.{os.getpid()}.tmp"
-        table.to_parquet(tmp, index=False)
-        os.replace(tmp, out / name)
-        paths.append(out / name)
+    paths = [atomic_write_parquet(res.passes, out / "passes.parquet"),
+             atomic_write_parquet(res.layers, out / "layers.parquet")]
     paths.append(atomic_write_text(out / "results.json", json.dumps(res.summary, indent=1, default=float) + "\n"))
     return paths
 

@@ -111,7 +111,7 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     import optuna
     import pandas as pd
 
-    from traces.io import atomic_write_text
+    from traces.io import atomic_write_parquet, atomic_write_text
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(cfg.out_dir)
@@ -132,7 +132,7 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     todo = max(cfg.trials - finished, 0)
     study.optimize(objective, n_trials=todo, show_progress_bar=todo > 0)
     rows = [{"trial": t.number, **t.params, **t.user_attrs} for t in study.trials if t.state.name == "COMPLETE"]
-    pd.DataFrame(rows).to_parquet(out / "trials.parquet", index=False)
+    atomic_write_parquet(pd.DataFrame(rows), out / "trials.parquet")
     best = best_trials(study, cfg)
     summary = {"study": str(path), "trials": len(rows), "resumed_from": finished, "objective": cfg.objective,
                "quality_budget": cfg.quality_budget, "best": []}

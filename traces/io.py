@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -179,6 +180,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return p
+
+
+def atomic_write_parquet(df: Any, path: str | os.PathLike) -> Path:
+    """Write a pandas table as Parquet so that the final name is complete or absent."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        df.to_parquet(tmp, index=False)
         os.replace(tmp, p)
     finally:
         tmp.unlink(missing_ok=True)
