@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 KNOB_PREFIX = "knob."  # columns holding overridden knobs
 
@@ -27,12 +28,12 @@ class Aggregate:
     problems: list[str] = field(default_factory=list)
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            out.update(flatten(v, key + "."))
         elif isinstance(v, (list, tuple)):
             out[key] = json.dumps(v)
         else:
@@ -41,8 +42,6 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _overrides(run: Path) -> dict[str, Any]:
-    import yaml
-
     f = run / ".hydra" / "overrides.yaml"
     if not f.is_file():
         return {}
@@ -81,7 +80,7 @@ def aggregate(root: str | Path) -> Aggregate:
         except (json.JSONDecodeError, ValueError, UnicodeDecodeError) as exc:
             problems.append(f"{name}: results.json is unreadable ({exc})")
             continue
-        rows.append({"run": name, **_overrides(run), **_flatten(res)})
+        rows.append({"run": name, **_overrides(run), **flatten(res)})
     return Aggregate(root, pd.DataFrame(rows), problems)
 
 

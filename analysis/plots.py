@@ -2,7 +2,7 @@
 nothing when the runs do not vary what it shows.
 
 Columns used: ``decode_ms_per_token.mean``, ``system``, ``system_config.precision.t1/t2``,
-``system_config.cache.w_*``, ``cache.high_bytes`` + ``cache.low_bytes``,
+``system_config.cache.multidim.w_*``, ``cache.high_bytes`` + ``cache.low_bytes``,
 ``quality_proxy.degraded_mass`` (or a measured ``quality.ppl_rel_change`` when present).
 """
 
@@ -15,11 +15,12 @@ import pandas as pd
 
 LAT = "decode_ms_per_token.mean"
 T1, T2 = "system_config.precision.t1", "system_config.precision.t2"
-WEIGHTS = ["system_config.cache.w_lru", "system_config.cache.w_lfu", "system_config.cache.w_lhu",
-           "system_config.cache.w_fld"]
+WEIGHTS = [f"system_config.cache.multidim.w_{n}" for n in ("lru", "lfu", "lhu", "fld")]
 
 
 def pyplot():
+    """matplotlib's pyplot on the Agg backend (lazy: the backend is chosen before pyplot loads,
+    and commands that draw nothing do not pay for matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")

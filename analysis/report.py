@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
-from analysis import plots
-from analysis.aggregate import Aggregate, aggregate, knob_columns
+from hobbit.analysis import plots
+from hobbit.analysis.aggregate import Aggregate, aggregate, knob_columns
+from hobbit.traces.io import atomic_write_parquet, atomic_write_text
 
 
 def _table(df: pd.DataFrame, cols: list[str], n: int = 10) -> str:
@@ -38,8 +38,6 @@ def join_quality(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 
 def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     """Aggregate ``root`` and write ``root/report/``; returns the report.md path."""
-    from traces.io import atomic_write_parquet, atomic_write_text
-
     agg = aggregate(root)
     out = Path(root) / "report"
     out.mkdir(parents=True, exist_ok=True)

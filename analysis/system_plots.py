@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hobbit.analysis.plots import pyplot, save
+
 
 def plot_systems(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path]:
     """``systems.png``/``.svg``: decode ms/token per system, split into stall and the rest."""
-    from analysis.plots import pyplot, save
-
     plt = pyplot()
 
     names = [r["system"] for r in rows]

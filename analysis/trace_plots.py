@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hobbit.analysis.plots import pyplot, save
 
 
 def plot_trace_summary(s: dict[str, Any], out: Path) -> list[Path]:
     """Write ``trace_summary.png`` and ``.svg``: expert load, next-token reuse per layer, lookahead accuracy."""
-    from analysis.plots import pyplot, save
-
     plt = pyplot()
 
     m = s["model"]

@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from analysis.plots import pyplot, save
+from hobbit.analysis.plots import pyplot, save
 
 
 def plot_validation(sim_ms: list[float], real_ms: list[float], v: dict[str, Any], out: Path) -> list[Path]:

@@ -36,11 +36,10 @@ def _decode(model, ids: torch.Tensor, n: int, recorder=None) -> float:
 
 
 def main() -> None:
+    from hobbit.traces.capture import RouterRecorder
+    from hobbit.traces.families import family_for, find_routers
+    from hobbit.traces.tiny import bundled_model_dir
     from transformers import AutoModelForCausalLM
-
-    from traces.capture import RouterRecorder
-    from traces.families import family_for, find_routers
-    from traces.tiny import bundled_model_dir
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=64)

@@ -20,9 +20,9 @@ import numpy as np
 
 
 def repeated_trace(tokens: int):
-    from sim.commands import bundled_trace
-    from traces.arrays import concat
-    from traces.io import Trace, read_trace
+    from hobbit.traces.arrays import concat
+    from hobbit.traces.io import Trace, read_trace
+    from hobbit.traces.tiny import bundled_trace
 
     tr = read_trace(bundled_trace())
     L = len(tr.meta.layers)
@@ -41,17 +41,17 @@ def repeated_trace(tokens: int):
 
 
 def main() -> None:
+    from hobbit.sim.cost import CostModel
+    from hobbit.sim.decide import Decider
+    from hobbit.sim.engine import Engine
+    from hobbit.sim.plain import replay
+    from hobbit.sim.policies.base import HIGH, LOW
+    from hobbit.sim.run import place, size_cache
+    from hobbit.sim.workload import build_workload
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    import sim.commands  # noqa: F401
-    from sim.cost import CostModel
-    from sim.decide import Decider
-    from sim.engine import Engine
-    from sim.plain import replay
-    from sim.policies.base import HIGH, LOW
-    from sim.run import place, size_cache
-    from sim.workload import build_workload
+    import hobbit.sim_commands  # noqa: F401
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=10_000)
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     trace = repeated_trace(args.tokens)
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="hobbit.conf", version_base="1.3"):
         cfg = OmegaConf.to_object(compose("sim", overrides=["out_dir=.", f"system={args.system}"]))
     n = len(trace.arrays)
     print(f"trace: {n // 32} tokens x 32 layers = {n} token-layers; system={args.system}")

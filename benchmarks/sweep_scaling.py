@@ -21,8 +21,8 @@ import numpy as np
 
 
 def small_trace(path: Path, requests: int) -> Path:
-    from sim.commands import bundled_trace
-    from traces.io import Trace, read_trace, write_trace
+    from hobbit.traces.io import Trace, read_trace, write_trace
+    from hobbit.traces.tiny import bundled_trace
 
     tr = read_trace(bundled_trace())
     keep = np.flatnonzero(tr.arrays.request_id < requests)
@@ -32,7 +32,7 @@ def small_trace(path: Path, requests: int) -> Path:
 def sweep(trace: Path, configs: int, jobs: int, out: Path) -> float:
     half = configs // 2
     t1 = ",".join(f"{0.3 + 0.6 * i / max(half - 1, 1):.3f}" for i in range(half))
-    cmd = [sys.executable, "-m", "sim.cli", "sim", "-m", f"trace={trace}", f"system.precision.t1={t1}",
+    cmd = [sys.executable, "-m", "hobbit", "sim", "-m", f"trace={trace}", f"system.precision.t1={t1}",
            "system.cache.high_bytes=6000000000,12000000000", "system.cache.low_bytes=3000000000", "use_cache=false",
            f"hydra.launcher.n_jobs={jobs}", f"hydra.sweep.dir={out}"]
     t0 = time.perf_counter()

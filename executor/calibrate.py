@@ -19,12 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-
-from executor.link import Copy, CopyEngine
-from executor.replay import Dense, sync
-from executor.weights import HostStore
-from sim.config import ProfileConfig
-from sim.policies.base import HIGH, LOW
+from hobbit.executor.link import Copy, CopyEngine
+from hobbit.executor.replay import Dense, sync
+from hobbit.executor.weights import HostStore
+from hobbit.sim.config import ProfileConfig
+from hobbit.sim.policies.base import HIGH, LOW
 
 EXPERT_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 

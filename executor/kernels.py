@@ -17,9 +17,8 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from hobbit.executor.quant import BITS, QuantizedWeight, dequantize, group_size, quantize, unpack
 from torch.nn import functional as nnf
-
-from executor.quant import BITS, QuantizedWeight, dequantize, group_size, quantize, unpack
 
 
 @dataclass

@@ -12,24 +12,25 @@ Legend: T tokens, K top-k, E experts, H hidden, F expert FFN, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from hobbit.executor.config import PAIRS, QualityConfig, QualityError
+from hobbit.executor.quant import fake_quantize
+from hobbit.sim.config import check_system
+from hobbit.sim.policies.base import HIGH, LOW, SKIP
+from hobbit.sim.policies.precision import classes_for
+from hobbit.traces.families import family_for, find_routers
+from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir
 from torch import nn
+from tqdm import tqdm
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from executor.quant import fake_quantize
-from sim.policies.base import HIGH, LOW, SKIP
-from sim.policies.precision import classes_for
-from traces.schema import InputError
-
-PAIRS = {"fp16-int4": ("fp16", "int4"), "int8-int2": ("int8", "int2")}
-
-
-class QualityError(InputError):
-    """Bad input to ``hobbit quality``, found before any work."""
-
+__all__ = ["PAIRS", "QualityError", "install", "measure", "run_quality", "windows"]
 
 def token_classes(weights: torch.Tensor, mode: str, t1: float, t2: float) -> torch.Tensor:
     """The rule per (token, slot): weights [T, K] in router order -> classes [T, K] (HIGH/LOW/SKIP)."""
@@ -87,8 +88,6 @@ class MixedExperts(nn.Module):
 
 def install(model: Any, family: Any, **knobs: Any) -> list[MixedExperts]:
     """Replace the experts of every MoE block; returns the new modules."""
-    from traces.families import find_routers
-
     parent_path = family.router_path.rsplit(".", 1)[0]
     blocks = getattr(model, "model", model).layers
     mixed = []
@@ -147,8 +146,6 @@ def windows(ids: list[int], context: int, max_windows: int) -> torch.Tensor:
 
 def measure(model: Any, mixed: list[MixedExperts], batches: torch.Tensor, batch_size: int) -> dict[str, float]:
     """Run each batch of windows through the reference and the mixed model."""
-    from tqdm import tqdm
-
     m = Measure()
     with torch.no_grad():
         for i in tqdm(range(0, len(batches), batch_size), desc="quality", unit="batch"):
@@ -161,3 +158,30 @@ def measure(model: Any, mixed: list[MixedExperts], batches: torch.Tensor, batch_
                 mod.enabled = True
             m.add(ref, model(input_ids=inputs).logits, labels)
     return m.result(sum(mod.mass for mod in mixed))
+
+
+def run_quality(cfg: QualityConfig) -> dict:
+    """Check every input, then load, patch and measure; returns results.json's content."""
+    check_system(cfg.system)
+    if cfg.precision_pair not in PAIRS:
+        raise QualityError(f"precision_pair={cfg.precision_pair} must be one of {sorted(PAIRS)}")
+    for name in ("context_length", "max_windows", "batch_size", "group"):
+        if getattr(cfg, name) < 1:
+            raise QualityError(f"{name}={getattr(cfg, name)} must be >= 1")
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else bundled_model_dir()
+    if not (ckpt / "config.json").is_file():
+        raise QualityError(f"checkpoint={ckpt}: no config.json (fix: a Hugging Face checkpoint directory)")
+    family = family_for(AutoConfig.from_pretrained(ckpt), f"checkpoint={ckpt}")
+    text_path = Path(cfg.text) if cfg.text else bundled_heldout_text()
+    if not text_path.is_file():
+        raise QualityError(f"text={text_path} does not exist")
+    ids = AutoTokenizer.from_pretrained(ckpt)(text_path.read_text(encoding="utf-8"))["input_ids"]
+    batches = windows(ids, cfg.context_length, cfg.max_windows)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    p = cfg.system.precision
+    mixed = install(model, family, pair=PAIRS[cfg.precision_pair], mode=p.mode, t1=p.t1, t2=p.t2,
+                    renormalize=cfg.renormalize, group=cfg.group)
+    quality = measure(model, mixed, batches, cfg.batch_size)
+    return {"quality": quality, "system": cfg.system.name, "system_config": dataclasses.asdict(cfg.system),
+            "checkpoint": str(ckpt), "text": str(text_path), "precision_pair": cfg.precision_pair,
+            "renormalize": cfg.renormalize, "context_length": cfg.context_length, "windows": len(batches)}

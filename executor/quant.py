@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from hobbit.sim.config import quant_group
 
 BITS = {"int8": 8, "int4": 4, "int2": 2}
 
@@ -34,8 +35,6 @@ class QuantizedWeight:
 
 def group_size(k: int, group: int) -> int:
     """The group used for ``k`` input features (the simulator's byte counts use the same rule)."""
-    from sim.config import quant_group
-
     return quant_group(k, group)
 
 

@@ -18,14 +18,13 @@ import time
 
 import numpy as np
 import torch
+from hobbit.executor.cache import DeviceCache
+from hobbit.executor.link import Copy, CopyEngine
+from hobbit.executor.weights import HostStore, kv_width
+from hobbit.sim.decide import Decisions, LayerStep
+from hobbit.sim.timeline import Timeline
+from hobbit.sim.workload import Workload
 from torch.nn import functional as nnf
-
-from executor.cache import DeviceCache
-from executor.link import Copy, CopyEngine
-from executor.weights import HostStore, kv_width
-from sim.decide import Decisions, LayerStep
-from sim.timeline import Timeline
-from sim.workload import Workload
 
 HEAD_DIM = 64
 

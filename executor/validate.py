@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-
-from executor.calibrate import calibrate
-from executor.replay import Replayer
-from executor.weights import HostStore, first_layers
-from sim.config import HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
-from sim.policies.base import HIGH, LOW
-from sim.run import simulate
-from sim.workload import build_workload
-from traces.io import Trace
+from hobbit.executor.calibrate import calibrate
+from hobbit.executor.config import ValidateConfig
+from hobbit.executor.replay import Replayer
+from hobbit.executor.setup import prepare
+from hobbit.executor.weights import HostStore, first_layers
+from hobbit.sim.config import HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
+from hobbit.sim.policies.base import HIGH, LOW
+from hobbit.sim.results import Results, summarise
+from hobbit.sim.run import CacheSizing, simulate
+from hobbit.sim.workload import build_workload
+from hobbit.traces.io import Trace
 
 OVERHEAD_RUNS = 3
 REPLAYS = 3  # a token's measured latency is its median over this many replays (drops disturbances)
@@ -104,61 +108,34 @@ def errors(wl, sim_tl, real_tl) -> dict[str, Any]:
             "sim_ms": sim.tolist(), "measured_ms": real.tolist()}
 
 
-def load_hardware(path: str) -> HardwareConfig:
-    """A hardware YAML (e.g. written by ``hobbit calibrate``) as a typed config."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from sim.config import ConfigError
-
-    if not Path(path).is_file():
-        raise ConfigError(f"profile={path} does not exist (fix: the hardware YAML hobbit calibrate wrote)")
-    try:
-        def typed(schema: type, data: Any) -> Any:
-            node = OmegaConf.structured(schema)
-            OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the merge fills in a copy
-            return OmegaConf.to_object(OmegaConf.merge(node, data))
-
-        data = OmegaConf.load(path)
-        profile = data.pop("profile", None)
-        hw = typed(HardwareConfig, data)
-        return dataclasses.replace(hw, profile=None if profile is None else typed(ProfileConfig, profile))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"profile={path}: {exc}".replace("\n", " ")) from exc
-
-
 def _requests(trace: Trace, first: int, n: int) -> Trace:
     ids = np.unique(trace.arrays.request_id)[first: first + n]
     return Trace(trace.meta, trace.arrays.take(np.flatnonzero(np.isin(trace.arrays.request_id, ids))), trace.path)
 
 
-def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
-    """Calibrate (or load a profile), simulate and replay; write results, tables, plots, report."""
-    import json
-    import time
+@dataclass
+class Validation:
+    """A simulation and the replays of its decisions; ``summary`` is the run's results.json."""
 
-    from analysis.validation_plots import plot_validation
-    from executor.commands import _setup, write_profile
-    from executor.weights import reduce_model
-    from sim.commands import bundled_trace, write_results
-    from sim.results import summarise
-    from sim.run import CacheSizing, check_profile
-    from traces.io import atomic_write_parquet, atomic_write_text, read_trace
+    sim: Results
+    replay: Results
+    errors: dict[str, Any]  # per decode token: simulated and measured ms, and their error
+    summary: dict[str, Any]
+    hardware: HardwareConfig  # the profile used (calibrated now or given)
+    model: ModelConfig  # the reduced model replayed
 
-    hw = load_hardware(cfg.profile) if cfg.profile else None
-    if hw is not None:
-        check_profile(reduce_model(cfg.model, cfg.scale, cfg.layers), hw)  # before any work
-    trace = first_layers(read_trace(cfg.trace or bundled_trace()), cfg.layers)
+
+def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None, progress=print) -> Validation:
+    """Calibrate (unless ``hw`` is a measured profile), simulate the trace's requests after a
+    warm-up one, and replay the very decisions ``REPLAYS`` times; no I/O."""
+    trace = first_layers(trace, cfg.layers)
     warm, measured = _requests(trace, 0, 1), _requests(trace, 1, cfg.requests)
-    device, model, pair, store = _setup(cfg, cfg.cache_fraction)
+    device, model, pair, store = prepare(cfg, cfg.cache_fraction)
     if hw is None:
-        print(f"calibrating {model.name} on {device}")
-        hw = full_profile(store, device, pair, warm)
-    write_profile(hw, model, out)
+        progress(f"calibrating {model.name} on {device}")
+        hw = full_profile(store, device, pair, warm, progress)
     system = cache_system(cfg.system, store, model, cfg.cache_fraction)
-    print(f"replaying {measured.num_tokens} tokens ({cfg.requests} requests) after a warm-up request")
+    progress(f"replaying {measured.num_tokens} tokens ({cfg.requests} requests) after a warm-up request")
     run_pair(warm, model, hw, system, store, cfg.engine)
     t0 = time.perf_counter()
     res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine)
@@ -166,22 +143,13 @@ def validate_run(cfg: Any, out: Any) -> dict[str, Any]:
     real = _median_run([real, *(Replayer(wl, res.decisions, store).run() for _ in range(REPLAYS - 1))])
     replay = summarise(measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]),
                        "replay", time.perf_counter() - t0)
-    write_results(res, out / "sim")
-    write_results(replay, out / "replay")
     e = errors(wl, res.timeline, real)
     v = {k: e[k] for k in ("mape", "p50_abs_ms", "p95_abs_ms", "tokens", "mean_simulated_ms", "mean_measured_ms")}
     v["device"] = f"{device.type}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
     summary = {"validation": v, "model": model.name, "system": system.name, "hardware": hw.name,
                "profile": dataclasses.asdict(hw.profile), "precision_pair": cfg.precision_pair,
                "copies_measured_gbps": replay.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9}
-    atomic_write_text(out / "results.json", json.dumps(summary, indent=1) + "\n")
-    import pandas as pd
-
-    atomic_write_parquet(pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}),
-                         out / "tokens.parquet")
-    plots = plot_validation(e["sim_ms"], e["measured_ms"], v, out)
-    atomic_write_text(out / "report.md", _report(v, summary, plots))
-    return v
+    return Validation(res, replay, e, summary, hw, model)
 
 
 def _median_run(runs: list[Any]) -> Any:
@@ -191,13 +159,3 @@ def _median_run(runs: list[Any]) -> Any:
     first = runs[0]
     first.pass_end = first.pass_start + lat
     return first
-
-
-def _report(v: dict[str, Any], s: dict[str, Any], plots: list) -> str:
-    p = s["profile"]
-    return (f"# Validation: {s['system']} on {s['hardware']} ({v['device']}), {s['model']}\n\n"
-            f"{v['tokens']} decode tokens: MAPE {100 * v['mape']:.1f} %, |error| P50 {v['p50_abs_ms']:.2f} ms, "
-            f"P95 {v['p95_abs_ms']:.2f} ms; simulated {v['mean_simulated_ms']:.1f} ms/token, measured "
-            f"{v['mean_measured_ms']:.1f}.\n\nProfile: link t0 {p['link_t0_s'] * 1e6:.1f} us, {p['link_gbps']:.2f} GB/s "
-            f"(copies during the replay: {s['copies_measured_gbps']:.2f} GB/s); replay loop "
-            f"{p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n![validation]({plots[0].name})\n")

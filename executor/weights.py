@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from executor.kernels import ExpertKernel
-from sim.config import ConfigError, ModelConfig
-from sim.policies.base import HIGH, LOW
-from traces.io import Trace
+from hobbit.executor.kernels import ExpertKernel
+from hobbit.sim.config import ConfigError, ModelConfig
+from hobbit.sim.policies.base import HIGH, LOW
+from hobbit.traces.io import Trace
 
 
 def reduce_model(model: ModelConfig, scale: int, layers: int = 0) -> ModelConfig:

@@ -1,15 +1,17 @@
 """Typed configs of the simulator: model, hardware, system (frozen dataclasses).
 
 Hydra composes ``conf/{model,hardware,system}/*.yaml`` over these schemas (registered in
-the ConfigStore by ``register``); the core never sees a ``DictConfig``. Units are in the
+its ConfigStore by the application layer, ``hobbit.glue``); the core never sees a ``DictConfig``. Units are in the
 names: ``_bytes``, ``_s``, ``_gbps`` (1e9 bytes/s), ``_tflops`` (1e12 flop/s).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any
 
-from traces.schema import InputError
+from hobbit.sim.policies.registry import EVICTION, PREFETCH, knobs_types
+from hobbit.traces.schema import InputError
 
 PRECISIONS = ("fp16", "bf16", "int8", "int4", "int2")
 _BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
@@ -141,22 +143,32 @@ class PrecisionConfig:
     multi_token: str = "max"  # a pass with many tokens loads an expert at the highest precision any needs
 
 
+def with_policy_nodes(base: type, name: str, registry: dict[str, str]) -> type:
+    """``base`` plus one config node per registered policy that has knobs, named after it and typed
+    by its ``Knobs`` dataclass (``system.cache.multidim.w_fld``): a policy's knobs live with it and
+    arrive here without an edit."""
+    nodes = [(n, k, field(default_factory=k)) for n, k in knobs_types(registry).items()]
+    cls = make_dataclass(name, nodes, bases=(base,), frozen=True)
+    cls.__module__, cls.__qualname__, cls.__doc__ = __name__, name, base.__doc__
+    return cls
+
+
 @dataclass(frozen=True)
-class PrefetchConfig:
-    """What is loaded ahead. ``kind``: hobbit | next_layer | eam | oracle | none."""
+class PrefetchBase:
+    """What is loaded ahead. ``kind``: a name of ``policies.registry.PREFETCH``; its knobs, if any,
+    are the node ``system.prefetch.<kind>``."""
 
     kind: str = "hobbit"
     max_depth: int = 2  # p: layers looked ahead (paper: adaptive in [1, 3], default 2)
     fallback: str = "oracle"  # predictor when the trace has no predictions: oracle | history | none
     fallback_accuracy: float = 0.9  # top-1 accuracy of the oracle fallback
     use_precision_rule: bool = True  # prefetch at the precision the T1/T2 rule gives the predicted weights
-    eam_history: int = 32  # eam: past sequences kept for matching
-    eam_experts_per_layer: int = 2  # eam: experts prefetched per future layer
 
 
 @dataclass(frozen=True)
-class CacheConfig:
-    """The device expert cache. ``policy``: multidim | lru | lfu | fifo | belady | eam_priority.
+class CacheBase:
+    """The device expert cache. ``policy``: a name of ``policies.registry.EVICTION``; its knobs, if
+    any, are the node ``system.cache.<policy>``.
 
     Sizes: ``high_bytes``/``low_bytes`` when >= 0; otherwise the device memory left after
     resident weights, KV cache and the reserve, split by ``high_fraction``.
@@ -167,10 +179,15 @@ class CacheConfig:
     low_bytes: int = -1
     high_fraction: float = 0.75  # the paper keeps the high-precision pool larger
     per_layer: bool = False  # split each pool evenly across layers (MoE-Offloading)
-    w_lru: float = 0.25  # tuned defaults: see conf/system/hobbit.yaml
-    w_lfu: float = 0.25
-    w_lhu: float = 0.0
-    w_fld: float = 0.5
+
+
+PrefetchConfig = with_policy_nodes(PrefetchBase, "PrefetchConfig", PREFETCH)
+CacheConfig = with_policy_nodes(CacheBase, "CacheConfig", EVICTION)
+
+
+def policy_knobs(node: Any, name: str) -> Any:
+    """The knobs node of policy ``name`` in a cache or prefetch config (None: it has none)."""
+    return getattr(node, name, None)
 
 
 @dataclass(frozen=True)
@@ -196,8 +213,13 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.precision.t1={p.t1}, t2={p.t2}: need 0 <= t1 <= t2 <= 1")
     if p.multi_token not in ("max", "high"):
         raise ConfigError(f"system.precision.multi_token={p.multi_token} must be max or high")
-    if s.prefetch.kind not in ("hobbit", "next_layer", "eam", "oracle", "none"):
-        raise ConfigError(f"system.prefetch.kind={s.prefetch.kind} must be hobbit, next_layer, eam, oracle or none")
+    for group, chosen, registry in (("prefetch.kind", s.prefetch.kind, PREFETCH), ("cache.policy", c.policy, EVICTION)):
+        if chosen not in registry:
+            raise ConfigError(f"system.{group}={chosen} is not one of {', '.join(sorted(registry))}")
+    for where, node, chosen in (("prefetch", s.prefetch, s.prefetch.kind), ("cache", c, c.policy)):
+        knobs = policy_knobs(node, chosen)
+        for problem in knobs.problems() if knobs is not None else []:
+            raise ConfigError(f"system.{where}.{chosen}.{problem}")
     if s.prefetch.fallback not in ("oracle", "history", "none"):
         raise ConfigError(f"system.prefetch.fallback={s.prefetch.fallback} must be oracle, history or none")
     if not 1 <= s.prefetch.max_depth <= 8:
@@ -206,14 +228,6 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.prefetch.fallback_accuracy={s.prefetch.fallback_accuracy} must be in [0, 1]")
     if s.placement not in ("cache", "static", "popular"):
         raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
-    if c.policy not in ("multidim", "lru", "lfu", "fifo", "belady", "eam_priority"):
-        raise ConfigError(f"system.cache.policy={c.policy} is not a known cache policy")
-    weights = {"w_lru": c.w_lru, "w_lfu": c.w_lfu, "w_lhu": c.w_lhu, "w_fld": c.w_fld}
-    for name, w in weights.items():
-        if w < 0:
-            raise ConfigError(f"system.cache.{name}={w} must be >= 0")
-    if c.policy == "multidim" and sum(weights.values()) <= 0:
-        raise ConfigError("system.cache.w_lru + w_lfu + w_lhu + w_fld must be > 0")
     if not 0.0 <= c.high_fraction <= 1.0:
         raise ConfigError(f"system.cache.high_fraction={c.high_fraction} must be in [0, 1]")
 

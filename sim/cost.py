@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from sim.config import HardwareConfig, ModelConfig
-from sim.policies.base import HIGH
+from hobbit.sim.config import HardwareConfig, ModelConfig
+from hobbit.sim.policies.base import HIGH
 
 GB = 1e9
 TFLOP = 1e12

@@ -2,25 +2,25 @@
 
 Decisions do not depend on time, so they are made once here and replayed by the timing
 engines (``sim.engine`` with simpy, ``sim.plain`` without) and by the executor, which
-therefore all see the same decisions. A prefetched expert is held in a staging slot,
-pinned, until its target layer runs (``PrefetchConfig.admit``): used there, it enters
-the cache (evicting then); unused, it is dropped, and a copy that has not started yet is
-cancelled by the timing engine. Legend: N tokens, L layers, K top-k, D lookahead depth,
-E experts, T tokens in a forward pass.
+therefore all see the same decisions. A prefetched expert is held in a staging slot
+until its target layer runs: used there, it enters the cache (evicting then); unused, it
+is dropped, and a copy that has not started yet is cancelled by the timing engine.
+The walk names no policy: it gives each what its class ``needs`` (``policies.base.NEEDS``).
+Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, T tokens in a forward pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from sim.config import SystemConfig
-from sim.policies.base import HIGH, LOW, SKIP, PrefetchContext
-from sim.policies.cache import ExpertCache
-from sim.policies.precision import classes_for
-from sim.policies.registry import make_eviction, make_prefetcher
-from sim.workload import Workload
+from hobbit.sim.config import SystemConfig, policy_knobs
+from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs, PrefetchContext
+from hobbit.sim.policies.cache import ExpertCache
+from hobbit.sim.policies.precision import classes_for
+from hobbit.sim.policies.registry import eviction_class, prefetcher_class
+from hobbit.sim.workload import Workload
 
 # served kinds (results.json served_mix)
 HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
@@ -99,20 +99,26 @@ class Decider:
         self.wn = (w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None)).tolist()  # gate mass per token
         self.cls = classes_for(wl.weights, p.mode, p.t1, p.t2).tolist()
         self.pred = self.pred_cls = None
-        depth = system.prefetch.max_depth
-        if wl.pred_ids is not None and system.prefetch.kind in ("hobbit", "next_layer"):
+        pf, ev = system.prefetch, system.cache
+        depth = pf.max_depth
+        pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
+        needs = pf_cls.needs | ev_cls.needs
+        if wl.pred_ids is not None and "predictions" in needs:
             self.pred = wl.pred_ids[:, :, :depth].tolist()  # [N][L][D][K]
             self.pred_cls = classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2).tolist()
-        self.prefetcher = make_prefetcher(system.prefetch.kind, system.prefetch)
-        extras = {"advisor": self.prefetcher, "future_uses": wl.future_uses() if system.cache.policy == "belady" else {}}
-        self.cache = ExpertCache(slots[HIGH], slots[LOW], make_eviction(system.cache.policy, system.cache, extras),
-                                 wl.num_layers, per_layer=system.cache.per_layer)
+        inputs = PolicyInputs(num_layers=wl.num_layers, depth=depth,
+                              future_uses=wl.future_uses() if "future_uses" in needs else None)
+        self.prefetcher = pf_cls(policy_knobs(pf, pf.kind), inputs)
+        if "prefetcher" in needs:
+            inputs = dataclasses.replace(inputs, prefetcher=self.prefetcher)
+        self.cache = ExpertCache(slots[HIGH], slots[LOW], ev_cls(policy_knobs(ev, ev.policy), inputs),
+                                 wl.num_layers, per_layer=ev.per_layer)
         placement = placement or Placement()
         self.resident, self.cpu_layers = placement.resident, placement.cpu_layers
         self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
         self.staged: dict[tuple[int, int], _Staged] = {}
         self.next_tid = 0
-        self.prefetching = system.prefetch.kind != "none" and not system.cpu_compute_misses
+        self.prefetching = pf_cls.loads_ahead and not system.cpu_compute_misses
         self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None,
                              slots=(int(slots[HIGH]), int(slots[LOW])),
                              staging=depth * wl.top_k if self.prefetching else 0)

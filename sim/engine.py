@@ -13,11 +13,10 @@ from typing import Generator
 
 import numpy as np
 import simpy
-
-from sim.cost import CostModel
-from sim.decide import Decisions, LayerStep
-from sim.timeline import Timeline, demand_insert_at
-from sim.workload import Workload
+from hobbit.sim.cost import CostModel
+from hobbit.sim.decide import Decisions, LayerStep
+from hobbit.sim.timeline import Timeline, demand_insert_at
+from hobbit.sim.workload import Workload
 
 
 class Link:

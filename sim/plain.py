@@ -9,11 +9,10 @@ queued copy that a layer waits for starts before any later arrival could pass it
 from __future__ import annotations
 
 import numpy as np
-
-from sim.cost import CostModel
-from sim.decide import Decisions
-from sim.timeline import Timeline, demand_insert_at
-from sim.workload import Workload
+from hobbit.sim.cost import CostModel
+from hobbit.sim.decide import Decisions
+from hobbit.sim.timeline import Timeline, demand_insert_at
+from hobbit.sim.workload import Workload
 
 
 class _Link:

@@ -24,13 +24,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from sim.config import HardwareConfig, ModelConfig, SystemConfig
-from sim.decide import SERVED_NAMES, Decisions
-from sim.policies.precision import hobbit_classes, rule_mix
-from sim.timeline import Timeline
-from sim.workload import Workload
-from traces.io import Trace
+from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
+from hobbit.sim.decide import SERVED_NAMES, Decisions
+from hobbit.sim.policies.precision import hobbit_classes, rule_mix
+from hobbit.sim.timeline import Timeline
+from hobbit.sim.workload import Workload
+from hobbit.traces.io import Trace
 
 
 @dataclass
@@ -42,6 +41,21 @@ class Results:
     layers: pd.DataFrame
     decisions: Decisions
     timeline: Timeline
+
+    @property
+    def decode_ms_per_token(self) -> float | None:
+        """Mean decode latency per token (ms); None for a trace without decode."""
+        return self.summary["decode_ms_per_token"]["mean"]
+
+    @property
+    def prefill_ms_per_request(self) -> float | None:
+        """Mean prefill latency per request (ms); None for a decode-only trace."""
+        return self.summary["prefill_ms_per_request"]["mean"]
+
+    @property
+    def hit_rate(self) -> float:
+        """Expert uses served from device-resident weights / uses not skipped."""
+        return self.summary["hit_rate"]
 
 
 def _stats(ms: np.ndarray) -> dict[str, float | None]:

@@ -10,17 +10,17 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-
-from sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
-from sim.cost import CostModel
-from sim.decide import Decider, Decisions, Placement
-from sim.engine import Engine
-from sim.plain import replay
-from sim.policies.base import HIGH, LOW
-from sim.results import Results, summarise
-from sim.timeline import Timeline
-from sim.workload import Workload, build_workload
-from traces.io import Trace
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
+from hobbit.sim.cost import CostModel
+from hobbit.sim.decide import Decider, Decisions, Placement
+from hobbit.sim.engine import Engine
+from hobbit.sim.plain import replay
+from hobbit.sim.policies.base import HIGH, LOW
+from hobbit.sim.policies.registry import prefetcher_class
+from hobbit.sim.results import Results, summarise
+from hobbit.sim.timeline import Timeline
+from hobbit.sim.workload import Workload, build_workload
+from hobbit.traces.io import Trace
 
 GiB = 2**30
 
@@ -123,7 +123,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers)
     placement = place(wl, model, hw, system, sizing)
     slots = (sizing.high_slots, sizing.low_slots) if not placement.resident else (0, 0)
-    if system.prefetch.kind != "none" and not system.cpu_compute_misses:  # staging slots for prefetched experts
+    if prefetcher_class(p.kind).loads_ahead and not system.cpu_compute_misses:  # staging slots for prefetched experts
         slots = (max(slots[0] - p.max_depth * wl.top_k, 0), slots[1])
     dec = Decider(wl, system, slots, (cost.expert_bytes(HIGH), cost.expert_bytes(LOW)), placement,
                   keep_log=keep_log).run()

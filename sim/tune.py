@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig
+import pandas as pd
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig
+from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
+from hobbit.sim.run import simulate
+from hobbit.traces.io import atomic_write_parquet, atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -48,22 +51,20 @@ def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
     return dataclasses.replace(
         base,
         precision=dataclasses.replace(base.precision, mode="hobbit", t1=t1, t2=t2),
-        cache=dataclasses.replace(base.cache, policy="multidim", high_fraction=split, w_lru=w[0], w_lfu=w[1],
-                                  w_lhu=w[2], w_fld=w[3]),
+        cache=dataclasses.replace(base.cache, policy="multidim", high_fraction=split,
+                                  multidim=MultiDimKnobs(w_lru=w[0], w_lfu=w[1], w_lhu=w[2], w_fld=w[3])),
     )
 
 
 def evaluate(trace: Any, cfg: TuneConfig, system: SystemConfig) -> tuple[float, float]:
     """(decode ms/token, degraded gate mass) of one system."""
-    from sim.run import simulate
-
     s = simulate(trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="plain").summary
     return s["decode_ms_per_token"]["mean"], s["quality_proxy"]["degraded_mass"]
 
 
 def experiment_yaml(system: SystemConfig, note: str) -> str:
     """A ``# @package _global_`` experiment that reproduces ``system`` over conf/system/hobbit."""
-    p, c = system.precision, system.cache
+    p, c, w = system.precision, system.cache, system.cache.multidim
     return f"""# @package _global_
 # {note}
 # use: hobbit sim hydra.searchpath=[file://DIR] +experiment=tuned   (DIR holds experiment/tuned.yaml)
@@ -77,15 +78,16 @@ system:
   cache:
     policy: multidim
     high_fraction: {c.high_fraction:.6f}
-    w_lru: {c.w_lru:.6f}
-    w_lfu: {c.w_lfu:.6f}
-    w_lhu: {c.w_lhu:.6f}
-    w_fld: {c.w_fld:.6f}
+    multidim:
+      w_lru: {w.w_lru:.6f}
+      w_lfu: {w.w_lfu:.6f}
+      w_lhu: {w.w_lhu:.6f}
+      w_fld: {w.w_fld:.6f}
 """
 
 
 def open_study(cfg: TuneConfig, path: Path) -> Any:
-    import optuna
+    import optuna  # lazy: optuna loads SQLAlchemy and alembic, which only a tuning run needs
 
     if cfg.objective not in ("budget", "pareto"):
         raise ConfigError(f"objective={cfg.objective} must be budget or pareto")
@@ -108,11 +110,7 @@ def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
 
 def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     """Run (or continue) the study; write trials.parquet, experiment/tuned.yaml, tune.json."""
-    import optuna
-    import pandas as pd
-
-    from traces.io import atomic_write_parquet, atomic_write_text
-
+    import optuna  # lazy: see open_study
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

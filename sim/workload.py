@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from traces.io import Trace
+from hobbit.traces.io import Trace
 
 
 @dataclass

@@ -29,7 +29,7 @@ def real_traces() -> Path:
 
 @pytest.fixture(scope="session")
 def synthetic_small():
-    from traces.synthetic import SyntheticConfig, generate
+    from hobbit.traces.synthetic import SyntheticConfig, generate
 
     return generate(SyntheticConfig(num_layers=6, num_experts=8, top_k=2, requests=3, prompt_tokens=5,
                                     decode_tokens=7, seed=7))
@@ -53,8 +53,8 @@ def prompts_file(tmp_path_factory) -> Path:
 
 def run_cli(args: list[str]) -> int:
     """Run ``hobbit`` in-process; returns the exit code (0 when it returns)."""
-    from sim.cli import main
-    from traces.cli import STATE
+    from hobbit.cli import main
+    from hobbit.glue import STATE
 
     STATE.started = False
     try:

@@ -6,21 +6,17 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+from hobbit.sim.config import SimConfig
+from hobbit.traces.io import Trace, read_trace
 
-from traces.io import Trace, read_trace
+from hobbit.glue import compose
 
 BUNDLED = Path(__file__).parents[1] / "traces" / "tiny" / "trace.parquet"
 
 
 def compose_sim(*overrides: str):
     """The typed SimConfig Hydra composes from conf/ with ``overrides``."""
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
-    import sim.commands  # noqa: F401  (registers the schema)
-
-    with initialize_config_module(config_module="conf", version_base="1.3"):
-        return OmegaConf.to_object(compose("sim", overrides=["out_dir=.", *overrides]))
+    return compose("sim", SimConfig, ["out_dir=.", *overrides])
 
 
 def first_requests(trace: Trace, n: int) -> Trace:
@@ -42,7 +38,7 @@ def without_predictions(trace: Trace) -> Trace:
 
 def write_first_requests(directory: Path, n: int) -> Path:
     """The bundled trace's first ``n`` requests, written as a trace file in ``directory``."""
-    from traces.io import write_trace
+    from hobbit.traces.io import write_trace
 
     tr = bundled(n)
     return write_trace(directory / f"first{n}.parquet", tr.arrays, tr.meta)

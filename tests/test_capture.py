@@ -12,13 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_cli
 from hf_tiny import TINY
-from traces.capture import CaptureConfig, CaptureError, capture
-from traces.families import FAMILIES, UnsupportedModelError, family_for, find_routers
-from traces.io import read_trace
-from traces.schema import DECODE, PREFILL
+from hobbit.traces.capture import CaptureConfig, CaptureError, capture
+from hobbit.traces.families import FAMILIES, UnsupportedModelError, family_for, find_routers
+from hobbit.traces.io import read_trace
+from hobbit.traces.schema import DECODE, PREFILL
 
 DEPTH = 2
 
@@ -101,8 +100,7 @@ def test_metadata_describes_the_capture(tiny_checkpoints, prompts_file, tmp_path
 
 def test_unsupported_model_lists_the_families(tmp_path, prompts_file, capsys):
     import transformers
-
-    from traces.tiny import build_byte_tokenizer
+    from hobbit.traces.tiny import build_byte_tokenizer
 
     cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=1)
@@ -147,7 +145,7 @@ def test_interrupted_capture_leaves_no_file(tiny_checkpoints, tmp_path, sig):
     prompts = tmp_path / "many.txt"
     prompts.write_text("".join(f"line {i} of a long list of prompts\n" for i in range(200)))
     out = tmp_path / "trace.parquet"
-    cmd = [sys.executable, "-m", "sim.cli", "capture", f"model={tiny_checkpoints['mixtral']}", f"prompts={prompts}",
+    cmd = [sys.executable, "-m", "hobbit", "capture", f"model={tiny_checkpoints['mixtral']}", f"prompts={prompts}",
            "max_new_tokens=40", "progress=false", f"out={out}", f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     tmp = out.with_name(f".{out.name}.{proc.pid}.tmp")

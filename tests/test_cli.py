@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
-from sim.cli import COMMANDS, rewrite
+
+from hobbit.cli import COMMANDS, rewrite
 
 ROOT = Path(__file__).parents[1]
 
@@ -48,7 +49,7 @@ def test_unknown_knob_exits_2(capsys):
 
 def test_console_script_runs(tmp_path, synthetic_small):
     """The installed entry point, in a fresh process, on a path with a space."""
-    from traces.io import write_trace
+    from hobbit.traces.io import write_trace
 
     arrays, meta = synthetic_small
     p = write_trace(tmp_path / "a dir" / "t.parquet", arrays, meta)
@@ -62,17 +63,31 @@ def test_console_script_runs(tmp_path, synthetic_small):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
-def test_wheel_ships_configs_and_the_bundled_model(tmp_path):
+def test_wheel_installs_one_package_hobbit(tmp_path):
+    """Built and installed into a fresh folder, the project adds ``hobbit`` (and its dist-info)
+    and nothing else at the top level; ``python -m hobbit`` runs from there, away from the repo."""
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                        str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+                        str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    import zipfile
-
-    (whl,) = tmp_path.glob("hobbit-*.whl")
-    names = set(zipfile.ZipFile(whl).namelist())
-    for must in ["conf/__init__.py", "conf/demo.yaml", "conf/traces/capture.yaml", "conf/traces/convert.yaml",
-                 "conf/traces/trace_info.yaml", "traces/tiny/model.safetensors", "traces/tiny/config.json",
-                 "traces/tiny/tokenizer.json", "traces/tiny/prompts.jsonl", "sim/cli.py"]:
-        assert must in names, must
-    entry = [n for n in names if n.endswith("entry_points.txt")]
-    assert entry and "hobbit = sim.cli:main" in zipfile.ZipFile(whl).read(entry[0]).decode()
+    (whl,) = (tmp_path / "dist").glob("hobbit-*.whl")
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
+                        str(target), str(whl)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = {p.name for p in target.iterdir()} - {"bin"}  # bin/: the console script, not an import name
+    assert top == {"hobbit", f"{whl.name.split('-')[0]}-{whl.name.split('-')[1]}.dist-info"}, top
+    assert [p.name for p in (target / "bin").iterdir()] == ["hobbit"]
+    for must in ["conf/__init__.py", "conf/demo.yaml", "conf/system/hobbit.yaml", "conf/traces/capture.yaml",
+                 "traces/tiny/model.safetensors", "traces/tiny/config.json", "traces/tiny/tokenizer.json",
+                 "traces/tiny/prompts.jsonl", "traces/tiny/trace.parquet", "sim/policies/eviction/mru.py",
+                 "cli.py", "__main__.py"]:
+        assert (target / "hobbit" / must).is_file(), must
+    entry = next(target.glob("*.dist-info")) / "entry_points.txt"
+    assert "hobbit = hobbit.cli:main" in entry.read_text()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    code = "import hobbit, hobbit.sim.run as r; print(r.__file__)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(str(target)), r.stdout + r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "hobbit", "--help"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "usage: hobbit <command>" in r.stdout, r.stderr[-2000:]

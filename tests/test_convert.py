@@ -7,13 +7,12 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import run_cli
-from traces.convert import ConvertConfig, convert, vllm_passes
-from traces.io import read_trace
-from traces.jsonl_format import write_generic_jsonl
-from traces.schema import DECODE, PREFILL, TraceError
-from traces.stats import summarize
+from hobbit.traces.convert import ConvertConfig, convert, vllm_passes
+from hobbit.traces.io import read_trace
+from hobbit.traces.jsonl_format import write_generic_jsonl
+from hobbit.traces.schema import DECODE, PREFILL, TraceError
+from hobbit.traces.stats import summarize
 
 FLAME = "flame-moe-290m-iter5473"
 QWEN = "qwen1.5-moe-a2.7b-chat-gsm8k"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import run_cli
-from traces.io import read_trace
+from hobbit.traces.io import read_trace
 
 
 def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):

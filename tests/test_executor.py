@@ -9,13 +9,12 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_cli
-from executor.kernels import ExpertKernel, reference
-from executor.replay import Replayer
-from executor.weights import build_store, reduce_model
-from sim.policies.base import HIGH, LOW
-from sim.run import simulate
+from hobbit.executor.kernels import ExpertKernel, reference
+from hobbit.executor.replay import Replayer
+from hobbit.executor.weights import build_store, reduce_model
+from hobbit.sim.policies.base import HIGH, LOW
+from hobbit.sim.run import simulate
 from sim_helpers import bundled, compose_sim
 
 CPU = torch.device("cpu")
@@ -60,7 +59,7 @@ def test_replay_runs_the_simulators_decisions_and_respects_the_slots(small):
     a = simulate(trace, model, hw, system, keep_log=True)
     b = simulate(trace, model, hw, system, keep_log=True)
     assert a.decisions.log == b.decisions.log  # the decisions are a pure function of trace and config
-    from sim.workload import build_workload
+    from hobbit.sim.workload import build_workload
 
     wl = build_workload(trace)
     rep = Replayer(wl, a.decisions, store)
@@ -92,7 +91,7 @@ def test_replay_runs_the_simulators_decisions_and_respects_the_slots(small):
 
 
 def test_the_device_cache_refuses_more_than_its_slots(small):
-    from executor.cache import CacheOverflow, DeviceCache
+    from hobbit.executor.cache import CacheOverflow, DeviceCache
 
     store = small[2]
     cache = DeviceCache(store, (2, 1), staging=1)
@@ -108,9 +107,8 @@ def test_the_device_cache_refuses_more_than_its_slots(small):
 
 
 def test_weights_from_a_checkpoint_are_the_checkpoints():
+    from hobbit.traces.tiny import bundled_model_dir
     from transformers import AutoModelForCausalLM
-
-    from traces.tiny import bundled_model_dir
 
     cfg = compose_sim("model=tiny")
     store = build_store(cfg.model, ("bf16", "int4"), CPU, checkpoint_dir=str(bundled_model_dir()), progress=False)
@@ -208,9 +206,9 @@ def test_cuda_kernels_match_the_reference():
 
 
 def test_calibration_fits_and_replay_medians_drop_disturbances():
-    from executor.calibrate import _relative_fit
-    from executor.validate import _median_run
-    from sim.timeline import Timeline
+    from hobbit.executor.calibrate import _relative_fit
+    from hobbit.executor.validate import _median_run
+    from hobbit.sim.timeline import Timeline
 
     # a + b*T + c*T*C, recovered exactly; in relative error a one-token point weighs as much as a long prefill
     shapes = np.array([[1.0, t, t * c] for t in (1, 8, 256) for c in (t + 64, t + 320)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_cli
 from sim_helpers import bundled
 
@@ -13,7 +12,7 @@ pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the ray extra is
 
 
 def test_sweep_through_the_ray_launcher(tmp_path):
-    from traces.io import write_trace
+    from hobbit.traces.io import write_trace
 
     tr = bundled(1)
     trace = write_trace(tmp_path / "one.parquet", tr.arrays, tr.meta)

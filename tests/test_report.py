@@ -7,18 +7,17 @@ import re
 
 import pandas as pd
 import pytest
-
 from conftest import run_cli
 from sim_helpers import bundled
 
 SWEEP = ["system=hobbit,on-demand", "system.precision.t1=0.4,0.6", "system.precision.t2=0.8,0.95",
          "system.cache.high_bytes=4000000000,12000000000", "system.cache.low_bytes=4000000000",
-         "system.cache.w_fld=0.3,0.7", "engine=plain", "hydra.launcher.n_jobs=2"]
+         "system.cache.multidim.w_fld=0.3,0.7", "engine=plain", "hydra.launcher.n_jobs=2"]
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    from traces.io import write_trace
+    from hobbit.traces.io import write_trace
 
     d = tmp_path_factory.mktemp("sweep")
     tr = bundled(1)

@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import run_cli
 from sim_helpers import write_first_requests
 
@@ -56,18 +55,19 @@ def test_default_sweep_dirs_do_not_collide():
     import yaml
     from hydra import compose, initialize_config_module
 
-    import sim.commands  # noqa: F401
+    import hobbit.sim_commands  # noqa: F401
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "conf" / "sim.yaml").read_text())
     assert raw["hydra"]["sweep"]["dir"].endswith("%f}") and raw["hydra"]["run"]["dir"].endswith("%f}")
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="hobbit.conf", version_base="1.3"):
         cfg = compose("sim", return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
 
 
 @pytest.mark.parametrize("args,needle", [
     (["system.precision.t1=0.95"], "system.precision.t1=0.95"),
-    (["system.cache.w_fld=-1"], "system.cache.w_fld=-1"),
+    (["system.cache.multidim.w_fld=-1"], "system.cache.multidim.w_fld=-1"),
+    (["system.cache.policy=clairvoyant"], "system.cache.policy=clairvoyant"),
     (["system.cache.low_bytes=10"], "system.cache.low_bytes=10"),
     (["system=warp-drive"], "warp-drive"),
     (["model=olmoe-1b-7b"], "olmoe-1b-7b"),

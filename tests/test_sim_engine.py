@@ -6,18 +6,17 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hobbit.sim.config import ConfigError, ModelConfig
+from hobbit.sim.cost import CostModel
+from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, SKIPPED
+from hobbit.sim.policies.base import SKIP
+from hobbit.sim.policies.precision import classes_for
+from hobbit.sim.run import simulate
+from hobbit.traces.io import Trace
+from hobbit.traces.synthetic import SyntheticConfig, generate
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sim.config import ConfigError, ModelConfig
-from sim.cost import CostModel
-from sim.decide import HIGH_LOAD, LOW_LOAD, SKIPPED
-from sim.policies.base import SKIP
-from sim.policies.precision import classes_for
-from sim.run import simulate
 from sim_helpers import bundled, compose_sim, without_predictions
-from traces.io import Trace
-from traces.synthetic import SyntheticConfig, generate
 
 SYSTEMS = ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "moe-infinity",
            "fiddler", "llama-cpp", "on-demand", "oracle"]
@@ -69,7 +68,7 @@ def test_zero_cache_loads_every_expert_that_is_not_skipped(small):
     res = simulate(small, cfg.model, cfg.hardware, cfg.system)
     served = res.decisions.served
     # count (pass, layer, expert) uses not skipped, straight from the trace
-    from sim.workload import build_workload
+    from hobbit.sim.workload import build_workload
 
     wl = build_workload(small)
     cls = classes_for(wl.weights, "hobbit", cfg.system.precision.t1, cfg.system.precision.t2)
@@ -109,12 +108,13 @@ def test_topology_mismatch_names_both(small):
 
 @pytest.mark.parametrize("override,knob", [
     ("system.precision.t1=0.95", "t1"),
-    ("system.cache.w_lfu=-0.1", "w_lfu"),
+    ("system.cache.multidim.w_lfu=-0.1", "system.cache.multidim.w_lfu=-0.1 must be >= 0"),
+    ("system=moe-infinity system.prefetch.eam.history=0", "system.prefetch.eam.history=0 must be >= 1"),
     ("system.cache.high_bytes=1000", "high_bytes"),
     ("system.prefetch.kind=psychic", "prefetch.kind"),
 ])
 def test_bad_knobs_fail_before_the_run(small, override, knob):
-    cfg = compose_sim(override)
+    cfg = compose_sim(*override.split())
     with pytest.raises(ConfigError, match=knob):
         simulate(small, cfg.model, cfg.hardware, cfg.system)
 

@@ -9,8 +9,7 @@ asserted on the bundled trace: there, 352 MB experts saturate PCIe and a wrong p
 from __future__ import annotations
 
 import pytest
-
-from sim.run import simulate
+from hobbit.sim.run import simulate
 from sim_helpers import bundled, compose_sim
 
 
@@ -28,8 +27,8 @@ def test_bundled_trace_on_an_rtx4090():
 
 @pytest.fixture(scope="module")
 def real(real_traces, tmp_path_factory):
-    from traces.convert import ConvertConfig, convert
-    from traces.io import read_trace
+    from hobbit.traces.convert import ConvertConfig, convert
+    from hobbit.traces.io import read_trace
 
     d = tmp_path_factory.mktemp("real")
     flame = convert(ConvertConfig("flame", str(real_traces / "flame-moe-290m-iter5473" /

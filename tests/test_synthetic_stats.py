@@ -6,14 +6,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hobbit.traces.arrays import TraceArrays
+from hobbit.traces.io import Trace, read_trace, write_trace
+from hobbit.traces.schema import ModelSpec, TraceMeta
+from hobbit.traces.stats import summarize
+from hobbit.traces.synthetic import SyntheticConfig, generate
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from traces.arrays import TraceArrays
-from traces.io import Trace, read_trace, write_trace
-from traces.schema import ModelSpec, TraceMeta
-from traces.stats import summarize
-from traces.synthetic import SyntheticConfig, generate
 
 
 def _stats(**kw):

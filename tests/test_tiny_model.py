@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from traces.capture import CaptureConfig, capture
-from traces.io import read_trace
-from traces.stats import summarize
-from traces.tiny import bundled_model_dir, bundled_prompts_path, build_byte_tokenizer
+from hobbit.traces.capture import CaptureConfig, capture
+from hobbit.traces.io import read_trace
+from hobbit.traces.stats import summarize
+from hobbit.traces.tiny import build_byte_tokenizer, bundled_model_dir, bundled_prompts_path
 
 MAX_BYTES = 20 * 1024 * 1024
 
@@ -67,9 +66,8 @@ def _routing_stats(model: Path | None, out: Path) -> dict:
 
 def _hf_init(dst: Path) -> Path:
     """The same architecture as transformers initialises it."""
+    from hobbit.traces.tiny import build_tiny_config
     from transformers import MixtralForCausalLM
-
-    from traces.tiny import build_tiny_config
 
     torch.manual_seed(0)
     MixtralForCausalLM(build_tiny_config()).save_pretrained(dst)
@@ -103,7 +101,7 @@ def test_routing_is_learned_not_random(tmp_path):
 
 @pytest.mark.slow
 def test_training_script_runs(tmp_path):
-    from traces.train_tiny import main
+    from hobbit.traces.train_tiny import main
 
     main(["--out", str(tmp_path), "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--batch-size", "2",
           "--seq-len", "32", "--num-prompts", "3"])

@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import run_cli
 from sim_helpers import write_first_requests
 
@@ -33,7 +32,7 @@ def test_tune_resumes_and_writes_a_ready_experiment(one_request, tmp_path, capsy
     assert best["degraded_mass"] <= 0.3
     sysc = best["system"]
     assert 0 <= sysc["precision"]["t1"] <= sysc["precision"]["t2"] <= 1
-    w = sysc["cache"]
+    w = sysc["cache"]["multidim"]
     assert w["w_lru"] + w["w_lfu"] + w["w_lhu"] + w["w_fld"] == pytest.approx(1.0)
     # the experiment file reproduces the best trial through `hobbit sim`
     sim_dir = tmp_path / "sim"
@@ -45,11 +44,11 @@ def test_tune_resumes_and_writes_a_ready_experiment(one_request, tmp_path, capsy
 
 
 def test_same_seed_same_search(one_request, tmp_path):
-    from sim.commands import compose_sim
-    from sim.tune import TuneConfig, tune
-    from traces.io import read_trace
+    from hobbit.sim.tune import TuneConfig, tune
+    from hobbit.traces.io import read_trace
+    from sim_helpers import compose_sim
 
-    base = compose_sim(["out_dir=."])
+    base = compose_sim()
     tr = read_trace(one_request)
     runs = []
     for name in ("a", "b"):
@@ -61,11 +60,11 @@ def test_same_seed_same_search(one_request, tmp_path):
 
 
 def test_pareto_mode_returns_non_dominated_trials(one_request, tmp_path):
-    from sim.commands import compose_sim
-    from sim.tune import TuneConfig, tune
-    from traces.io import read_trace
+    from hobbit.sim.tune import TuneConfig, tune
+    from hobbit.traces.io import read_trace
+    from sim_helpers import compose_sim
 
-    base = compose_sim(["out_dir=."])
+    base = compose_sim()
     cfg = TuneConfig(model=base.model, hardware=base.hardware, system=base.system, trials=8, objective="pareto",
                      study=str(tmp_path / "p.db"), out_dir=str(tmp_path))
     s = tune(read_trace(one_request), cfg)

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from traces.schema import ARROW_COLUMNS, TraceMeta, arrow_schema
+from hobbit.traces.schema import ARROW_COLUMNS, TraceMeta, arrow_schema
 
 
 @dataclass
@@ -113,3 +112,9 @@ def nested_dense(col: pa.ChunkedArray, n: int, d: int, k: int, fill: float | int
     out = np.full((n * d, k), fill, dtype=dtype)
     out[inner_len == k] = values.reshape(-1, k)
     return out.reshape(n, d, k)
+
+
+def sort_by_weight(ids: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows reordered highest weight first (stable: source order on ties)."""
+    order = np.argsort(-w, axis=1, kind="stable")
+    return np.take_along_axis(ids, order, 1).astype(np.int16), np.take_along_axis(w, order, 1).astype(np.float32)

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from traces.arrays import TraceArrays, concat
-from traces.families import Family, family_for, find_routers, model_spec
-from traces.io import TraceWriter
-from traces.schema import DECODE, PREFILL, InputError, TraceMeta, now_iso
-from traces.tiny import bundled_model_dir, bundled_prompts_path
+from hobbit.traces.arrays import TraceArrays, concat
+from hobbit.traces.families import Family, family_for, find_routers, model_spec
+from hobbit.traces.io import TraceWriter
+from hobbit.traces.schema import DECODE, PREFILL, InputError, TraceMeta, now_iso
+from hobbit.traces.tiny import bundled_model_dir, bundled_prompts_path
 
 
 class CaptureError(InputError):

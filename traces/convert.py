@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from traces.arrays import TraceArrays
-from traces.schema import DECODE, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
+import pyarrow.parquet as pq
+from hobbit.traces.arrays import TraceArrays, sort_by_weight
+from hobbit.traces.io import write_trace
+from hobbit.traces.jsonl_format import read_generic_jsonl
+from hobbit.traces.schema import DECODE, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,6 @@ class ConvertConfig:
     warmup_passes: str = "auto"  # vllm: "auto" or how many leading forward passes to drop
     prefill: str = "keep"  # vllm: keep | drop the batched prefill pass
     teacher_forced_as: str = "prefill"  # flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)
-
-
-def sort_by_weight(ids: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows reordered highest weight first (stable: source order on ties)."""
-    order = np.argsort(-w, axis=1, kind="stable")
-    return np.take_along_axis(ids, order, 1).astype(np.int16), np.take_along_axis(w, order, 1).astype(np.float32)
 
 
 def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
@@ -84,8 +80,6 @@ def convert_flame(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
         return _flame_pt(path, cfg)
     if path.suffix != ".parquet":
         raise TraceError(path, "format=flame wants a .parquet file or a folder of FLAME .pt files")
-    import pyarrow.parquet as pq
-
     t = pq.read_table(path)
     need = {"seq", "pos", "layer", "expert_ids", "gate_probs"}
     if need - set(t.column_names):
@@ -98,7 +92,7 @@ def convert_flame(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
 
 
 def _flame_pt(folder: Path, cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
-    import torch
+    import torch  # lazy: FLAME's .pt files only; converting Parquet or JSONL needs no torch
 
     files = sorted(Path(root) / f for root, _, names in os.walk(folder, followlinks=True)
                    for f in names if f.endswith(".pt"))
@@ -255,7 +249,6 @@ def _vllm_arrays(layers: dict, order: list[int], first: int, cfg: ConvertConfig)
 # ---------------------------------------------------------------- generic JSONL
 
 def convert_jsonl(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
-    from traces.jsonl_format import read_generic_jsonl
 
     return read_generic_jsonl(Path(cfg.input), cfg)
 
@@ -265,7 +258,6 @@ CONVERTERS = {"flame": convert_flame, "vllm": convert_vllm, "jsonl": convert_jso
 
 def convert(cfg: ConvertConfig) -> Path:
     """Run the converter named by ``cfg.format`` and write ``cfg.out``."""
-    from traces.io import write_trace
 
     if cfg.format not in CONVERTERS:
         raise TraceError(cfg.input, f"format={cfg.format} is not one of {sorted(CONVERTERS)}", field="format")

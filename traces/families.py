@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from traces.schema import InputError, ModelSpec
+from hobbit.traces.schema import InputError, ModelSpec
 
 
 def _norm_rule(cfg: Any) -> str:

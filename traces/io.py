@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from traces.arrays import TraceArrays, to_table
-from traces.schema import METADATA_KEY, SCHEMA_VERSION, TraceError, TraceMeta, arrow_schema
-from traces.validate import validate_table
+from hobbit.traces.arrays import TraceArrays, to_table
+from hobbit.traces.schema import METADATA_KEY, SCHEMA_VERSION, TraceError, TraceMeta, arrow_schema
+from hobbit.traces.validate import validate_table
 
 COMPRESSION = "zstd"
 # float leaves stored byte-stream-split: the weights then compress (about a third smaller); lossless

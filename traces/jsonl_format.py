@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from traces.arrays import TraceArrays
-from traces.schema import PHASE_NAMES, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.arrays import TraceArrays, sort_by_weight
+from hobbit.traces.schema import PHASE_NAMES, ModelSpec, TraceError, TraceMeta, now_iso
 
 _PHASES = {"prefill": 0, "decode": 1}
 _INT_FIELDS = ("request_id", "step", "position", "layer")
@@ -93,7 +92,6 @@ def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
 
 def read_generic_jsonl(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceMeta]:
     """Parse a generic JSONL file into dense arrays (not yet validated as a whole)."""
-    from traces.convert import sort_by_weight
 
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines:

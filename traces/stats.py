@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from traces.io import Trace
-from traces.schema import DECODE, PHASE_NAMES, PREFILL
+from hobbit.traces.io import Trace
+from hobbit.traces.schema import DECODE, PHASE_NAMES, PREFILL
 
 
 def token_view(trace: Trace) -> dict[str, np.ndarray]:

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
-from traces.arrays import TraceArrays
-from traces.schema import DECODE, PREFILL, ModelSpec, TraceMeta, now_iso
+from hobbit.traces.arrays import TraceArrays, concat
+from hobbit.traces.schema import DECODE, PREFILL, ModelSpec, TraceMeta, now_iso
 
 
 @dataclass(frozen=True)
@@ -145,8 +144,6 @@ def generate(cfg: SyntheticConfig) -> tuple[TraceArrays, TraceMeta]:
             a.pred_ids = pids.reshape(-1, cfg.lookahead_depth, k)
             a.pred_weights = pw.reshape(-1, cfg.lookahead_depth, k)
         parts.append(a)
-    from traces.arrays import concat
-
     model = ModelSpec(name=cfg.name, architecture="synthetic", num_layers=L, num_experts=cfg.num_experts,
                       top_k=k, weight_rule="softmax_renorm")
     meta = TraceMeta(model=model, lookahead_depth=cfg.lookahead_depth,

@@ -2,7 +2,7 @@
 
 The checkpoint lives in ``traces/tiny/`` (a normal Hugging Face model directory:
 ``config.json``, ``model.safetensors``, ``tokenizer.json``) and is produced by
-``python -m traces.train_tiny``. This module only knows its shape and where it is.
+``python -m hobbit.traces.train_tiny``. This module only knows its shape and where it is.
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ EOS_ID = 256
 
 def bundled_model_dir() -> Path:
     """Directory of the bundled checkpoint (inside the installed ``traces`` package)."""
-    return Path(str(resources.files("traces") / "tiny"))
+    return Path(str(resources.files("hobbit.traces") / "tiny"))
+
+
+def bundled_trace() -> Path:
+    """The routing trace captured from the bundled model on its held-out prompts."""
+    return bundled_model_dir() / "trace.parquet"
 
 
 def bundled_prompts_path() -> Path:

@@ -1,7 +1,7 @@
 """Train the bundled tiny MoE model on the Python standard library's own source.
 
-    python -m traces.train_tiny --out traces/tiny            # the bundled checkpoint
-    python -m traces.train_tiny --out /tmp/t --steps 5      # smoke run
+    python -m hobbit.traces.train_tiny --out traces/tiny            # the bundled checkpoint
+    python -m hobbit.traces.train_tiny --out /tmp/t --steps 5      # smoke run
 
 The corpus is every ``*.py`` file of the running interpreter's standard library (test
 suites and site-packages excluded), split by a hash of the file's relative path: about
@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-
-from traces.tiny import EOS_ID, build_byte_tokenizer, build_tiny_config
+from hobbit.traces.tiny import EOS_ID, build_byte_tokenizer, build_tiny_config
 
 _EXCLUDED_PARTS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
 
@@ -263,7 +262,7 @@ stored in float16.
 
 Reproduce (the standard library differs between Python releases, so the bytes may too):
 
-    python -m traces.train_tiny --out traces/tiny
+    python -m hobbit.traces.train_tiny --out traces/tiny
 """
     (out / "README.md").write_text(text)
 

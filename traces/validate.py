@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
-from traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense
-from traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, TraceError, TraceMeta
+from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense
+from hobbit.traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, TraceError, TraceMeta
 
 
 def _first(mask: np.ndarray) -> int:

@@ -1,12 +1,22 @@
 """Pure policies shared by the simulator and the executor: no simpy, torch or I/O.
 
-Each policy is one file behind a small Protocol, chosen by name from a registry:
-``PRECISION`` (how a miss is loaded), ``EVICTION`` (which cached expert leaves) and
-``PREFETCH`` (what is loaded ahead). Decisions are frozen values.
+Each policy is one file behind a small Protocol, chosen by name from the registry:
+``EVICTION`` (which cached expert leaves) and ``PREFETCH`` (what is loaded ahead); the
+precision rule (how a miss is loaded) is ``precision``. Decisions are frozen values.
 """
 
-from sim.policies.base import HIGH, LOW, SKIP, CacheView, EvictionPolicy, Pool, Prefetcher, PrefetchRequest
-from sim.policies.registry import EVICTION, PREFETCH, make_eviction, make_prefetcher
+from hobbit.sim.policies.base import (
+                                      HIGH,
+                                      LOW,
+                                      SKIP,
+                                      CacheView,
+                                      EvictionPolicy,
+                                      PolicyInputs,
+                                      Pool,
+                                      Prefetcher,
+                                      PrefetchRequest,
+)
+from hobbit.sim.policies.registry import EVICTION, PREFETCH, make_eviction, make_prefetcher
 
-__all__ = ["HIGH", "LOW", "SKIP", "CacheView", "EvictionPolicy", "Pool", "Prefetcher", "PrefetchRequest", "EVICTION",
-           "PREFETCH", "make_eviction", "make_prefetcher"]
+__all__ = ["HIGH", "LOW", "SKIP", "CacheView", "EvictionPolicy", "PolicyInputs", "Pool", "Prefetcher",
+           "PrefetchRequest", "EVICTION", "PREFETCH", "make_eviction", "make_prefetcher"]

@@ -32,19 +32,17 @@ class Pool:
         self.size, self.precision = size, precision
         for name in self.FIELDS:
             setattr(self, name, [-1 if name in ("layer", "expert", "transfer") else 0] * size)
-        self.pinned = [False] * size
 
     def put(self, slot: int, key: Key, clock: int, transfer: int) -> None:
         self.layer[slot], self.expert[slot] = key
         self.last_use[slot] = self.uses[slot] = self.high_uses[slot] = self.all_uses[slot] = 0
         self.touched[slot] = self.inserted[slot] = clock
         self.transfer[slot] = transfer
-        self.pinned[slot] = False
 
     def candidates(self, region: range) -> list[int]:
-        """Slots of ``region`` that may be evicted (occupied, not pinned)."""
-        layer, pinned = self.layer, self.pinned
-        return [s for s in region if layer[s] >= 0 and not pinned[s]]
+        """Slots of ``region`` that may be evicted (occupied)."""
+        layer = self.layer
+        return [s for s in region if layer[s] >= 0]
 
 
 @dataclass(frozen=True)
@@ -59,13 +57,46 @@ class CacheView:
 
 
 class EvictionPolicy(Protocol):
-    """Chooses which slot of a full pool leaves (``to_evict``); evicting is the cache's job."""
+    """Chooses which slot of a full pool leaves (``to_evict``); evicting is the cache's job.
+
+    Built as ``Policy(knobs, inputs)``: ``knobs`` an instance of its ``Knobs`` dataclass (its own
+    config node, ``system.cache.<name>``; None when it has none), ``inputs`` what it ``needs``.
+    """
 
     name: str
+    Knobs: type | None
+    needs: frozenset[str]  # of NEEDS
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
-        """The victim slot among ``pool.candidates(region)``, or -1 when there is none (all pinned)."""
+        """The victim slot among ``pool.candidates(region)``, or -1 when there is none."""
         ...
+
+
+NEEDS = {
+    "predictions": "the trace's predicted experts of later layers (ctx.predict)",
+    "future_uses": "every expert's future (pass, layer) steps (inputs.future_uses)",
+    "prefetcher": "the system's prefetcher, to consult its state (inputs.prefetcher)",
+}
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What the walk gives a policy beyond its knobs; a field is set only when the policy needs it."""
+
+    num_layers: int = 1  # L
+    depth: int = 2  # p: layers a prefetcher may look ahead (system.prefetch.max_depth)
+    future_uses: dict[Key, list[int]] | None = None  # "future_uses"
+    prefetcher: object | None = None  # "prefetcher"
+
+
+class Plain:
+    """Defaults for a policy with no knobs and no needs (``Policy()`` or ``Policy(None, inputs)``)."""
+
+    Knobs = None
+    needs: frozenset[str] = frozenset()
+
+    def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
+        pass
 
 
 def argmin_then_oldest(score: list[float], pool: Pool, cand: list[int]) -> int:
@@ -84,9 +115,17 @@ class PrefetchRequest:
 
 
 class Prefetcher(Protocol):
-    """Proposes experts to load ahead, once the router of ``ctx.layer`` ran for a pass."""
+    """Proposes experts to load ahead, once the router of ``ctx.layer`` ran for a pass.
+
+    Built as ``Prefetcher(knobs, inputs)`` like an ``EvictionPolicy`` (its node:
+    ``system.prefetch.<name>``); ``needs`` "predictions" makes the walk lay out the trace's
+    predicted experts for ``ctx.predict``.
+    """
 
     name: str
+    Knobs: type | None
+    needs: frozenset[str]  # of NEEDS
+    loads_ahead: bool  # False: it never proposes, so no staging slots are set aside
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         """Experts of later layers worth loading now (the caller drops those already cached)."""

@@ -3,14 +3,13 @@
 Pools are sized in slots (bytes / expert bytes at the pool's precision) and kept as
 arrays, one entry per slot, so that an eviction policy scores a whole pool at once.
 Which slot leaves a full pool is the policy's choice (``to_evict``); evicting is the
-cache's. Pinned slots are never evicted; when every slot a new copy could take is
-pinned, the copy is used once and not kept. Records (last use, uses, high-precision
-uses) reset at every request.
+cache's. When a pool (or, per layer, its region) has no slot at all, the copy is used
+once and not kept. Records (last use, uses, high-precision uses) reset at every request.
 """
 
 from __future__ import annotations
 
-from sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Key, Pool
+from hobbit.sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Key, Pool
 
 
 class ExpertCache:
@@ -63,7 +62,7 @@ class ExpertCache:
             p.high_uses[slot] += 1
 
     def _free_slot(self, p: Pool, layer: int, key_layer: int) -> tuple[int, Key | None]:
-        """A slot for a new copy: an empty one, or the policy's victim; (-1, None) if all are pinned."""
+        """A slot for a new copy: an empty one, or the policy's victim; (-1, None) if there is none."""
         region = range(p.size)
         if self.per_layer:
             per = p.size // self.num_layers
@@ -77,7 +76,7 @@ class ExpertCache:
             return free.pop(), None
         view = CacheView(layer=layer, num_layers=self.num_layers, tokens=self.tokens, clock=self.clock, step=self.step)
         slot = self.policy.to_evict(p, view, region)
-        if slot < 0:  # every slot it could take is pinned
+        if slot < 0:  # no slot it could take
             return -1, None
         return slot, (p.layer[slot], p.expert[slot])
 

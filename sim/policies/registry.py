@@ -1,49 +1,66 @@
-"""Policies by name: a new policy is one file plus one line here."""
+"""Policies by name: the only list of them. A new policy is one file plus one line here.
+
+A line maps the name users select (``system.cache.policy=NAME`` or ``system.prefetch.kind=NAME``)
+to ``module:Class``. The class declares its ``Knobs`` (a frozen dataclass, its own config node
+``system.cache.NAME`` / ``system.prefetch.NAME``, or None) and what it ``needs`` from the walk
+(``base.NEEDS``); configs are validated against these names, and nothing else names a policy.
+Names are identifiers (they are config keys).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+from functools import cache
+from typing import Any
 
-from sim.policies.base import EvictionPolicy, Prefetcher
-from sim.policies.eviction.belady import Belady
-from sim.policies.eviction.eam_priority import EAMPriority
-from sim.policies.eviction.fifo import FIFO
-from sim.policies.eviction.lfu import LFU
-from sim.policies.eviction.lru import LRU
-from sim.policies.eviction.multidim import MultiDim
-from sim.policies.prefetch.eam import EAMPrefetch
-from sim.policies.prefetch.hobbit import HobbitPrefetch
-from sim.policies.prefetch.next_layer import NextLayerPrefetch
-from sim.policies.prefetch.none import NoPrefetch
-from sim.policies.prefetch.oracle import OraclePrefetch
+from hobbit.sim.policies.base import EvictionPolicy, PolicyInputs, Prefetcher
 
-# name -> factory(cache config, extras) ; extras: "future_uses" (Belady), "advisor" (EAM)
-EVICTION: dict[str, Callable[..., EvictionPolicy]] = {
-    "lru": lambda c, x: LRU(),
-    "lfu": lambda c, x: LFU(),
-    "fifo": lambda c, x: FIFO(),
-    "multidim": lambda c, x: MultiDim(c.w_lru, c.w_lfu, c.w_lhu, c.w_fld),
-    "belady": lambda c, x: Belady(x["future_uses"]),
-    "eam_priority": lambda c, x: EAMPriority(x.get("advisor")),
+EVICTION: dict[str, str] = {
+    "lru": "hobbit.sim.policies.eviction.lru:LRU",
+    "lfu": "hobbit.sim.policies.eviction.lfu:LFU",
+    "fifo": "hobbit.sim.policies.eviction.fifo:FIFO",
+    "multidim": "hobbit.sim.policies.eviction.multidim:MultiDim",
+    "belady": "hobbit.sim.policies.eviction.belady:Belady",
+    "eam_priority": "hobbit.sim.policies.eviction.eam_priority:EAMPriority",
+    "mru": "hobbit.sim.policies.eviction.mru:MRU",
 }
 
-# name -> factory(prefetch config)
-PREFETCH: dict[str, Callable[..., Prefetcher]] = {
-    "hobbit": lambda p: HobbitPrefetch(p.max_depth),
-    "next_layer": lambda p: NextLayerPrefetch(),
-    "eam": lambda p: EAMPrefetch(p.max_depth, p.eam_history, p.eam_experts_per_layer),
-    "oracle": lambda p: OraclePrefetch(p.max_depth),
-    "none": lambda p: NoPrefetch(),
+PREFETCH: dict[str, str] = {
+    "hobbit": "hobbit.sim.policies.prefetch.hobbit:HobbitPrefetch",
+    "next_layer": "hobbit.sim.policies.prefetch.next_layer:NextLayerPrefetch",
+    "eam": "hobbit.sim.policies.prefetch.eam:EAMPrefetch",
+    "oracle": "hobbit.sim.policies.prefetch.oracle:OraclePrefetch",
+    "none": "hobbit.sim.policies.prefetch.none:NoPrefetch",
 }
 
 
-def make_eviction(name: str, cache_cfg: Any, extras: dict[str, Any] | None = None) -> EvictionPolicy:
+@cache
+def _load(spec: str) -> type:
+    """``module:Class`` -> the class (modules load on first use, once)."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def eviction_class(name: str) -> type[EvictionPolicy]:
     if name not in EVICTION:
-        raise KeyError(f"unknown cache policy '{name}'; known: {sorted(EVICTION)}")
-    return EVICTION[name](cache_cfg, extras or {})
+        raise KeyError(f"unknown cache policy '{name}'; known: {', '.join(sorted(EVICTION))}")
+    return _load(EVICTION[name])
 
 
-def make_prefetcher(name: str, prefetch_cfg: Any) -> Prefetcher:
+def prefetcher_class(name: str) -> type[Prefetcher]:
     if name not in PREFETCH:
-        raise KeyError(f"unknown prefetcher '{name}'; known: {sorted(PREFETCH)}")
-    return PREFETCH[name](prefetch_cfg)
+        raise KeyError(f"unknown prefetcher '{name}'; known: {', '.join(sorted(PREFETCH))}")
+    return _load(PREFETCH[name])
+
+
+def knobs_types(registry: dict[str, str]) -> dict[str, type]:
+    """name -> the ``Knobs`` dataclass of every registered policy that has knobs."""
+    return {name: k for name, spec in registry.items() if (k := _load(spec).Knobs) is not None}
+
+
+def make_eviction(name: str, knobs: Any = None, inputs: PolicyInputs | None = None) -> EvictionPolicy:
+    return eviction_class(name)(knobs, inputs or PolicyInputs())
+
+
+def make_prefetcher(name: str, knobs: Any = None, inputs: PolicyInputs | None = None) -> Prefetcher:
+    return prefetcher_class(name)(knobs, inputs or PolicyInputs())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from sim.policies.base import CacheView, Key, Pool
+from hobbit.sim.policies.base import CacheView, Key, PolicyInputs, Pool
 
 NEVER = 1 << 62
 
@@ -17,9 +17,11 @@ class Belady:
     """Evict the copy needed again last (or never); ties go to the least recently used."""
 
     name = "belady"
+    Knobs = None
+    needs = frozenset({"future_uses"})
 
-    def __init__(self, uses: dict[Key, list[int]]) -> None:
-        self.uses = uses
+    def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
+        self.uses: dict[Key, list[int]] = (inputs.future_uses if inputs else None) or {}
 
     def next_use(self, key: Key, step: int) -> int:
         steps = self.uses.get(key, ())

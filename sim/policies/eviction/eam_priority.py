@@ -1,13 +1,13 @@
 """MoE-Infinity's cache priority: layer proximity x matched activation probability x frequency.
 
 The probabilities come from the activation-matrix prefetcher's current match
-(``advisor.match``, [L, E]); without a match every expert counts the same.
+(the system's prefetcher's ``match``, [L, E]); without one every expert counts the same.
 """
 
 from __future__ import annotations
 
-from sim.policies.base import CacheView, Pool
-from sim.policies.eviction.multidim import fld
+from hobbit.sim.policies.base import CacheView, PolicyInputs, Pool
+from hobbit.sim.policies.eviction.multidim import fld
 
 PROB_FLOOR = 1e-3
 
@@ -16,9 +16,11 @@ class EAMPriority:
     """Evict the lowest proximity x probability x (1 + uses)."""
 
     name = "eam_priority"
+    Knobs = None
+    needs = frozenset({"prefetcher"})
 
-    def __init__(self, advisor: object | None = None) -> None:
-        self.advisor = advisor
+    def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
+        self.advisor = inputs.prefetcher if inputs else None
 
     def priority(self, pool: Pool, slot: int, view: CacheView) -> float:
         match = getattr(self.advisor, "match", None)

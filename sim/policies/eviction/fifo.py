@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim.policies.base import CacheView, Pool
+from hobbit.sim.policies.base import CacheView, Plain, Pool
 
 
-class FIFO:
+class FIFO(Plain):
     """Evict the copy loaded longest ago, however much it was used."""
 
     name = "fifo"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim.policies.base import CacheView, Pool, argmin_then_oldest
+from hobbit.sim.policies.base import CacheView, Plain, Pool, argmin_then_oldest
 
 
-class LFU:
+class LFU(Plain):
     """Evict the copy with the fewest uses since it was loaded."""
 
     name = "lfu"

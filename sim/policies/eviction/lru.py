@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim.policies.base import CacheView, Pool
+from hobbit.sim.policies.base import CacheView, Plain, Pool
 
 
-class LRU:
+class LRU(Plain):
     """Evict the copy used (or inserted) longest ago."""
 
     name = "lru"

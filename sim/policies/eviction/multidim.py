@@ -10,7 +10,9 @@ normalised to sum 1.
 
 from __future__ import annotations
 
-from sim.policies.base import CacheView, Pool
+from dataclasses import dataclass
+
+from hobbit.sim.policies.base import CacheView, PolicyInputs, Pool
 
 
 def fld(layer: int, current: int, num_layers: int) -> float:
@@ -18,16 +20,37 @@ def fld(layer: int, current: int, num_layers: int) -> float:
     return 1.0 - ((layer - current + num_layers) % num_layers) / num_layers
 
 
+@dataclass(frozen=True)
+class MultiDimKnobs:
+    """``system.cache.multidim``: the four weights of Eq. 3, >= 0 with a positive sum (normalised).
+    The paper tunes them and does not publish them; conf/system/hobbit.yaml says how these were chosen."""
+
+    w_lru: float = 0.25
+    w_lfu: float = 0.25
+    w_lhu: float = 0.0
+    w_fld: float = 0.5
+
+    def problems(self) -> list[str]:
+        """What is wrong with these knobs, each naming its knob; [] when nothing is."""
+        out = [f"{k}={v} must be >= 0" for k, v in vars(self).items() if not v >= 0]
+        if not out and sum(vars(self).values()) <= 0:
+            out.append("w_lru + w_lfu + w_lhu + w_fld must be > 0")
+        return out
+
+
 class MultiDim:
     """Evict the lowest multi-dimensional priority."""
 
     name = "multidim"
+    Knobs = MultiDimKnobs
+    needs: frozenset[str] = frozenset()
 
-    def __init__(self, w_lru: float = 0.25, w_lfu: float = 0.25, w_lhu: float = 0.25, w_fld: float = 0.25) -> None:
-        total = w_lru + w_lfu + w_lhu + w_fld
-        if total <= 0 or min(w_lru, w_lfu, w_lhu, w_fld) < 0:
-            raise ValueError("cache weights must be >= 0 with a positive sum")
-        self.w = (w_lru / total, w_lfu / total, w_lhu / total, w_fld / total)
+    def __init__(self, knobs: MultiDimKnobs | None = None, inputs: PolicyInputs | None = None) -> None:
+        k = knobs or MultiDimKnobs()
+        if k.problems():
+            raise ValueError("; ".join(k.problems()))
+        w = (k.w_lru, k.w_lfu, k.w_lhu, k.w_fld)
+        self.w = tuple(x / sum(w) for x in w)
         self._fld: dict[tuple[int, int], list[float]] = {}
 
     def priority(self, pool: Pool, slot: int, view: CacheView) -> float:
@@ -47,10 +70,10 @@ class MultiDim:
         inv_t = 1.0 / max(view.tokens, 1)
         a, b, c = a * inv_t, b * inv_t, c * inv_t
         fw = self._fld_weights(view.layer, view.num_layers)
-        lu, us, hu, lay, touched, pinned = pool.last_use, pool.uses, pool.high_uses, pool.layer, pool.touched, pool.pinned
+        lu, us, hu, lay, touched = pool.last_use, pool.uses, pool.high_uses, pool.layer, pool.touched
         best, best_key = -1, None
         for s in region:  # one pass: candidates, score, ties to the least recently used
-            if lay[s] < 0 or pinned[s]:
+            if lay[s] < 0:
                 continue
             k = (a * lu[s] + b * us[s] + c * hu[s] + fw[lay[s]], touched[s])
             if best_key is None or k < best_key:

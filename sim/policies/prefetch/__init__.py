@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.policies.base import SKIP, PrefetchContext, PrefetchRequest
+from hobbit.sim.policies.base import SKIP, PrefetchContext, PrefetchRequest
 
 
 def wanted(ids: list[list[int]], cls: list[list[int]]) -> dict[int, int]:

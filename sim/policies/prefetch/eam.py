@@ -3,28 +3,43 @@
 Each request builds an expert activation matrix (EAM, layers x experts counts). At layer
 l the partial matrix (layers 0..l) is matched, by cosine similarity over those layers, to
 the matrices of past requests; the best match's rows l+1 .. l+depth, normalised, are the
-predicted activation probabilities, and the ``per_layer`` most likely experts of each are
-prefetched. ``prob`` exposes the current prediction to the priority cache.
+predicted activation probabilities, and the ``experts_per_layer`` most likely experts of each
+are prefetched. ``match`` is the current prediction, which the priority cache consults.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
+from hobbit.sim.policies.base import PolicyInputs, PrefetchContext, PrefetchRequest
 
-from sim.policies.base import PrefetchContext, PrefetchRequest
+
+@dataclass(frozen=True)
+class EAMKnobs:
+    """``system.prefetch.eam``."""
+
+    history: int = 32  # past requests' matrices kept for matching
+    experts_per_layer: int = 2  # experts prefetched per future layer
+
+    def problems(self) -> list[str]:
+        return [f"{k}={v} must be >= 1" for k, v in vars(self).items() if not v >= 1]
 
 
 class EAMPrefetch:
     """Prefetch by matching the request's activation matrix against past requests'."""
 
     name = "eam"
+    Knobs = EAMKnobs
+    loads_ahead = True
+    needs: frozenset[str] = frozenset()  # ctx.counts: the walk's activation matrix
 
-    def __init__(self, max_depth: int = 2, history: int = 32, per_layer: int = 2) -> None:
-        self.max_depth = max_depth
-        self.per_layer = per_layer
-        self.library: deque[np.ndarray] = deque(maxlen=history)
+    def __init__(self, knobs: EAMKnobs | None = None, inputs: PolicyInputs | None = None) -> None:
+        k = knobs or EAMKnobs()
+        self.max_depth = (inputs or PolicyInputs()).depth
+        self.per_layer = k.experts_per_layer
+        self.library: deque[np.ndarray] = deque(maxlen=k.history)
         self.match: np.ndarray | None = None  # [L, E] probabilities of the best match
         self._last: np.ndarray | None = None
 
@@ -52,9 +67,6 @@ class EAMPrefetch:
                 if self.match[target, e] > 0 and not ctx.is_cached(target, e):
                     out.append(PrefetchRequest(target, e, ctx.precision))
         return out
-
-    def prob(self, layer: int, expert: int) -> float:
-        return 1.0 if self.match is None else float(self.match[layer, expert])
 
     def end_request(self) -> None:
         if self._last is not None and self._last.sum() > 0:

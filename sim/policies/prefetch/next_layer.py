@@ -3,14 +3,16 @@ hidden state and load its predicted experts (arXiv:2312.17238)."""
 
 from __future__ import annotations
 
-from sim.policies.base import PrefetchContext, PrefetchRequest
-from sim.policies.prefetch import misses, wanted
+from hobbit.sim.policies.base import Plain, PrefetchContext, PrefetchRequest
+from hobbit.sim.policies.prefetch import misses, wanted
 
 
-class NextLayerPrefetch:
+class NextLayerPrefetch(Plain):
     """Prefetch the predicted misses of layer l+1 only."""
 
     name = "next_layer"
+    loads_ahead = True
+    needs = frozenset({"predictions"})
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         if ctx.layer + 1 >= ctx.num_layers:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from sim.policies.base import PrefetchContext, PrefetchRequest
+from hobbit.sim.policies.base import Plain, PrefetchContext, PrefetchRequest
 
 
-class NoPrefetch:
+class NoPrefetch(Plain):
     """Proposes nothing."""
 
     name = "none"
+    loads_ahead = False  # no staging slots are set aside for it
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         return []

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from sim.policies.base import PrefetchContext, PrefetchRequest
-from sim.policies.prefetch import misses, wanted
+from hobbit.sim.policies.base import PolicyInputs, PrefetchContext, PrefetchRequest
+from hobbit.sim.policies.prefetch import misses, wanted
 
 
 class OraclePrefetch:
     """Prefetch every true expert of layers l+1 .. l+max_depth that is not cached."""
 
     name = "oracle"
+    Knobs = None
+    loads_ahead = True
+    needs: frozenset[str] = frozenset()  # ctx.future: the trace itself
 
-    def __init__(self, max_depth: int = 2) -> None:
-        self.max_depth = max_depth
+    def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
+        self.max_depth = (inputs or PolicyInputs()).depth
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         out: list[PrefetchRequest] = []

@@ -14,7 +14,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traces.cli import hydra_command
+from tqdm import tqdm
+
+from hobbit.analysis.report import build_report
+from hobbit.analysis.system_plots import plot_systems, systems_table
+from hobbit.analysis.trace_plots import plot_trace_summary
+from hobbit.api import configure, simulate_config, sweep
+from hobbit.executor.config import ValidateConfig
+from hobbit.executor_commands import validate_to
+from hobbit.glue import CONF, compose, hydra_command
+from hobbit.results_io import write_results
+from hobbit.traces.capture import CaptureConfig, capture
+from hobbit.traces.io import Trace, atomic_write_text, read_trace
+from hobbit.traces.stats import render, summarize
+from hobbit.traces.tiny import bundled_trace
 
 
 @dataclass(frozen=True)
@@ -38,14 +51,9 @@ class DemoConfig:
                                 "moe-infinity", "on-demand", "fiddler", "llama-cpp", "oracle"])
 
 
-@hydra_command("pkg://conf", "demo", DemoConfig)
+@hydra_command(CONF, "demo", DemoConfig)
 def demo_main(cfg: DemoConfig) -> None:
-    """Capture on the bundled model, then trace statistics and plots."""
-    from analysis.trace_plots import plot_trace_summary
-    from traces.capture import CaptureConfig, capture
-    from traces.io import atomic_write_text, read_trace
-    from traces.stats import render, summarize
-
+    """Capture on the bundled model, statistics, systems compared, a sweep and a validation."""
     out = Path(cfg.out_dir)
     t0 = time.perf_counter()
     print(f"[1/5] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
@@ -73,18 +81,10 @@ def demo_main(cfg: DemoConfig) -> None:
         print(f"  {Path(p).resolve()}")
 
 
-def _simulate_systems(trace, cfg: DemoConfig, out: Path) -> list[Path]:
-    from tqdm import tqdm
-
-    from analysis.system_plots import plot_systems, systems_table
-    from sim.commands import compose_sim, write_results
-    from sim.run import simulate
-    from traces.io import atomic_write_text
-
+def _simulate_systems(trace: Trace, cfg: DemoConfig, out: Path) -> list[Path]:
     rows = []
     for system in tqdm(cfg.systems, desc="simulate", unit="system"):
-        sc = compose_sim([f"system={system}", f"model={cfg.model}", f"hardware={cfg.hardware}", f"out_dir={out / system}"])
-        res = simulate(trace, sc.model, sc.hardware, sc.system)
+        res = simulate_config(trace, configure(cfg.model, cfg.hardware, system))
         write_results(res, out / system)
         rows.append(res.summary)
     table = systems_table(rows)
@@ -94,33 +94,12 @@ def _simulate_systems(trace, cfg: DemoConfig, out: Path) -> list[Path]:
     return [md, *plot_systems(rows, out, title)]
 
 
-def _one(trace_path: str, sc, out: str, overrides: list[str]) -> None:
-    """One sweep point (runs in a joblib worker): simulate, write results and its overrides."""
-    from sim.commands import write_results
-    from sim.run import simulate
-    from traces.io import atomic_write_text, read_trace
-
-    res = simulate(read_trace(trace_path), sc.model, sc.hardware, sc.system, engine="plain")
-    write_results(res, Path(out))
-    atomic_write_text(Path(out) / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
-
-
 def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
-    import itertools
-
-    from joblib import Parallel, delayed
-
-    from analysis.report import build_report
-    from sim.commands import bundled_trace, compose_sim
-
-    jobs = []
-    grid = itertools.product(cfg.sweep_t1, cfg.sweep_t2, cfg.sweep_high_gb)
-    for i, (t1, t2, gb) in enumerate(grid):
-        over = [f"system.precision.t1={t1}", f"system.precision.t2={t2}",
-                f"system.cache.high_bytes={int(gb * 1e9)}", "system.cache.low_bytes=4000000000"]
-        sc = compose_sim([f"model={cfg.model}", f"hardware={cfg.hardware}", "system=hobbit", f"out_dir={out}", *over])
-        jobs.append(delayed(_one)(str(bundled_trace()), sc, str(out / str(i)), over))
-    Parallel(n_jobs=cfg.sweep_jobs)(jobs)
+    grid = {"system.precision.t1": cfg.sweep_t1, "system.precision.t2": cfg.sweep_t2,
+            "system.cache.high_bytes": [int(gb * 1e9) for gb in cfg.sweep_high_gb],
+            "system.cache.low_bytes": [4_000_000_000]}
+    sweep(bundled_trace(), grid, model=cfg.model, hardware=cfg.hardware, system="hobbit", n_jobs=cfg.sweep_jobs,
+          out=out)
     report, agg = build_report(out)
     best = agg.runs.sort_values("decode_ms_per_token.mean").iloc[0]
     print(f"sweep: {len(agg.runs)} runs; fastest {best['decode_ms_per_token.mean']:.1f} ms/token at T1="
@@ -130,15 +109,9 @@ def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
 
 
 def _validate(cfg: DemoConfig, out: Path) -> list[Path]:
-    from hydra import compose
-    from omegaconf import OmegaConf
-
-    import executor.commands  # noqa: F401  (registers validate's schema)
-    from executor.validate import validate_run
-
-    vc = OmegaConf.to_object(compose("validate", overrides=[
-        f"model={cfg.model}", f"scale={cfg.validate_scale}", f"requests={cfg.validate_requests}", f"out_dir={out}"]))
-    v = validate_run(vc, out)
+    vc = compose("validate", ValidateConfig, [f"model={cfg.model}", f"scale={cfg.validate_scale}",
+                                              f"requests={cfg.validate_requests}", f"out_dir={out}"])
+    v = validate_to(vc, out)
     print(f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, "
           f"|error| P50 {v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms")
     return [out / "results.json", out / "report.md", out / "validation.png"]

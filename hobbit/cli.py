@@ -10,18 +10,21 @@ import importlib
 import re
 import sys
 
-# name -> (module, function, one-line description)
+from hobbit.glue import STATE
+
+# name -> (module, function, one-line description). A command's module is imported only to run
+# it (as pip does with its commands), so `hobbit sim` never loads torch and --help is quick.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "capture": ("traces.cli", "capture_main", "record routing traces from a Hugging Face MoE model's live inference"),
-    "convert": ("traces.cli", "convert_main", "convert FLAME-MoE / vLLM / generic JSONL routing logs into a trace"),
-    "trace-info": ("traces.cli", "trace_info_main", "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
-    "sim": ("sim.commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
-    "tune": ("sim.commands", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
-    "quality": ("executor.commands", "quality_main", "perplexity, top-1 agreement and KL of mixed precision vs full"),
-    "calibrate": ("executor.commands", "calibrate_main", "measure this machine through the executor; write a hardware profile"),
-    "validate": ("executor.commands", "validate_main", "simulate and replay the same decisions; report the per-token error"),
-    "report": ("analysis.commands", "report_main", "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
-    "demo": ("sim.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
+    "capture": ("hobbit.trace_commands", "capture_main", "record routing traces from a Hugging Face MoE model's live inference"),
+    "convert": ("hobbit.trace_commands", "convert_main", "convert FLAME-MoE / vLLM / generic JSONL routing logs into a trace"),
+    "trace-info": ("hobbit.trace_commands", "trace_info_main", "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
+    "sim": ("hobbit.sim_commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
+    "tune": ("hobbit.sim_commands", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
+    "quality": ("hobbit.executor_commands", "quality_main", "perplexity, top-1 agreement and KL of mixed precision vs full"),
+    "calibrate": ("hobbit.executor_commands", "calibrate_main", "measure this machine through the executor; write a hardware profile"),
+    "validate": ("hobbit.executor_commands", "validate_main", "simulate and replay the same decisions; report the per-token error"),
+    "report": ("hobbit.report_command", "report_main", "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
+    "demo": ("hobbit.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
 }
 
 PATH_KEYS = ("in", "input", "out", "model", "prompts", "path", "dir", "trace")
@@ -69,8 +72,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"hobbit: error: unknown command '{command}'\n\n{usage()}", file=sys.stderr)
         sys.exit(2)
     module, func, _ = COMMANDS[command]
-    from traces.cli import STATE
-
     sys.argv = [f"hobbit-{command}", *rewrite(command, rest)]
     try:
         getattr(importlib.import_module(module), func)()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from traces.cli import fail, hydra_command
+from hobbit.analysis.report import build_report
+from hobbit.glue import TRACES_CONF, fail, hydra_command
 
 
 @dataclass(frozen=True)
@@ -14,13 +16,9 @@ class ReportConfig:
     dir: str = ""
 
 
-@hydra_command("pkg://conf.traces", "report", ReportConfig)
+@hydra_command(TRACES_CONF, "report", ReportConfig)
 def report_main(cfg: ReportConfig) -> None:
     """Aggregate runs into runs.parquet, plots and report.md."""
-    from pathlib import Path
-
-    from analysis.report import build_report
-
     root = Path(cfg.dir)
     if not cfg.dir or not root.is_dir():
         fail(f"dir={cfg.dir!r} is not a directory (fix: hobbit report dir=PATH/TO/RUN/OR/MULTIRUN)")

@@ -1,0 +1,130 @@
+"""The Python API: the same jobs as the CLI, as plain functions for notebooks and scripts.
+
+    import hobbit
+    trace = hobbit.read_trace()                       # the bundled trace (or a path)
+    r = hobbit.simulate(trace, model="mixtral-8x7b", hardware="rtx4090-pcie4", system="hobbit",
+                        system__precision__t1=0.5)   # any knob: its path with "__" for "."
+    r.decode_ms_per_token, r.hit_rate, r.passes      # typed results
+    table = hobbit.sweep(trace, {"system.precision.t1": [0.4, 0.6], "system": ["hobbit", "on-demand"]})
+
+Configs are composed by Hydra from conf/ exactly as ``hobbit sim`` composes them, so a
+name here means what it means on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from joblib import Parallel, delayed
+from tqdm import tqdm
+
+from hobbit.analysis.aggregate import flatten
+from hobbit.glue import compose, with_overrides
+from hobbit.results_io import write_results
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
+from hobbit.sim.results import Results
+from hobbit.sim.run import simulate as simulate_configs
+from hobbit.traces import io as trace_io
+from hobbit.traces.capture import CaptureConfig
+from hobbit.traces.capture import capture as capture_trace
+from hobbit.traces.io import Trace, atomic_write_text
+from hobbit.traces.tiny import bundled_trace
+
+GROUPS = {"model": ModelConfig, "hardware": HardwareConfig, "system": SystemConfig}
+
+
+def read_trace(path: str | Path | None = None) -> Trace:
+    """A schema-v1 trace, validated; None: the bundled model's trace."""
+    return trace_io.read_trace(bundled_trace() if path is None else path)
+
+
+def _knob(key: str, value: Any) -> str:
+    """``system__precision__t1=0.5`` -> the Hydra override ``system.precision.t1=0.5``."""
+    if isinstance(value, (list, tuple)):
+        value = "[" + ",".join(map(str, value)) + "]"
+    return f"{key.replace('__', '.')}={'null' if value is None else value}"
+
+
+def configure(model: str | ModelConfig | None = None, hardware: str | HardwareConfig | None = None,
+              system: str | SystemConfig | None = None, *, overrides: Sequence[str] = (), **knobs: Any) -> SimConfig:
+    """The typed ``SimConfig`` of a run: group names (conf/model, conf/hardware, conf/system) or
+    typed configs, plus knobs by path (``system__cache__high_fraction=0.5``, ``engine="plain"``)
+    and Hydra ``overrides`` as the command line takes them."""
+    given = {"model": model, "hardware": hardware, "system": system}
+    names = [f"{g}={v}" for g, v in given.items() if isinstance(v, str)]
+    plain = [_knob(k, v) for k, v in knobs.items() if not any(
+        k.startswith(g + "__") and not isinstance(given[g], (str, type(None))) for g in GROUPS)]
+    cfg = compose("sim", SimConfig, ["out_dir=.", *names, *plain, *overrides])
+    for group, value in given.items():
+        if value is None or isinstance(value, str):
+            continue
+        if not isinstance(value, GROUPS[group]):
+            raise ConfigError(f"{group}={value!r} must be a name in conf/{group}/ or a {GROUPS[group].__name__}")
+        mine = [_knob(k[len(group) + 2:], v) for k, v in knobs.items() if k.startswith(group + "__")]
+        cfg = dataclasses.replace(cfg, **{group: with_overrides(value, mine)})
+    return cfg
+
+
+def simulate(trace: Trace | str | Path | None = None, model: str | ModelConfig | None = None,
+             hardware: str | HardwareConfig | None = None, system: str | SystemConfig | None = None,
+             *, keep_log: bool = False, **knobs: Any) -> Results:
+    """Simulate ``system`` replaying ``trace`` for ``model`` on ``hardware`` (defaults: conf/sim.yaml's:
+    mixtral-8x7b, rtx4090-pcie4, hobbit). No files are written."""
+    tr = trace if isinstance(trace, Trace) else read_trace(trace)
+    return simulate_config(tr, configure(model, hardware, system, **knobs), keep_log=keep_log)
+
+
+def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False) -> Results:
+    """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written."""
+    return simulate_configs(trace, cfg.model, cfg.hardware, cfg.system, np.random.default_rng(cfg.seed), cfg.engine,
+                            keep_log=keep_log)
+
+
+def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:
+    """Every combination of a grid ``{override path: values}`` as lists of Hydra overrides."""
+    keys = list(grid)
+    return [[_knob(k, v) for k, v in zip(keys, combo)] for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _point(trace: Trace, cfg: SimConfig, out: Path | None, overrides: list[str]) -> dict[str, Any]:
+    """One sweep point (in a joblib worker): simulate; with ``out``, write its run directory."""
+    res = simulate_config(trace, cfg)
+    if out is not None:
+        write_results(res, out)
+        atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
+    return res.summary
+
+
+def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *, n_jobs: int = 1,
+          out: str | Path | None = None, progress: bool = True, **base: Any) -> pd.DataFrame:
+    """Simulate every point of ``grid`` (``{override path: values}``, e.g. ``{"system.precision.t1":
+    [0.4, 0.6], "system": ["hobbit", "on-demand"]}``) over ``base`` knobs (as ``configure`` takes them,
+    default engine plain). One row per point: its knobs (``knob.<path>``) and results.json flattened.
+    With ``out``, each point's run directory (``out/<i>``) is written for ``hobbit report``."""
+    tr = trace if isinstance(trace, Trace) else read_trace(trace)
+    base = {"engine": "plain", **base}
+    names = {g: base.pop(g, None) for g in GROUPS}
+    points = grid_points(grid)
+    cfgs = []
+    for over in points:  # a grid over a whole group (system=...) replaces the base's choice
+        groups = {g: v for g, v in names.items() if not any(o.startswith(g + "=") for o in over)}
+        cfgs.append(configure(**groups, overrides=over, **base))
+    root = Path(out) if out is not None else None
+    jobs = (delayed(_point)(tr, c, None if root is None else root / str(i), over)
+            for i, (c, over) in enumerate(zip(cfgs, points)))
+    summaries = Parallel(n_jobs=n_jobs, return_as="generator")(jobs)
+    rows = []
+    for over, s in zip(points, tqdm(summaries, total=len(points), desc="sweep", unit="run", disable=not progress)):
+        rows.append({**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)})
+    return pd.DataFrame(rows)
+
+
+def capture(out: str | Path = "trace.parquet", **knobs: Any) -> Path:
+    """Record a routing trace from a Hugging Face MoE model's live inference (default: the bundled
+    tiny model on its held-out prompts); knobs as ``hobbit capture`` takes them. Returns the file."""
+    return capture_trace(CaptureConfig(out=str(out), **knobs)).path

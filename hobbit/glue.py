@@ -1,0 +1,136 @@
+"""Hydra glue shared by every ``hobbit`` command and by the Python API.
+
+``hydra_command`` turns ``task(cfg: Schema)`` into a Hydra app over ``conf/<group>``:
+the schema (a frozen dataclass) is registered in the ConfigStore and the YAML extends
+it; the task receives a typed object, never a ``DictConfig``. Bad input (any
+``InputError``) prints one line naming the file, field and fix, and exits with 2.
+``compose`` gives the same typed object outside a Hydra app (notebooks, the demo).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, TypeVar
+
+import hydra
+from hydra import initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
+from hobbit.traces.io import atomic_write_text
+from hobbit.traces.schema import InputError
+
+EXIT_BAD_INPUT = 2
+CONF = "pkg://hobbit.conf"  # conf/: model, hardware, system groups and one YAML per command
+TRACES_CONF = "pkg://hobbit.conf.traces"  # conf/traces/: where model= means a checkpoint directory
+T = TypeVar("T")
+
+
+class _State:
+    """Whether the task function was entered (config errors happen before it)."""
+
+    started = False
+
+
+STATE = _State()
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def fail(message: str) -> None:
+    print(f"hobbit: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _writable(node: Any) -> Any:
+    """Frozen dataclasses become read-only nodes, at every level; YAML and overrides must extend them."""
+    OmegaConf.set_readonly(node, False)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            _writable(child)
+    return node
+
+
+def register_schema(config_name: str, schema: type) -> None:
+    """``<config_name>_schema`` in the ConfigStore: what conf/<config_name>.yaml extends."""
+    ConfigStore.instance().store(name=f"{config_name}_schema", node=_writable(OmegaConf.structured(schema)))
+
+
+def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
+    """Decorator making ``task(cfg: schema)`` a Hydra main over ``config_path`` (a ``pkg://`` path)."""
+
+    def deco(task: Callable[[Any], Any]) -> Callable[[], None]:
+        register_schema(config_name, schema)
+
+        @hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
+        def main(cfg: DictConfig) -> None:
+            STATE.started = True
+            signal.signal(signal.SIGTERM, _raise_interrupt)  # so writers clean up on `kill`
+            try:
+                obj = OmegaConf.to_object(cfg)
+            except OmegaConfBaseException as exc:
+                fail(f"{config_name}: {exc}".replace("\n", " "))
+            try:
+                task(obj)
+            except InputError as exc:
+                fail(str(exc))
+
+        main.__doc__ = task.__doc__
+        return main
+
+    return deco
+
+
+def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
+    """The typed config Hydra composes from conf/<config_name>.yaml and ``overrides``, inside a
+    running Hydra app or outside one; a bad override raises ``ConfigError`` naming it."""
+    register_schema(config_name, schema)
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return OmegaConf.to_object(hydra.compose(config_name, overrides=overrides))
+        with initialize_config_module(config_module="hobbit.conf", version_base="1.3"):
+            return OmegaConf.to_object(hydra.compose(config_name, overrides=overrides))
+    except (OmegaConfBaseException, HydraException) as exc:
+        raise ConfigError(f"{config_name} {' '.join(overrides)}: {exc}".replace("\n", " ")) from exc
+
+
+def load_typed(schema: type[T], data: Any) -> T:
+    """``data`` (a mapping) checked against a frozen dataclass ``schema``."""
+    node = OmegaConf.structured(schema)
+    OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the merge fills in a copy
+    return OmegaConf.to_object(OmegaConf.merge(node, data))
+
+
+def with_overrides(config: T, overrides: list[str]) -> T:
+    """A typed config with dotted ``key=value`` overrides applied, checked against its type."""
+    node = OmegaConf.merge(_writable(OmegaConf.structured(config)), OmegaConf.from_dotlist(overrides))
+    return OmegaConf.to_object(node)
+
+
+def load_hardware(path: str) -> HardwareConfig:
+    """A hardware YAML (e.g. written by ``hobbit calibrate``) as a typed config."""
+    if not Path(path).is_file():
+        raise ConfigError(f"profile={path} does not exist (fix: the hardware YAML hobbit calibrate wrote)")
+    try:
+        data = OmegaConf.load(path)
+        profile = data.pop("profile", None)
+        hw = load_typed(HardwareConfig, data)
+        return dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"profile={path}: {exc}".replace("\n", " ")) from exc
+
+
+def write_yaml(node: Any, path: Path) -> Path:
+    """A typed config as YAML, written atomically."""
+    return atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.structured(node)))

@@ -1,0 +1,62 @@
+"""``hobbit sim`` and ``hobbit tune``: the simulator's commands (Hydra apps over conf/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from hobbit.api import read_trace, simulate_config
+from hobbit.glue import CONF, hydra_command
+from hobbit.results_io import CACHED_MARK, cache_root, config_key, from_cache, to_cache, write_results
+from hobbit.sim.config import SimConfig
+from hobbit.sim.tune import TuneConfig, tune
+from hobbit.traces.tiny import bundled_trace
+
+
+@hydra_command(CONF, "sim", SimConfig)
+def sim_main(cfg: SimConfig) -> None:
+    """Simulate a system replaying a trace on a modelled machine."""
+    trace_path = Path(cfg.trace) if cfg.trace else bundled_trace()
+    trace = read_trace(trace_path)
+    out = Path(cfg.out_dir)
+    entry = cache_root(cfg) / config_key(cfg, trace_path)
+    if cfg.use_cache and from_cache(entry, out):
+        s = json.loads((out / "results.json").read_text())
+        print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
+        return
+    res = simulate_config(trace, cfg)
+    paths = write_results(res, out)
+    if cfg.use_cache:
+        to_cache(out, entry)
+    s = res.summary
+    d = s["decode_ms_per_token"]
+    print(f"{s['system']} on {s['hardware']}, {s['model']}: decode {d['mean']:.2f} ms/token (p95 {d['p95']:.2f}), "
+          f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
+          f"link busy {s['link_busy_fraction']:.2f}")
+    print(f"results in {paths[-1].parent.resolve()}")
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun: how many runs came from the result cache."""
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        root = Path(config.hydra.sweep.dir)
+        runs = [p.parent for p in root.rglob("results.json") if "report" not in p.parts]
+        cached = sum((r / CACHED_MARK).exists() for r in runs)
+        print(f"sweep {root}: {len(runs)} runs finished, {cached} skipped as already simulated (result cache)")
+
+
+@hydra_command(CONF, "tune", TuneConfig)
+def tune_main(cfg: TuneConfig) -> None:
+    """Search T1, T2, the cache split and the four cache weights with Optuna."""
+    s = tune(read_trace(cfg.trace), cfg)
+    print(f"study {s['study']}: {s['trials']} trials ({s['resumed_from']} from earlier runs)")
+    if not s["best"]:
+        print(f"no trial met the quality budget ({cfg.quality_budget}); raise quality_budget or add trials")
+        return
+    for b in s["best"][:5]:
+        print(f"  trial {b['trial']}: {b['latency_ms']:.2f} ms/token, degraded gate mass {b['degraded_mass']:.3f}")
+    print(f"best configuration: {s['experiment']}")
+    print(f"  hobbit sim hydra.searchpath=[file://{Path(s['experiment']).parent.parent.resolve()}] +experiment=tuned")

@@ -1,0 +1,48 @@
+"""``hobbit capture``, ``convert`` and ``trace-info``: the trace commands."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from hobbit.glue import TRACES_CONF, fail, hydra_command
+from hobbit.traces.capture import CaptureConfig, capture
+from hobbit.traces.convert import ConvertConfig, convert
+from hobbit.traces.io import read_trace
+from hobbit.traces.stats import render, summarize
+
+
+@hydra_command(TRACES_CONF, "capture", CaptureConfig)
+def capture_main(cfg: CaptureConfig) -> None:
+    """Record routing traces from a Hugging Face MoE model (default: the bundled tiny model)."""
+    res = capture(cfg)
+    print(render(summarize(read_trace(res.path)), max_layer_rows=0))
+    print(f"wrote {res.path}")
+
+
+@hydra_command(TRACES_CONF, "convert", ConvertConfig)
+def convert_main(cfg: ConvertConfig) -> None:
+    """Convert published routing logs (flame | vllm | jsonl) into a schema-v1 trace."""
+    path = convert(cfg)
+    tr = read_trace(path)
+    m = tr.meta.model
+    print(f"wrote {path}: {m.name}, {tr.num_tokens} tokens x {len(tr.meta.layers)} layers, "
+          f"{m.num_experts} experts, top-{m.top_k}")
+
+
+@dataclass(frozen=True)
+class TraceInfoConfig:
+    """Knobs of ``hobbit trace-info PATH [--json]``."""
+
+    path: str = ""
+    json: bool = False
+    max_layer_rows: int = 40
+
+
+@hydra_command(TRACES_CONF, "trace_info", TraceInfoConfig)
+def trace_info_main(cfg: TraceInfoConfig) -> None:
+    """Print a trace's model, requests, tokens, expert load, reuse and lookahead accuracy."""
+    if not cfg.path:
+        fail("trace-info needs a trace: hobbit trace-info PATH [--json]")
+    s = summarize(read_trace(cfg.path))
+    print(json.dumps(s, indent=1) if cfg.json else render(s, cfg.max_layer_rows))

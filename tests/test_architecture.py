@@ -1,0 +1,146 @@
+"""The layering DESIGN.md promises, read from the source: who may import whom, no cycles,
+project imports at module top.
+
+Layers (an arrow: "may import"): traces -> (nothing of the project); sim -> traces;
+executor -> sim, traces; analysis -> traces; the application layer (hobbit/, the root
+package) -> everything. ``sim.policies`` imports no simpy, torch or I/O. Every import of the
+project is written ``hobbit.<part>`` (a bare ``sim`` or ``traces`` would be a second copy).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PARTS = {"traces": "traces", "sim": "sim", "executor": "executor", "analysis": "analysis", "conf": "conf"}
+MAY_IMPORT = {
+    "traces": set(),
+    "sim": {"traces"},
+    "executor": {"sim", "traces"},
+    "analysis": {"traces"},
+    "conf": set(),
+    "app": {"traces", "sim", "executor", "analysis", "conf", "app"},
+}
+
+
+def _module(path: Path) -> tuple[str, str]:
+    """(dotted module name under ``hobbit``, its part)."""
+    rel = path.relative_to(ROOT)
+    part = rel.parts[0] if rel.parts[0] in PARTS else "app"
+    parts = list(rel.with_suffix("").parts)
+    if part == "app":
+        parts = parts[1:]  # hobbit/cli.py -> hobbit.cli
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["hobbit", *parts]), part
+
+
+def _sources() -> dict[str, tuple[str, Path]]:
+    files = [p for d in [*PARTS, "hobbit"] for p in (ROOT / d).rglob("*.py")]
+    return {name: (part, p) for p in files for name, part in [_module(p)]}
+
+
+SOURCES = _sources()
+
+
+def _part_of(module: str) -> str | None:
+    """The part a ``hobbit.*`` module belongs to (None: not the project's)."""
+    bits = module.split(".")
+    if bits[0] != "hobbit":
+        return None
+    return bits[1] if len(bits) > 1 and bits[1] in PARTS else "app"
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(module imported, line, at module top?) for every import in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in SOURCES else node.module,
+                     node.lineno, id(node) in top) for a in node.names]
+    return out
+
+
+def test_sources_found():
+    assert {"hobbit", "hobbit.cli", "hobbit.sim.run", "hobbit.traces.io", "hobbit.executor.replay",
+            "hobbit.analysis.report", "hobbit.sim.policies.registry"} <= set(SOURCES)
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_imports_respect_the_layers(name):
+    part, path = SOURCES[name]
+    for mod, line, _ in _imports(path):
+        root = mod.split(".")[0]
+        assert root not in PARTS, f"{path}:{line} imports '{mod}': write it hobbit.{mod}"
+        target = _part_of(mod)
+        if target is not None and target != part:
+            assert target in MAY_IMPORT[part], f"{path}:{line}: {part} may not import {mod} ({target})"
+        if name.startswith("hobbit.sim.policies"):
+            assert root not in ("simpy", "torch", "pyarrow", "pandas"), f"{path}:{line}: policies stay pure ({mod})"
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_project_imports_sit_at_module_top(name):
+    _, path = SOURCES[name]
+    inner = [(mod, line) for mod, line, at_top in _imports(path) if _part_of(mod) is not None and not at_top]
+    assert not inner, f"{path}: project imports inside functions (hidden cycles): {inner}"
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, (_, path) in SOURCES.items():
+        deps = set()
+        for mod, _, _ in _imports(path):
+            while mod and mod not in SOURCES:  # hobbit.sim.run.simulate -> hobbit.sim.run
+                mod = mod.rpartition(".")[0]
+            if mod and mod != name:
+                deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (module -> modules it imports), or [] when there is none."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str]:
+        state[n] = "open"
+        stack.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == "open":
+                return stack[stack.index(d):] + [d]
+            if d not in state and (found := visit(d)):
+                return found
+        stack.pop()
+        state[n] = "done"
+        return []
+
+    for n in sorted(graph):
+        if n not in state and (found := visit(n)):
+            return found
+    return []
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(_graph())
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_checks_catch_what_they_forbid(tmp_path):
+    """The rules above fail on the cases they exist for (a guard that cannot fail guards nothing)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nfrom hobbit.executor.replay import Replayer\n\ndef f():\n    import hobbit.sim.run\n")
+    mods = _imports(bad)
+    assert ("hobbit.executor.replay", 2, True) in mods and ("hobbit.sim.run", 5, False) in mods
+    assert _part_of("hobbit.executor.replay") not in MAY_IMPORT["sim"]
+    assert _part_of("hobbit.sim.run") not in MAY_IMPORT["traces"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
