@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+
 from hobbit.analysis import plots
 from hobbit.analysis.aggregate import Aggregate, aggregate, knob_columns
 from hobbit.traces.io import atomic_write_parquet, atomic_write_text

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from hobbit.analysis.plots import pyplot, save
 
 

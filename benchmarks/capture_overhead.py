@@ -36,10 +36,11 @@ def _decode(model, ids: torch.Tensor, n: int, recorder=None) -> float:
 
 
 def main() -> None:
+    from transformers import AutoModelForCausalLM
+
     from hobbit.traces.capture import RouterRecorder
     from hobbit.traces.families import family_for, find_routers
     from hobbit.traces.tiny import bundled_model_dir
-    from transformers import AutoModelForCausalLM
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=64)

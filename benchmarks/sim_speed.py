@@ -41,6 +41,10 @@ def repeated_trace(tokens: int):
 
 
 def main() -> None:
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    import hobbit.sim_commands  # noqa: F401
     from hobbit.sim.cost import CostModel
     from hobbit.sim.decide import Decider
     from hobbit.sim.engine import Engine
@@ -48,10 +52,6 @@ def main() -> None:
     from hobbit.sim.policies.base import HIGH, LOW
     from hobbit.sim.run import place, size_cache
     from hobbit.sim.workload import build_workload
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
-    import hobbit.sim_commands  # noqa: F401
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=10_000)

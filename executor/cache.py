@@ -13,6 +13,7 @@ a replay that stayed within them; ``peak`` records the most each pool held.
 from __future__ import annotations
 
 import torch
+
 from hobbit.executor.weights import HostStore
 
 Key = tuple[int, int, int]  # (layer, expert, precision class)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+
 from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.replay import Dense, sync
 from hobbit.executor.weights import HostStore

@@ -7,6 +7,7 @@ the application layer registers them without loading torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hobbit.sim.config import ModelConfig, SystemConfig
 from hobbit.traces.schema import InputError
@@ -21,6 +22,13 @@ class QualityError(InputError):
 @dataclass(frozen=True)
 class QualityConfig:
     """Knobs of ``hobbit quality`` (conf/quality.yaml); the rule's knobs are ``system.precision.*``."""
+
+    LIMITS: ClassVar[dict[str, str]] = {
+        "group": ">=1", "context_length": ">=1", "max_windows": ">=1", "batch_size": ">=1",
+    }
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"checkpoint": "in", "text": "in", "out_dir": "outdir"}
 
     checkpoint: str | None = None  # a supported HF MoE checkpoint directory; None: the bundled model
     text: str | None = None  # held-out text; None: the bundled model's held-out text
@@ -38,6 +46,8 @@ class QualityConfig:
 class ExecConfig:
     """What the executor runs: a model (reduced by ``scale``) on a device with a precision pair."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"scale": ">=1", "layers": ">=0", "threads": ">=1"}
+
     model: ModelConfig = field(default_factory=ModelConfig)
     scale: int = 8  # divide hidden and expert widths (a full Mixtral does not fit this machine)
     layers: int = 0  # keep only the model's first N MoE layers (and the trace's); 0: all
@@ -53,12 +63,20 @@ class ExecConfig:
 class CalibrateConfig(ExecConfig):
     """Knobs of ``hobbit calibrate``."""
 
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"checkpoint": "in", "out_dir": "outdir"}
+
     name: str | None = None  # the profile's name; None: calibrated-<device>
 
 
 @dataclass(frozen=True)
 class ValidateConfig(ExecConfig):
     """Knobs of ``hobbit validate``."""
+
+    LIMITS: ClassVar[dict[str, str]] = {**ExecConfig.LIMITS, "requests": ">=1", "cache_fraction": "(0,1]"}
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "checkpoint": "in", "out_dir": "outdir"}
 
     trace: str | None = None  # None: the bundled trace
     system: SystemConfig = field(default_factory=SystemConfig)

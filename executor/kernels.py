@@ -17,8 +17,9 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from hobbit.executor.quant import BITS, QuantizedWeight, dequantize, group_size, quantize, unpack
 from torch.nn import functional as nnf
+
+from hobbit.executor.quant import BITS, QuantizedWeight, dequantize, group_size, quantize, unpack
 
 
 @dataclass

@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from hobbit.executor.config import PAIRS, QualityConfig, QualityError
 from hobbit.executor.quant import fake_quantize
 from hobbit.sim.config import check_system
 from hobbit.sim.policies.base import HIGH, LOW, SKIP
 from hobbit.sim.policies.precision import classes_for
-from hobbit.traces.families import family_for, find_routers
+from hobbit.traces.families import checkpoint_family, find_routers
 from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir
-from torch import nn
-from tqdm import tqdm
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 __all__ = ["PAIRS", "QualityError", "install", "measure", "run_quality", "windows"]
 
@@ -171,7 +172,7 @@ def run_quality(cfg: QualityConfig) -> dict:
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else bundled_model_dir()
     if not (ckpt / "config.json").is_file():
         raise QualityError(f"checkpoint={ckpt}: no config.json (fix: a Hugging Face checkpoint directory)")
-    family = family_for(AutoConfig.from_pretrained(ckpt), f"checkpoint={ckpt}")
+    _, family = checkpoint_family(ckpt, f"checkpoint={ckpt}")
     text_path = Path(cfg.text) if cfg.text else bundled_heldout_text()
     if not text_path.is_file():
         raise QualityError(f"text={text_path} does not exist")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from hobbit.sim.config import quant_group
 
 BITS = {"int8": 8, "int4": 4, "int2": 2}

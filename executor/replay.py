@@ -18,13 +18,14 @@ import time
 
 import numpy as np
 import torch
+from torch.nn import functional as nnf
+
 from hobbit.executor.cache import DeviceCache
 from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.weights import HostStore, kv_width
 from hobbit.sim.decide import Decisions, LayerStep
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
-from torch.nn import functional as nnf
 
 HEAD_DIM = 64
 

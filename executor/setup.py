@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import torch
+
 from hobbit.executor.config import PAIRS, ExecConfig, QualityError
 from hobbit.executor.kernels import ExpertKernel
 from hobbit.executor.weights import HostStore, build_store, reduce_model

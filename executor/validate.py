@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from hobbit.executor.calibrate import calibrate
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor.replay import Replayer

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from hobbit.executor.kernels import ExpertKernel
 from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.sim.policies.base import HIGH, LOW

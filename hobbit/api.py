@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from hobbit.analysis.aggregate import flatten
 from hobbit.glue import compose, with_overrides
+from hobbit.guard import guard
 from hobbit.results_io import write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.results import Results
@@ -33,6 +34,7 @@ from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
 from hobbit.traces.capture import capture as capture_trace
 from hobbit.traces.io import Trace, atomic_write_text
+from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
 
 GROUPS = {"model": ModelConfig, "hardware": HardwareConfig, "system": SystemConfig}
@@ -119,7 +121,7 @@ def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *
             for i, (c, over) in enumerate(zip(cfgs, points)))
     summaries = Parallel(n_jobs=n_jobs, return_as="generator")(jobs)
     rows = []
-    for over, s in zip(points, tqdm(summaries, total=len(points), desc="sweep", unit="run", disable=not progress)):
+    for s, over in zip(tqdm(summaries, total=len(points), desc="sweep", unit="run", disable=not progress), points):
         rows.append({**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)})
     return pd.DataFrame(rows)
 
@@ -127,4 +129,6 @@ def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *
 def capture(out: str | Path = "trace.parquet", **knobs: Any) -> Path:
     """Record a routing trace from a Hugging Face MoE model's live inference (default: the bundled
     tiny model on its held-out prompts); knobs as ``hobbit capture`` takes them. Returns the file."""
-    return capture_trace(CaptureConfig(out=str(out), **knobs)).path
+    cfg = guard(CaptureConfig(out=str(out), **knobs), Path.cwd(), say=lambda _: None)
+    check_knobs(cfg)
+    return capture_trace(cfg).path

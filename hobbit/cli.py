@@ -9,22 +9,34 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from pathlib import Path
 
-from hobbit.glue import STATE
+from hobbit.glue import STATE, fail
+from hobbit.guard import PathError, check_output
 
 # name -> (module, function, one-line description). A command's module is imported only to run
 # it (as pip does with its commands), so `hobbit sim` never loads torch and --help is quick.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "capture": ("hobbit.trace_commands", "capture_main", "record routing traces from a Hugging Face MoE model's live inference"),
-    "convert": ("hobbit.trace_commands", "convert_main", "convert FLAME-MoE / vLLM / generic JSONL routing logs into a trace"),
-    "trace-info": ("hobbit.trace_commands", "trace_info_main", "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
-    "sim": ("hobbit.sim_commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
-    "tune": ("hobbit.sim_commands", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
-    "quality": ("hobbit.executor_commands", "quality_main", "perplexity, top-1 agreement and KL of mixed precision vs full"),
-    "calibrate": ("hobbit.executor_commands", "calibrate_main", "measure this machine through the executor; write a hardware profile"),
-    "validate": ("hobbit.executor_commands", "validate_main", "simulate and replay the same decisions; report the per-token error"),
-    "report": ("hobbit.report_command", "report_main", "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
-    "demo": ("hobbit.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
+    "capture": ("hobbit.trace_commands", "capture_main",
+                "record routing traces from a Hugging Face MoE model's live inference"),
+    "convert": ("hobbit.trace_commands", "convert_main",
+                "convert FLAME-MoE / vLLM / generic JSONL routing logs into a trace"),
+    "trace-info": ("hobbit.trace_commands", "trace_info_main",
+                   "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
+    "sim": ("hobbit.sim_commands", "sim_main",
+            "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
+    "tune": ("hobbit.sim_commands", "tune_main",
+             "search T1/T2, cache split and cache weights with Optuna (resumable)"),
+    "quality": ("hobbit.executor_commands", "quality_main",
+                "perplexity, top-1 agreement and KL of mixed precision vs full"),
+    "calibrate": ("hobbit.executor_commands", "calibrate_main",
+                  "measure this machine through the executor; write a hardware profile"),
+    "validate": ("hobbit.executor_commands", "validate_main",
+                 "simulate and replay the same decisions; report the per-token error"),
+    "report": ("hobbit.report_command", "report_main",
+               "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
+    "demo": ("hobbit.demo", "demo_main",
+             "the main job on the bundled defaults; prints where results and plots went"),
 }
 
 PATH_KEYS = ("in", "input", "out", "model", "prompts", "path", "dir", "trace")
@@ -72,6 +84,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"hobbit: error: unknown command '{command}'\n\n{usage()}", file=sys.stderr)
         sys.exit(2)
     module, func, _ = COMMANDS[command]
+    for arg in rest:  # Hydra makes its run directory before the command's own guard runs
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            try:
+                check_output(key.lstrip("+"), Path(value.strip("'\"")).expanduser().resolve(), "outdir", {})
+            except PathError as exc:
+                fail(str(exc))
     sys.argv = [f"hobbit-{command}", *rewrite(command, rest)]
     try:
         getattr(importlib.import_module(module), func)()

@@ -9,10 +9,10 @@ builds the sweep report. Everything lands in the run directory.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from tqdm import tqdm
 
@@ -25,7 +25,7 @@ from hobbit.executor_commands import validate_to
 from hobbit.glue import CONF, compose, hydra_command
 from hobbit.results_io import write_results
 from hobbit.traces.capture import CaptureConfig, capture
-from hobbit.traces.io import Trace, atomic_write_text, read_trace
+from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
 from hobbit.traces.stats import render, summarize
 from hobbit.traces.tiny import bundled_trace
 
@@ -33,6 +33,15 @@ from hobbit.traces.tiny import bundled_trace
 @dataclass(frozen=True)
 class DemoConfig:
     """Knobs of ``hobbit demo`` (defaults keep it to a few minutes on two CPU cores)."""
+
+    LIMITS: ClassVar[dict[str, str]] = {
+        "max_prompts": ">=1", "max_new_tokens": ">=1", "lookahead": ">=0", "batch_size": ">=1", "sweep_t1": "[0,1]",
+        "sweep_t2": "[0,1]", "sweep_high_gb": ">=0", "sweep_jobs": ">=1", "validate_scale": ">=1",
+        "validate_requests": ">=1",
+    }
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"out_dir": "outdir"}
 
     out_dir: str = "outputs/demo"
     max_prompts: int = 16
@@ -65,7 +74,7 @@ def demo_main(cfg: DemoConfig) -> None:
     summary = summarize(trace)
     text = render(summary, max_layer_rows=0)
     atomic_write_text(out / "trace_info.txt", render(summary) + "\n")
-    atomic_write_text(out / "trace_info.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_json(out / "trace_info.json", summary)
     plots = plot_trace_summary(summary, out)
     print(text)
     print(f"[3/5] simulate {len(cfg.systems)} systems: the trace as {cfg.model} on {cfg.hardware}")

@@ -7,7 +7,6 @@ simulator's commands never do.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from hobbit.glue import CONF, hydra_command, load_hardware, write_yaml
 from hobbit.results_io import write_results
 from hobbit.sim.config import HardwareConfig, ModelConfig
 from hobbit.sim.run import check_profile
-from hobbit.traces.io import atomic_write_parquet, atomic_write_text, read_trace
+from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, read_trace
 from hobbit.traces.tiny import bundled_trace
 
 
@@ -32,7 +31,7 @@ def quality_main(cfg: QualityConfig) -> None:
     """Perplexity, top-1 agreement and KL of the HOBBIT rule's mixed precision against full precision."""
     res = run_quality(cfg)
     out = Path(cfg.out_dir)
-    atomic_write_text(out / "results.json", json.dumps(res, indent=1) + "\n")
+    atomic_write_json(out / "results.json", res)
     q, p = res["quality"], cfg.system.precision
     print(f"{cfg.system.name} (mode {p.mode}, T1 {p.t1}, T2 {p.t2}, {cfg.precision_pair}): perplexity "
           f"{q['ppl']:.4f} vs {q['ppl_reference']:.4f} ({100 * q['ppl_rel_change']:+.2f} %), top-1 agreement "
@@ -70,7 +69,7 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     write_profile(v.hardware, v.model, out)
     write_results(v.sim, out / "sim")
     write_results(v.replay, out / "replay")
-    atomic_write_text(out / "results.json", json.dumps(v.summary, indent=1) + "\n")
+    atomic_write_json(out / "results.json", v.summary)
     e = v.errors
     atomic_write_parquet(pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}),
                          out / "tokens.parquet")

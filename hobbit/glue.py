@@ -20,12 +20,15 @@ import hydra
 from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from hobbit.guard import guard
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
 from hobbit.traces.io import atomic_write_text
+from hobbit.traces.knobs import check_knobs
 from hobbit.traces.schema import InputError
 
 EXIT_BAD_INPUT = 2
@@ -82,9 +85,12 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
             except OmegaConfBaseException as exc:
                 fail(f"{config_name}: {exc}".replace("\n", " "))
             try:
-                task(obj)
+                check_knobs(obj)
+                task(guard(obj, HydraConfig.get().runtime.cwd))
             except InputError as exc:
                 fail(str(exc))
+            except OSError as exc:  # the file system refused (full, gone, permissions): name the path
+                fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
         main.__doc__ = task.__doc__
         return main

@@ -2,7 +2,8 @@
 
 ``write_results``: results.json, passes.parquet (one row per forward pass) and
 layers.parquet, each written atomically. The cache keeps finished runs by what determines
-their results (the trace's bytes and every knob), so a rerun skips them.
+their results (the trace's bytes and every knob), so a rerun skips them; each entry carries
+its files' checksums, and one that does not match them is never used.
 """
 
 from __future__ import annotations
@@ -12,56 +13,101 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 from hobbit.sim.config import SimConfig
 from hobbit.sim.results import Results
-from hobbit.traces.io import atomic_write_parquet, atomic_write_text
+from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
 
 RESULT_FILES = ("results.json", "passes.parquet", "layers.parquet")
 CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache
+MANIFEST = "sha256.json"  # in a cache entry: result file -> its SHA-256
 
 
 def write_results(res: Results, out: Path) -> list[Path]:
     """results.json, passes.parquet, layers.parquet under ``out``; results.json is the last path."""
     paths = [atomic_write_parquet(res.passes, out / "passes.parquet"),
              atomic_write_parquet(res.layers, out / "layers.parquet")]
-    paths.append(atomic_write_text(out / "results.json", json.dumps(res.summary, indent=1, default=float) + "\n"))
+    paths.append(atomic_write_json(out / "results.json", res.summary))
     return paths
 
 
-def cache_root(cfg: SimConfig) -> Path:
-    return Path(cfg.cache_dir or os.environ.get("HOBBIT_CACHE") or Path.home() / ".cache" / "hobbit") / "sim"
+def cache_root(cfg: SimConfig) -> Path | None:
+    """The result cache's directory, or None (with a warning) when it cannot be written: the run
+    then goes on without a cache."""
+    root = Path(cfg.cache_dir or os.environ.get("HOBBIT_CACHE") or Path.home() / ".cache" / "hobbit") / "sim"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK | os.X_OK):
+            return root
+    except OSError:
+        pass
+    warnings.warn(f"result cache {root} is not writable: running without it (fix: cache_dir=A/WRITABLE/DIR)",
+                  stacklevel=2)
+    return None
 
 
 def config_key(cfg: SimConfig, trace_path: Path) -> str:
     """What determines a run's results: the trace's bytes and every knob of the run."""
-    digest = hashlib.sha256(trace_path.read_bytes()).hexdigest()
+    digest = _sha256(trace_path)
     knobs = {k: v for k, v in dataclasses.asdict(cfg).items()
              if k not in ("trace", "out_dir", "cache_dir", "use_cache")}
     blob = json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def from_cache(entry: Path, out: Path) -> bool:
-    """Copy a finished run's files into ``out``; False when the cache has no complete entry."""
-    if not all((entry / f).is_file() for f in RESULT_FILES):
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(entry: Path) -> bool:
+    """Whether a cache entry is whole: its manifest lists every result file with the checksum it has."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        return all(manifest.get(f) == _sha256(entry / f) for f in RESULT_FILES)
+    except (OSError, ValueError, AttributeError):
         return False
-    out.mkdir(parents=True, exist_ok=True)
+
+
+def from_cache(entry: Path, out: Path) -> bool:
+    """Copy a finished run's files into ``out`` if the cache holds it whole; a corrupt or partial entry
+    is dropped with a warning (the run is simulated again and cached anew), never copied."""
+    if not entry.exists():
+        return False
+    if not _verified(entry):
+        warnings.warn(f"result cache entry {entry} is corrupt or partial: ignored, simulating again", stacklevel=2)
+        shutil.rmtree(entry, ignore_errors=True)
+        return False
     for f in RESULT_FILES:
-        shutil.copyfile(entry / f, out / f)
-    (out / CACHED_MARK).write_text(entry.name + "\n")
+        tmp = out / f".{f}.{os.getpid()}.tmp"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(entry / f, tmp)
+            os.replace(tmp, out / f)
+        finally:
+            tmp.unlink(missing_ok=True)
+    atomic_write_text(out / CACHED_MARK, entry.name + "\n")
     return True
 
 
 def to_cache(out: Path, entry: Path) -> None:
-    """Keep a finished run's files under ``entry`` (atomically: a directory renamed into place)."""
+    """Keep a finished run's files under ``entry`` with their checksums (atomically: a directory renamed
+    into place). A cache that cannot be written is skipped with a warning; the run's own files stand."""
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in RESULT_FILES:
-        shutil.copyfile(out / f, tmp / f)
     try:
-        os.replace(tmp, entry)  # atomic; a concurrent twin may have won, which is as good
-    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for f in RESULT_FILES:
+            shutil.copyfile(out / f, tmp / f)
+        (tmp / MANIFEST).write_text(json.dumps({f: _sha256(tmp / f) for f in RESULT_FILES}) + "\n")
+        shutil.rmtree(entry, ignore_errors=True)  # a corrupt entry dropped earlier, or a twin's
+        os.replace(tmp, entry)
+    except OSError as exc:
+        warnings.warn(f"result cache {entry.parent}: could not keep this run ({exc.strerror or exc})", stacklevel=2)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)

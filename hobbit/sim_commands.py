@@ -21,14 +21,15 @@ def sim_main(cfg: SimConfig) -> None:
     trace_path = Path(cfg.trace) if cfg.trace else bundled_trace()
     trace = read_trace(trace_path)
     out = Path(cfg.out_dir)
-    entry = cache_root(cfg) / config_key(cfg, trace_path)
-    if cfg.use_cache and from_cache(entry, out):
+    root = cache_root(cfg) if cfg.use_cache else None
+    entry = root / config_key(cfg, trace_path) if root is not None else None
+    if entry is not None and from_cache(entry, out):
         s = json.loads((out / "results.json").read_text())
         print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
         return
     res = simulate_config(trace, cfg)
     paths = write_results(res, out)
-    if cfg.use_cache:
+    if entry is not None:
         to_cache(out, entry)
     s = res.summary
     d = s["decode_ms_per_token"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hobbit.glue import TRACES_CONF, fail, hydra_command
 from hobbit.traces.capture import CaptureConfig, capture
@@ -33,6 +34,11 @@ def convert_main(cfg: ConvertConfig) -> None:
 @dataclass(frozen=True)
 class TraceInfoConfig:
     """Knobs of ``hobbit trace-info PATH [--json]``."""
+
+    LIMITS: ClassVar[dict[str, str]] = {"max_layer_rows": ">=0"}
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"path": "in"}
 
     path: str = ""
     json: bool = False

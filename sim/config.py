@@ -8,7 +8,7 @@ names: ``_bytes``, ``_s``, ``_gbps`` (1e9 bytes/s), ``_tflops`` (1e12 flop/s).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hobbit.sim.policies.registry import EVICTION, PREFETCH, knobs_types
 from hobbit.traces.schema import InputError
@@ -39,6 +39,12 @@ class ModelConfig:
     (attention, router, norms, shared experts); ``other_params`` what stays resident
     and runs once per token (embeddings, LM head, dense FFN layers).
     """
+
+    LIMITS: ClassVar[dict[str, str]] = {
+        "num_layers": ">=1", "num_experts": ">=1", "top_k": ">=1", "hidden_size": ">=1", "expert_ffn": ">=1",
+        "dense_params_per_layer": ">=0", "other_params": ">=0", "kv_bytes_per_token": ">=0",
+        "quant_group_size": ">=1", "quant_meta_bytes_per_group": ">=0",
+    }
 
     name: str = "unnamed"
     num_layers: int = 1  # MoE layers
@@ -87,6 +93,12 @@ class ProfileConfig:
     SwiGLU interpolated in the token count.
     """
 
+    LIMITS: ClassVar[dict[str, str]] = {
+        "hidden_size": ">=1", "expert_ffn": ">=1", "link_t0_s": ">=0", "link_gbps": ">0", "dense_s": ">=0",
+        "other_s": ">=0", "layer_overhead_s": ">=0", "expert_tokens": ">=1", "expert_high_s": ">=0",
+        "expert_low_s": ">=0", "cpu_expert_s": ">=0",
+    }
+
     model: str = ""  # what it was measured for: name and the two widths that set every size
     hidden_size: int = 0
     expert_ffn: int = 0
@@ -109,6 +121,12 @@ class HardwareConfig:
     ``unified_memory``: device and host share one DRAM (Jetson); experts then come from
     the SSD and every byte moved also spends the shared DRAM bandwidth.
     """
+
+    LIMITS: ClassVar[dict[str, str]] = {
+        "device_memory_bytes": ">0", "device_mem_gbps": ">0", "device_tflops": ">0", "kernel_overhead_s": ">=0",
+        "compute_efficiency": "(0,1]", "link_gbps": ">0", "link_t0_s": ">=0", "ssd_gbps": ">0", "ssd_t0_s": ">=0",
+        "cpu_tflops": ">0", "cpu_mem_gbps": ">0", "low_precision_efficiency": "(0,1]", "reserve_bytes": ">=0",
+    }
 
     name: str = "unnamed"
     device_memory_bytes: int = 24 * 2**30
@@ -136,6 +154,8 @@ class HardwareConfig:
 class PrecisionConfig:
     """How a missing expert is loaded. ``mode``: hobbit (T1/T2 rule) | high | low."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"t1": "[0,1]", "t2": "[0,1]"}
+
     mode: str = "hobbit"
     t1: float = 0.6  # paper default (Mixtral)
     t2: float = 0.9
@@ -158,6 +178,8 @@ class PrefetchBase:
     """What is loaded ahead. ``kind``: a name of ``policies.registry.PREFETCH``; its knobs, if any,
     are the node ``system.prefetch.<kind>``."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"max_depth": ">=1", "fallback_accuracy": "[0,1]"}
+
     kind: str = "hobbit"
     max_depth: int = 2  # p: layers looked ahead (paper: adaptive in [1, 3], default 2)
     fallback: str = "oracle"  # predictor when the trace has no predictions: oracle | history | none
@@ -173,6 +195,8 @@ class CacheBase:
     Sizes: ``high_bytes``/``low_bytes`` when >= 0; otherwise the device memory left after
     resident weights, KV cache and the reserve, split by ``high_fraction``.
     """
+
+    LIMITS: ClassVar[dict[str, str]] = {"high_bytes": ">=-1", "low_bytes": ">=-1", "high_fraction": "[0,1]"}
 
     policy: str = "multidim"
     high_bytes: int = -1
@@ -193,6 +217,8 @@ def policy_knobs(node: Any, name: str) -> Any:
 @dataclass(frozen=True)
 class SystemConfig:
     """An offloading system: precision, prefetch and cache policies, and CPU help."""
+
+    LIMITS: ClassVar[dict[str, str]] = {"n_cpu_moe": ">=-1"}
 
     name: str = "hobbit"
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
@@ -218,7 +244,7 @@ def check_system(s: SystemConfig) -> None:
             raise ConfigError(f"system.{group}={chosen} is not one of {', '.join(sorted(registry))}")
     for where, node, chosen in (("prefetch", s.prefetch, s.prefetch.kind), ("cache", c, c.policy)):
         knobs = policy_knobs(node, chosen)
-        for problem in knobs.problems() if knobs is not None else []:
+        for problem in getattr(knobs, "problems", list)():  # what a policy's knob ranges cannot say
             raise ConfigError(f"system.{where}.{chosen}.{problem}")
     if s.prefetch.fallback not in ("oracle", "history", "none"):
         raise ConfigError(f"system.prefetch.fallback={s.prefetch.fallback} must be oracle, history or none")
@@ -235,6 +261,9 @@ def check_system(s: SystemConfig) -> None:
 @dataclass(frozen=True)
 class SimConfig:
     """``hobbit sim``: one trace x model x hardware x system run (conf/sim.yaml)."""
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
 
     trace: str | None = None  # None: the trace of the bundled model (traces/tiny/trace.parquet)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from hobbit.sim.config import HardwareConfig, ModelConfig
 from hobbit.sim.policies.base import HIGH
 

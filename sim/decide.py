@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs, PrefetchContext
 from hobbit.sim.policies.cache import ExpertCache

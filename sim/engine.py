@@ -13,6 +13,7 @@ from typing import Generator
 
 import numpy as np
 import simpy
+
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decisions, LayerStep
 from hobbit.sim.timeline import Timeline, demand_insert_at

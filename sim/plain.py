@@ -9,6 +9,7 @@ queued copy that a layer waits for starts before any later arrival could pass it
 from __future__ import annotations
 
 import numpy as np
+
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decisions
 from hobbit.sim.timeline import Timeline, demand_insert_at

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
 from hobbit.sim.decide import SERVED_NAMES, Decisions
 from hobbit.sim.policies.precision import hobbit_classes, rule_mix

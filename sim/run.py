@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
@@ -21,6 +22,7 @@ from hobbit.sim.results import Results, summarise
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload, build_workload
 from hobbit.traces.io import Trace
+from hobbit.traces.knobs import check_knobs
 
 GiB = 2**30
 
@@ -111,6 +113,8 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
              rng: np.random.Generator | None = None, engine: str = "simpy", keep_log: bool = False) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``."""
     t_wall = time.perf_counter()
+    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
+        check_knobs(cfg, prefix)
     check_system(system)
     check_topology(trace, model)
     check_profile(model, hw)

@@ -10,23 +10,28 @@ continues up to ``trials``. The best configuration is written as a ready experim
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
-from hobbit.traces.io import atomic_write_parquet, atomic_write_text
+from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
 
 
 @dataclass(frozen=True)
 class TuneConfig:
     """Knobs of ``hobbit tune`` (conf/tune.yaml)."""
+
+    LIMITS: ClassVar[dict[str, str]] = {"trials": ">=1", "quality_budget": "[0,1]"}
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "study": "state", "out_dir": "outdir"}
 
     trace: str | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -36,7 +41,7 @@ class TuneConfig:
     seed: int = 0
     objective: str = "budget"  # budget | pareto
     quality_budget: float = 0.25  # max quality_proxy.degraded_mass in budget mode
-    study: str = "study.db"  # SQLite file; relative paths are under out_dir
+    study: str | None = None  # SQLite file (the command resolves it where it was run); None: out_dir/study.db
     study_name: str = "hobbit"
     out_dir: str = "."
 
@@ -86,6 +91,9 @@ system:
 """
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 def open_study(cfg: TuneConfig, path: Path) -> Any:
     import optuna  # lazy: optuna loads SQLAlchemy and alembic, which only a tuning run needs
 
@@ -96,8 +104,15 @@ def open_study(cfg: TuneConfig, path: Path) -> Any:
         constraints = lambda t: [t.user_attrs["degraded_mass"] - cfg.quality_budget]  # noqa: E731
     sampler = optuna.samplers.TPESampler(seed=cfg.seed, constraints_func=constraints)
     directions = ["minimize"] if cfg.objective == "budget" else ["minimize", "minimize"]
-    return optuna.create_study(storage=f"sqlite:///{path}", study_name=cfg.study_name, load_if_exists=True,
-                               sampler=sampler, directions=directions)
+    if path.exists() and path.read_bytes()[:16] != SQLITE_MAGIC:
+        raise ConfigError(f"study={path} is not an Optuna study (an SQLite file); it was left as it is "
+                          f"(fix: another study=)")
+    try:
+        return optuna.create_study(storage=f"sqlite:///{path}", study_name=cfg.study_name, load_if_exists=True,
+                                   sampler=sampler, directions=directions)
+    except Exception as exc:  # optuna and SQLAlchemy raise their own kinds for a study they cannot use
+        raise ConfigError(f"study={path} (study_name={cfg.study_name}) cannot be opened or continued: "
+                          f"{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 
 
 def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
@@ -114,8 +129,7 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = Path(cfg.study) if Path(cfg.study).is_absolute() else out / cfg.study
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(cfg.study) if cfg.study else out / "study.db"
     study = open_study(cfg, path)
     finished = len([t for t in study.trials if t.state.name == "COMPLETE"])
 
@@ -135,7 +149,7 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     summary = {"study": str(path), "trials": len(rows), "resumed_from": finished, "objective": cfg.objective,
                "quality_budget": cfg.quality_budget, "best": []}
     if not best:
-        atomic_write_text(out / "tune.json", json.dumps(summary, indent=1) + "\n")
+        atomic_write_json(out / "tune.json", summary)
         return summary
     for t in best:
         s = suggest(optuna.trial.FixedTrial(t.params), cfg.system)
@@ -147,5 +161,5 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
             f"{top['degraded_mass']:.3f}; {cfg.model.name} on {cfg.hardware.name}")
     system = suggest(optuna.trial.FixedTrial(best[0].params), cfg.system)
     summary["experiment"] = str(atomic_write_text(out / "experiment" / "tuned.yaml", experiment_yaml(system, note)))
-    atomic_write_text(out / "tune.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_json(out / "tune.json", summary)
     return summary

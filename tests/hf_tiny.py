@@ -38,8 +38,9 @@ def save_tiny(model_type: str, out: Path, seed: int = 0) -> Path:
     """Save a random-init tiny checkpoint of ``model_type`` with the byte tokenizer into ``out``."""
     import torch
     import transformers
-    from hobbit.traces.tiny import build_byte_tokenizer
     from transformers import AutoModelForCausalLM
+
+    from hobbit.traces.tiny import build_byte_tokenizer
 
     cls_name, kwargs, _ = TINY[model_type]
     cfg = getattr(transformers, cls_name)(**{**COMMON, **kwargs})

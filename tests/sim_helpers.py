@@ -6,10 +6,10 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-from hobbit.sim.config import SimConfig
-from hobbit.traces.io import Trace, read_trace
 
 from hobbit.glue import compose
+from hobbit.sim.config import SimConfig
+from hobbit.traces.io import Trace, read_trace
 
 BUNDLED = Path(__file__).parents[1] / "traces" / "tiny" / "trace.parquet"
 

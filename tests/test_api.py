@@ -6,11 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
-from hobbit.sim.config import SystemConfig
-from hobbit.sim.policies.registry import EVICTION
-from sim_helpers import bundled
 
 import hobbit
+from hobbit.sim.config import SystemConfig
+from hobbit.sim.policies.registry import EVICTION
+
+from sim_helpers import bundled
 
 README = Path(__file__).parents[1] / "README.md"
 

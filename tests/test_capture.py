@@ -12,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
-from hf_tiny import TINY
+
 from hobbit.traces.capture import CaptureConfig, CaptureError, capture
 from hobbit.traces.families import FAMILIES, UnsupportedModelError, family_for, find_routers
 from hobbit.traces.io import read_trace
 from hobbit.traces.schema import DECODE, PREFILL
+
+from conftest import run_cli
+from hf_tiny import TINY
 
 DEPTH = 2
 
@@ -100,6 +102,7 @@ def test_metadata_describes_the_capture(tiny_checkpoints, prompts_file, tmp_path
 
 def test_unsupported_model_lists_the_families(tmp_path, prompts_file, capsys):
     import transformers
+
     from hobbit.traces.tiny import build_byte_tokenizer
 
     cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -123,7 +126,7 @@ def test_bad_inputs_fail_before_any_work(tmp_path, tiny_checkpoints, capsys):
     badjson.write_text('{"prompt": "ok"}\n{"text": 3}\n')
     out = tmp_path / "o.parquet"
     cases = [
-        ([f"model={tmp_path / 'nowhere'}"], "no config.json"),
+        ([f"model={tmp_path / 'nowhere'}"], "nowhere does not exist"),
         ([f"model={d}", f"prompts={tmp_path / 'missing.txt'}"], "does not exist"),
         ([f"model={d}", f"prompts={empty}"], "has no prompts"),
         ([f"model={d}", f"prompts={badjson}"], "line 2"),

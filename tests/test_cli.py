@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from hobbit.cli import COMMANDS, rewrite
+
+from conftest import run_cli
 
 ROOT = Path(__file__).parents[1]
 
@@ -60,14 +62,18 @@ def test_console_script_runs(tmp_path, synthetic_small):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a dir"]  # trace-info writes nothing
     r = subprocess.run([str(exe), "trace-info", str(tmp_path / "missing.parquet")], capture_output=True, text=True,
                        timeout=120)
-    assert r.returncode == 2 and "no such file" in r.stderr
+    assert r.returncode == 2 and "missing.parquet does not exist" in r.stderr
 
 
 def test_wheel_installs_one_package_hobbit(tmp_path):
     """Built and installed into a fresh folder, the project adds ``hobbit`` (and its dist-info)
     and nothing else at the top level; ``python -m hobbit`` runs from there, away from the repo."""
+    src = tmp_path / "src"  # a copy: building leaves build/ behind, and a stale one could leak into the wheel
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "outputs", "multirun", "*.egg-info", "__pycache__",
+                                  ".hypothesis", ".pytest_cache", "demo-out")
+    shutil.copytree(ROOT, src, ignore=skip)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                        str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
+                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     (whl,) = (tmp_path / "dist").glob("hobbit-*.whl")
     target = tmp_path / "site"

@@ -7,12 +7,14 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+
 from hobbit.traces.convert import ConvertConfig, convert, vllm_passes
 from hobbit.traces.io import read_trace
 from hobbit.traces.jsonl_format import write_generic_jsonl
 from hobbit.traces.schema import DECODE, PREFILL, TraceError
 from hobbit.traces.stats import summarize
+
+from conftest import run_cli
 
 FLAME = "flame-moe-290m-iter5473"
 QWEN = "qwen1.5-moe-a2.7b-chat-gsm8k"
@@ -155,8 +157,24 @@ def test_generic_jsonl_errors_name_line_and_field(tmp_path, capsys, line, row, f
         convert(ConvertConfig("jsonl", str(p), str(tmp_path / "o.parquet")))
     assert (ei.value.row, ei.value.field) == (row, field)
     assert run_cli(["convert", "format=jsonl", f"in={p}", f"out={tmp_path / 'o.parquet'}"]) == 2
-    assert f"{p}: row {row}" in capsys.readouterr().err
+    assert f"{p}: line {row}" in capsys.readouterr().err
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_jsonl_errors_found_after_sorting_name_the_input_line(tmp_path):
+    """A token missing a layer is found only once rows are sorted: the error still names the input
+    file and the line the bad row came from, not the Parquet being written or a sorted row."""
+    header = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2}}
+    row = {"request_id": 0, "phase": "prefill", "step": 0, "expert_ids": [1, 2], "gate_weights": [0.6, 0.4]}
+    rows = [{**row, "position": 1, "layer": 1}, {**row, "position": 0, "layer": 1}, {**row, "position": 0, "layer": 0},
+            {**row, "position": 0, "layer": 0, "request_id": 1}]  # position 1 (line 2) and request 1 lack a layer
+    p = tmp_path / "sorted-late.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in [header, *rows]) + "\n")
+    with pytest.raises(TraceError) as ei:
+        convert(ConvertConfig("jsonl", str(p), str(tmp_path / "o.parquet")))
+    assert ei.value.file == str(p) and ei.value.unit == "line" and ei.value.field == "layer"
+    assert ei.value.row == 2, ei.value  # sorted first comes request 0's position 1, which is on line 2
+    assert "o.parquet" not in str(ei.value) and not (tmp_path / "o.parquet").exists()
 
 
 def test_convert_bad_arguments_exit_2(tmp_path, capsys):

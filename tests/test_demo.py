@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
 from hobbit.traces.io import read_trace
+
+from conftest import run_cli
 
 
 def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):

@@ -9,12 +9,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+
 from hobbit.executor.kernels import ExpertKernel, reference
 from hobbit.executor.replay import Replayer
 from hobbit.executor.weights import build_store, reduce_model
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.run import simulate
+
+from conftest import run_cli
 from sim_helpers import bundled, compose_sim
 
 CPU = torch.device("cpu")
@@ -107,8 +109,9 @@ def test_the_device_cache_refuses_more_than_its_slots(small):
 
 
 def test_weights_from_a_checkpoint_are_the_checkpoints():
-    from hobbit.traces.tiny import bundled_model_dir
     from transformers import AutoModelForCausalLM
+
+    from hobbit.traces.tiny import bundled_model_dir
 
     cfg = compose_sim("model=tiny")
     store = build_store(cfg.model, ("bf16", "int4"), CPU, checkpoint_dir=str(bundled_model_dir()), progress=False)

@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 
 import pytest
+
 from hobbit.sim.run import simulate
+
 from sim_helpers import bundled, compose_sim
 
 GOLDEN = Path(__file__).parent / "golden" / "bundled_systems.json"

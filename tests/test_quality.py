@@ -7,11 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+
 from hobbit.executor.config import QualityConfig
 from hobbit.executor.quality import run_quality
 from hobbit.executor.quant import dequantize, fake_quantize, pack, quantize, unpack
 from hobbit.sim.config import PrecisionConfig, SystemConfig
+
+from conftest import run_cli
 
 
 def _run(mode="hobbit", t1=0.6, t2=0.9, **kw):
@@ -33,8 +35,9 @@ def test_all_high_reproduces_the_model_exactly():
 
 def _independent_low_ppl(context=128, windows=8) -> float:
     """All experts at int4 the plain way: numpy min-max codes per group, weights overwritten, stock forward."""
-    from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(bundled_model_dir(), dtype=torch.float32).eval()
 
@@ -120,6 +123,7 @@ def test_bad_inputs_exit_2(tmp_path, capsys):
 
 def test_unsupported_checkpoint_exits_2(tmp_path, capsys):
     import transformers
+
     from hobbit.traces.tiny import build_byte_tokenizer
 
     cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -132,6 +136,7 @@ def test_unsupported_checkpoint_exits_2(tmp_path, capsys):
 
 def test_quality_grid_joins_simulated_latency_in_the_report(tmp_path, capsys):
     from hobbit.traces.io import write_trace
+
     from sim_helpers import bundled
 
     tr = bundled(1)

@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 import pytest
+
 from conftest import run_cli
 from sim_helpers import bundled
 

@@ -8,10 +8,12 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+
 from hobbit.traces.arrays import TraceArrays, to_table
 from hobbit.traces.io import TraceWriter, read_meta, read_trace, write_trace
 from hobbit.traces.schema import METADATA_KEY, TraceError
+
+from conftest import run_cli
 
 
 def _raw_write(arrays: TraceArrays, meta, path) -> None:

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+
 from conftest import run_cli
 from sim_helpers import write_first_requests
 

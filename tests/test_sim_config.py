@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig, check_system
+
 from sim_helpers import compose_sim
 
 CONF = Path(__file__).parents[1] / "conf"
@@ -109,8 +111,9 @@ def test_model_shapes_match_transformers(name):
 
 
 def test_tiny_model_config_matches_the_bundled_checkpoint():
-    from hobbit.traces.tiny import bundled_model_dir
     from transformers import AutoModelForCausalLM
+
+    from hobbit.traces.tiny import bundled_model_dir
 
     y = yaml.safe_load((CONF / "model" / "tiny.yaml").read_text())
     m = AutoModelForCausalLM.from_pretrained(bundled_model_dir())

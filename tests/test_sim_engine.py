@@ -6,6 +6,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, SKIPPED
@@ -13,9 +16,9 @@ from hobbit.sim.policies.base import SKIP
 from hobbit.sim.policies.precision import classes_for
 from hobbit.sim.run import simulate
 from hobbit.traces.io import Trace
+from hobbit.traces.schema import InputError
 from hobbit.traces.synthetic import SyntheticConfig, generate
-from hypothesis import given, settings
-from hypothesis import strategies as st
+
 from sim_helpers import bundled, compose_sim, without_predictions
 
 SYSTEMS = ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "moe-infinity",
@@ -53,9 +56,10 @@ def _compute_only(res, cost: CostModel, wl_passes) -> np.ndarray:
 
 @pytest.mark.parametrize("system", ["hobbit", "on-demand", "moe-offloading"])
 def test_infinite_bandwidth_gives_compute_only_latency(small, system):
-    cfg = compose_sim(f"system={system}", "hardware.link_gbps=inf")
+    """A link of 10^15 GB/s with no per-copy cost (knobs are finite; this is the limit)."""
+    cfg = compose_sim(f"system={system}", "hardware.link_gbps=1e15", "hardware.link_t0_s=0")
     res = simulate(small, cfg.model, cfg.hardware, cfg.system)
-    assert res.timeline.step_stall.max() == 0.0 and res.summary["stall_ms_per_token"] == 0.0
+    assert res.timeline.step_stall.max() < 1e-12 and res.summary["stall_ms_per_token"] < 1e-9
     p = res.passes
     passes = list(zip(range(len(p)), p.tokens, p.context))
     want = _compute_only(res, CostModel(cfg.model, cfg.hardware), passes)
@@ -115,7 +119,7 @@ def test_topology_mismatch_names_both(small):
 ])
 def test_bad_knobs_fail_before_the_run(small, override, knob):
     cfg = compose_sim(*override.split())
-    with pytest.raises(ConfigError, match=knob):
+    with pytest.raises(InputError, match=knob):
         simulate(small, cfg.model, cfg.hardware, cfg.system)
 
 

@@ -9,7 +9,9 @@ asserted on the bundled trace: there, 352 MB experts saturate PCIe and a wrong p
 from __future__ import annotations
 
 import pytest
+
 from hobbit.sim.run import simulate
+
 from sim_helpers import bundled, compose_sim
 
 

@@ -6,13 +6,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hobbit.traces.arrays import TraceArrays
 from hobbit.traces.io import Trace, read_trace, write_trace
 from hobbit.traces.schema import ModelSpec, TraceMeta
 from hobbit.traces.stats import summarize
 from hobbit.traces.synthetic import SyntheticConfig, generate
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def _stats(**kw):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import read_trace
 from hobbit.traces.stats import summarize
@@ -66,8 +67,9 @@ def _routing_stats(model: Path | None, out: Path) -> dict:
 
 def _hf_init(dst: Path) -> Path:
     """The same architecture as transformers initialises it."""
-    from hobbit.traces.tiny import build_tiny_config
     from transformers import MixtralForCausalLM
+
+    from hobbit.traces.tiny import build_tiny_config
 
     torch.manual_seed(0)
     MixtralForCausalLM(build_tiny_config()).save_pretrained(dst)

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+
 from conftest import run_cli
 from sim_helpers import write_first_requests
 
@@ -46,6 +47,7 @@ def test_tune_resumes_and_writes_a_ready_experiment(one_request, tmp_path, capsy
 def test_same_seed_same_search(one_request, tmp_path):
     from hobbit.sim.tune import TuneConfig, tune
     from hobbit.traces.io import read_trace
+
     from sim_helpers import compose_sim
 
     base = compose_sim()
@@ -62,6 +64,7 @@ def test_same_seed_same_search(one_request, tmp_path):
 def test_pareto_mode_returns_non_dominated_trials(one_request, tmp_path):
     from hobbit.sim.tune import TuneConfig, tune
     from hobbit.traces.io import read_trace
+
     from sim_helpers import compose_sim
 
     base = compose_sim()

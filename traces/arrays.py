@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
 from hobbit.traces.schema import ARROW_COLUMNS, TraceMeta, arrow_schema
 
 
@@ -35,8 +36,12 @@ class TraceArrays:
         pick = (lambda a: None if a is None else a[idx])
         return TraceArrays(*(pick(getattr(self, f)) for f in self.__dataclass_fields__))
 
+    def order(self) -> np.ndarray:
+        """Row indices in (request_id, step, position, layer) order, the order traces are stored in."""
+        return np.lexsort((self.layer, self.position, self.step, self.request_id))
+
     def sorted(self) -> TraceArrays:
-        order = np.lexsort((self.layer, self.position, self.step, self.request_id))
+        order = self.order()
         if np.all(order[1:] > order[:-1]):
             return self
         return self.take(order)

@@ -14,11 +14,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
 from hobbit.traces.arrays import TraceArrays, concat
-from hobbit.traces.families import Family, family_for, find_routers, model_spec
+from hobbit.traces.families import Family, checkpoint_family, find_routers, model_spec
 from hobbit.traces.io import TraceWriter
 from hobbit.traces.schema import DECODE, PREFILL, InputError, TraceMeta, now_iso
 from hobbit.traces.tiny import bundled_model_dir, bundled_prompts_path
@@ -31,6 +32,14 @@ class CaptureError(InputError):
 @dataclass(frozen=True)
 class CaptureConfig:
     """Knobs of ``hobbit capture`` (None model / prompts: the bundled tiny model and its prompts)."""
+
+    LIMITS: ClassVar[dict[str, str]] = {
+        "max_new_tokens": ">=1", "lookahead": ">=0", "batch_size": ">=1", "max_prompts": ">=1",
+        "max_prompt_tokens": ">=1",
+    }
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"model": "in", "prompts": "in", "out": "out"}
 
     model: str | None = None
     prompts: str | None = None
@@ -223,13 +232,12 @@ def _generate_batch(model: Any, rec: RouterRecorder, prompt_ids: list[list[int]]
 
 def _load(model_dir: Path, cfg: CaptureConfig) -> tuple[Any, Any, Family]:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
 
-    hf_cfg = AutoConfig.from_pretrained(model_dir)
-    family = family_for(hf_cfg, f"model={model_dir}")
+    _, family = checkpoint_family(model_dir, f"model={model_dir}")
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     try:

@@ -13,22 +13,31 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
+
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
 from hobbit.traces.io import write_trace
 from hobbit.traces.jsonl_format import read_generic_jsonl
 from hobbit.traces.schema import DECODE, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.validate import validate_source
 
 
 @dataclass(frozen=True)
 class ConvertConfig:
     """Knobs of ``hobbit convert`` (model fields override what the source says or implies)."""
+
+    LIMITS: ClassVar[dict[str, str]] = {"num_layers": ">=1", "num_experts": ">=1"}
+
+    # path knobs and their roles (hobbit/guard.py)
+    PATHS: ClassVar[dict[str, str]] = {"input": "in", "out": "out"}
 
     format: str = "jsonl"  # flame | vllm | jsonl
     input: str = ""
@@ -53,10 +62,22 @@ def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
 # ---------------------------------------------------------------- FLAME-MoE
 
 FLAME_EXPERTS = 64  # every FLAME-MoE size routes over 64 experts (+2 shared, not logged)
+INT32_MAX, INT16_MAX = 2**31 - 1, 2**15 - 1  # the schema's request/position and layer columns
 
 
 def _flame_rows(seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.ndarray, w: np.ndarray,
                 cfg: ConvertConfig, src: dict) -> tuple[TraceArrays, TraceMeta]:
+    for name, col, top in (("seq", seq, INT32_MAX), ("pos", pos, INT32_MAX), ("layer", layer, INT16_MAX),
+                           ("expert_ids", ids, FLAME_EXPERTS - 1)):
+        col = np.asarray(col)
+        if not np.issubdtype(col.dtype, np.integer):
+            raise TraceError(cfg.input, f"holds {col.dtype} values, not whole numbers", field=name)
+        bad = (col < 0) | (col > top)
+        if bad.any():
+            row = int(np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1))[0])
+            raise TraceError(cfg.input, f"value out of range 0..{top}", row=row, field=name)
+    if not np.issubdtype(np.asarray(w).dtype, np.number):
+        raise TraceError(cfg.input, "gate_probs are not numbers", field="gate_probs")
     first = int(layer.min())
     ids, w = sort_by_weight(ids, w)
     as_decode = cfg.teacher_forced_as == "decode"
@@ -71,7 +92,8 @@ def _flame_rows(seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.nda
             "decode step" if as_decode else "teacher-forced forward passes; each sequence is one prefill request")
     src = {"kind": "converter", "format": "flame", "input": cfg.input, "source_layers": [first, first + n_layers - 1],
            "teacher_forced_as": cfg.teacher_forced_as, "note": note, **src}
-    return a.sorted(), TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso())
+    meta = TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso())
+    return validate_source(a, meta, cfg.input), meta
 
 
 def convert_flame(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
@@ -184,6 +206,8 @@ def convert_vllm(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
             if layer in layers:
                 raise TraceError(f, f"layer {layer} appears in two files", field="layer")
             layers[layer] = (f, passes)
+    if not layers:
+        raise TraceError(path, "no 'route' lines: not a vLLM router log", field="type")
     order = sorted(layers)
     ref_file, ref = layers[order[0]]
     sizes = [len(p) for p in ref]
@@ -211,7 +235,8 @@ def convert_vllm(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
                                 "say where one prompt ends); requests 1..B are decode batch slots, step = decode "
                                 "pass, position = step (vLLM condenses the batch when a request finishes, so a slot "
                                 "can change request after the first finish)"}
-    return a.sorted(), TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso(), recorded_layers=rec)
+    meta = TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso(), recorded_layers=rec)
+    return validate_source(a, meta, cfg.input), meta
 
 
 def _vllm_arrays(layers: dict, order: list[int], first: int, cfg: ConvertConfig) -> TraceArrays:
@@ -249,7 +274,6 @@ def _vllm_arrays(layers: dict, order: list[int], first: int, cfg: ConvertConfig)
 # ---------------------------------------------------------------- generic JSONL
 
 def convert_jsonl(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
-
     return read_generic_jsonl(Path(cfg.input), cfg)
 
 
@@ -258,7 +282,6 @@ CONVERTERS = {"flame": convert_flame, "vllm": convert_vllm, "jsonl": convert_jso
 
 def convert(cfg: ConvertConfig) -> Path:
     """Run the converter named by ``cfg.format`` and write ``cfg.out``."""
-
     if cfg.format not in CONVERTERS:
         raise TraceError(cfg.input, f"format={cfg.format} is not one of {sorted(CONVERTERS)}", field="format")
     if not cfg.input or not Path(cfg.input).exists():
@@ -270,5 +293,13 @@ def convert(cfg: ConvertConfig) -> Path:
                          field="teacher_forced_as")
     if cfg.prefill not in ("keep", "drop"):
         raise TraceError(cfg.input, f"prefill={cfg.prefill} must be keep or drop", field="prefill")
-    arrays, meta = CONVERTERS[cfg.format](cfg)
+    try:
+        arrays, meta = CONVERTERS[cfg.format](cfg)
+    except TraceError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, UnicodeDecodeError,
+            RecursionError, pa.ArrowException, EOFError, pickle.UnpicklingError) as exc:
+        # the input is not what format= says; each converter names the cases it knows, this the rest
+        raise TraceError(cfg.input, f"cannot be read as format={cfg.format} ({type(exc).__name__}: {exc})",
+                         fix="check format= and that in= is a complete file of that format") from exc
     return write_trace(cfg.out, arrays, meta)

@@ -7,7 +7,9 @@ under each decoder layer that is an MoE layer (dense layers have no such module)
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from hobbit.traces.schema import InputError, ModelSpec
@@ -48,12 +50,34 @@ class UnsupportedModelError(InputError):
     """The checkpoint's architecture has no router capture knows."""
 
 
+def checkpoint_family(directory: str | Path, where: str) -> tuple[Any, Family]:
+    """(transformers config, family) of a local checkpoint, or ``UnsupportedModelError`` naming it:
+    a missing or unreadable config.json, or one without a supported ``model_type``."""
+    from transformers import AutoConfig  # lazy: transformers is heavy and only checkpoints need it
+
+    path = Path(directory) / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnsupportedModelError(f"{where}: {path} is not a readable JSON config ({exc})") from None
+    if (mt := raw.get("model_type") if isinstance(raw, dict) else None) not in FAMILIES:
+        raise _unsupported(mt, where)
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UnsupportedModelError(f"{where}: transformers cannot read {path} ({exc})".replace("\n", " ")) from None
+    return config, family_for(config, where)
+
+
+def _unsupported(mt: Any, where: str) -> UnsupportedModelError:
+    supported = ", ".join(f"{f.model_type} ({f.architecture})" for f in FAMILIES.values())
+    return UnsupportedModelError(f"{where}: model_type '{mt}' is not a supported MoE family; supported: {supported}")
+
+
 def family_for(config: Any, where: str) -> Family:
     mt = getattr(config, "model_type", None)
     if mt not in FAMILIES:
-        supported = ", ".join(f"{f.model_type} ({f.architecture})" for f in FAMILIES.values())
-        raise UnsupportedModelError(f"{where}: model_type '{mt}' is not a supported MoE family; "
-                                    f"supported: {supported}")
+        raise _unsupported(mt, where)
     return FAMILIES[mt]
 
 

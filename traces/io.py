@@ -1,8 +1,10 @@
 """The only reader and writer of trace files (Parquet, zstd, schema v1).
 
 Reads validate everything (``TraceError`` names file, row and field). Writes are
-atomic: rows go to a hidden temporary file next to the target, which is renamed over
-the final name only when complete; a crash or Ctrl-C leaves no file under that name.
+atomic and verified: rows go to a hidden temporary file next to the target, which is read
+back and validated whole (rows and metadata) and only then renamed over the final name; a
+failure, a crash or Ctrl-C leaves the final name as it was (absent, or the old file) and
+no temporary file behind.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from hobbit.traces.arrays import TraceArrays, to_table
 from hobbit.traces.schema import METADATA_KEY, SCHEMA_VERSION, TraceError, TraceMeta, arrow_schema
 from hobbit.traces.validate import validate_table
@@ -114,9 +117,13 @@ class TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         schema = arrow_schema(meta)
-        self._writer = pq.ParquetWriter(self.tmp, schema, compression=COMPRESSION, write_page_checksum=True,
-                                        use_byte_stream_split=[c for c in FLOAT_LEAVES if c.split(".")[0] in schema.names],
-                                        use_dictionary=INT_LEAVES)  # checksums let reads detect corruption
+        split = [c for c in FLOAT_LEAVES if c.split(".")[0] in schema.names]
+        try:  # page checksums let reads detect corruption
+            self._writer = pq.ParquetWriter(self.tmp, schema, compression=COMPRESSION, write_page_checksum=True,
+                                            use_byte_stream_split=split, use_dictionary=INT_LEAVES)
+        except (OSError, pa.ArrowException) as exc:
+            self.tmp.unlink(missing_ok=True)
+            raise TraceError(self.path, f"cannot be written ({exc})", fix="a writable path for the trace") from exc
         self._last_key: tuple[int, int, int, int] | None = None
         self.rows = 0
 
@@ -135,13 +142,21 @@ class TraceWriter:
         self.rows += len(arrays)
 
     def close(self) -> Path:
-        self._writer.close()
-        if self.rows == 0:
+        """Finish the file, read it back and validate it whole, then (only then) rename it into place."""
+        try:
+            self._writer.close()
+            if self.rows == 0:
+                raise TraceError(self.path, "nothing to write: the trace has no rows")
+            with open(self.tmp, "rb") as f:
+                os.fsync(f.fileno())
+            try:
+                read_trace(self.tmp)
+            except TraceError as exc:  # name the file being written, not the temporary one
+                raise TraceError(self.path, f"the written trace fails its check, nothing was replaced: "
+                                            f"{exc.message}", row=exc.row, field=exc.field, fix=exc.fix) from exc
+            os.replace(self.tmp, self.path)
+        finally:
             self.tmp.unlink(missing_ok=True)
-            raise TraceError(self.path, "nothing to write: the trace has no rows")
-        with open(self.tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(self.tmp, self.path)
         return self.path
 
     def abort(self) -> None:
@@ -183,6 +198,25 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return p
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float as None and numpy scalars as Python numbers: what strict
+    JSON can hold (NaN and Infinity are not JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as strict JSON (non-finite numbers become null), atomically."""
+    return atomic_write_text(path, json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
 
 
 def atomic_write_parquet(df: Any, path: str | os.PathLike) -> Path:

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
 from hobbit.traces.schema import PHASE_NAMES, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.validate import validate_source
 
 _PHASES = {"prefill": 0, "decode": 1}
 _INT_FIELDS = ("request_id", "step", "position", "layer")
@@ -35,77 +37,112 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
     try:
         h = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise TraceError(path, f"line 1: header is not JSON ({exc.msg})", row=1) from None
+        raise TraceError(path, f"line 1: header is not JSON ({exc.msg})", row=1, unit="line") from None
     if not isinstance(h, dict) or h.get("hobbit_trace_header") != 1:
-        raise TraceError(path, "line 1 must be the header {\"hobbit_trace_header\": 1, \"model\": {...}}", row=1,
+        raise TraceError(path, "line 1 must be the header {\"hobbit_trace_header\": 1, \"model\": {...}}", row=1, unit="line",
                          field="hobbit_trace_header")
     m = h.get("model")
     if not isinstance(m, dict):
-        raise TraceError(path, "header has no 'model' object", row=1, field="model")
+        raise TraceError(path, "header has no 'model' object", row=1, unit="line", field="model")
     for key in ("name", "num_layers", "num_experts", "top_k"):
         if key not in m:
-            raise TraceError(path, "header model lacks this key", row=1, field=f"model.{key}")
+            raise TraceError(path, "header model lacks this key", row=1, unit="line", field=f"model.{key}")
     over = {k: getattr(cfg, k) for k in ("name", "num_layers", "num_experts", "weight_rule") if getattr(cfg, k, None)}
     fields = {"architecture": m.get("architecture", "unknown"), "weight_rule": m.get("weight_rule", "unknown")}
     extra = {k: m[k] for k in ("hidden_size", "moe_intermediate_size", "shared_experts") if k in m}
     try:
-        spec = ModelSpec(name=str(m["name"]), num_layers=int(m["num_layers"]), num_experts=int(m["num_experts"]),
-                         top_k=int(m["top_k"]), **{**fields, **extra, **over})
+        spec = ModelSpec(name=str(m["name"]), num_layers=_whole(m["num_layers"]), num_experts=_whole(m["num_experts"]),
+                         top_k=_whole(m["top_k"]), **{**fields, **extra, **over})
+        rec = h.get("recorded_layers")
+        depth = _whole(h.get("lookahead_depth", 0))
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ValueError(f"lookahead_depth must be a whole number >= 0, got {depth!r}")
+        layers = None if rec is None else tuple(_whole(x) for x in rec)
+        if layers is not None and not all(isinstance(x, int) and 0 <= x < spec.num_layers for x in layers):
+            raise ValueError(f"recorded_layers must be layers in 0..{spec.num_layers - 1}, got {list(rec)}")
     except (TypeError, ValueError) as exc:
-        raise TraceError(path, str(exc), row=1, field="model") from exc
-    rec = h.get("recorded_layers")
-    return TraceMeta(model=spec, lookahead_depth=int(h.get("lookahead_depth", 0)), created=now_iso(),
-                     recorded_layers=None if rec is None else tuple(int(x) for x in rec),
+        raise TraceError(path, str(exc), row=1, unit="line", field="model") from exc
+    return TraceMeta(model=spec, lookahead_depth=depth, created=now_iso(), recorded_layers=layers,
                      source={"kind": "converter", "format": "jsonl", "input": str(path)})
 
 
+def _whole(v: Any) -> Any:
+    """A JSON number that is a whole number as an int (2.0 -> 2); anything else as it is, for the check."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+INT32_MAX = 2**31 - 1
+
+
+def _ids_ok(ids: Any, k: int, e: int) -> bool:
+    return (isinstance(ids, list) and len(ids) == k
+            and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < e for i in ids))
+
+
+def _weights_ok(w: Any, k: int) -> bool:
+    return (isinstance(w, list) and len(w) == k
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w))
+
+
 def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
+    """One line's row, every field checked here so that errors name this file and line."""
+    where = {"row": n, "unit": "line"}
     if not isinstance(obj, dict):
-        raise TraceError(path, "row is not a JSON object", row=n)
+        raise TraceError(path, "row is not a JSON object", **where)
     for key in (*_INT_FIELDS, "phase", "expert_ids", "gate_weights"):
         if key not in obj:
-            raise TraceError(path, "missing", row=n, field=key)
+            raise TraceError(path, "missing", field=key, **where)
     ph = obj["phase"]
-    if ph not in _PHASES and ph not in (0, 1):
-        raise TraceError(path, f"phase {ph!r} is not 'prefill' or 'decode'", row=n, field="phase")
+    if isinstance(ph, bool) or (ph not in _PHASES and ph not in (0, 1)):
+        raise TraceError(path, f"phase {ph!r} is not 'prefill' or 'decode'", field="phase", **where)
+    ints = [_whole(obj[f]) for f in _INT_FIELDS]
+    for f, v in zip(_INT_FIELDS, ints):
+        top = meta.model.num_layers - 1 if f == "layer" else INT32_MAX
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+            raise TraceError(path, f"{v!r} must be a whole number in 0..{top}", field=f, **where)
     k, e = meta.model.top_k, meta.model.num_experts
     ids, w = obj["expert_ids"], obj["gate_weights"]
-    for name, v in (("expert_ids", ids), ("gate_weights", w)):
-        if not isinstance(v, list) or len(v) != k:
-            raise TraceError(path, f"wants a list of top_k={k} values", row=n, field=name)
-    if any((not isinstance(i, int)) or i < 0 or i >= e for i in ids):
-        raise TraceError(path, f"ids {ids} must be integers in 0..{e - 1}", row=n, field="expert_ids")
-    try:
-        ints = [int(obj[f]) for f in _INT_FIELDS]
-        wts = [float(x) for x in w]
-    except (TypeError, ValueError) as exc:
-        raise TraceError(path, f"not a number ({exc})", row=n) from None
+    if not _ids_ok(ids, k, e):
+        raise TraceError(path, f"{ids!r} must be a list of top_k={k} expert ids in 0..{e - 1}",
+                         field="expert_ids", **where)
+    if not _weights_ok(w, k):
+        raise TraceError(path, f"{w!r} must be a list of top_k={k} numbers", field="gate_weights", **where)
     d = meta.lookahead_depth
     pred = None
     if d > 0:
         pi, pw = obj.get("pred_ids"), obj.get("pred_weights")
         if not isinstance(pi, list) or not isinstance(pw, list) or len(pi) != d or len(pw) != d:
-            raise TraceError(path, f"wants {d} lists (lookahead_depth)", row=n, field="pred_ids")
+            raise TraceError(path, f"wants {d} lists (lookahead_depth)", field="pred_ids", **where)
+        for j, (ids_j, w_j) in enumerate(zip(pi, pw)):
+            if ids_j == [] and w_j == []:
+                continue
+            if not _ids_ok(ids_j, k, e) or not _weights_ok(w_j, k):
+                raise TraceError(path, f"pred_ids[{j}] / pred_weights[{j}] want top_k={k} ids in 0..{e - 1} and "
+                                       f"their weights, or [] and []", field="pred_ids", **where)
         pred = (pi, pw)
-    return (*ints, _PHASES.get(ph, ph), ids, wts, pred)
+    return (*ints, _PHASES.get(ph, ph), ids, [float(x) for x in w], pred)
 
 
 def read_generic_jsonl(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceMeta]:
-    """Parse a generic JSONL file into dense arrays (not yet validated as a whole)."""
-
-    lines = path.read_text(encoding="utf-8").splitlines()
+    """Parse a generic JSONL file into dense arrays, sorted and validated as a whole; every error
+    names this file and the line it comes from."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not lines:
         raise TraceError(path, "file is empty")
     meta = _header(path, lines[0], cfg)
-    rows = []
+    rows, line_of = [], []
     for n, line in enumerate(lines[1:], 2):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(path, f"not JSON ({exc.msg})", row=n) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TraceError(path, f"not JSON ({getattr(exc, 'msg', exc)})", row=n, unit="line") from None
         rows.append(_row(obj, path, n, meta))
+        line_of.append(n)
     if not rows:
         raise TraceError(path, "header but no rows")
     k, d = meta.model.top_k, meta.lookahead_depth
@@ -120,12 +157,10 @@ def read_generic_jsonl(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceM
             for j in range(d):
                 ids_j, w_j = r[7][0][j], r[7][1][j]
                 if ids_j:
-                    if len(ids_j) != k or len(w_j) != k:
-                        raise TraceError(path, f"pred_ids[{j}] wants top_k={k} ids or []", row=i + 2, field="pred_ids")
                     s_ids, s_w = sort_by_weight(np.array([ids_j]), np.array([w_j], dtype=np.float32))
                     pid[i, j], pw[i, j] = s_ids[0], s_w[0]
         a.pred_ids, a.pred_weights = pid, pw
-    return a.sorted(), meta
+    return validate_source(a, meta, path, np.asarray(line_of), unit="line"), meta
 
 
 def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> None:

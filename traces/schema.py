@@ -28,6 +28,11 @@ WEIGHT_RULES: dict[str, str] = {
     "sigmoid_group": "biased sigmoid, group-limited choice, normalised, times routed_scaling_factor (DeepSeek-V3)",
     "unknown": "not recorded by the source",
 }
+# what a token's top-k weights sum to under each rule, (low, high]; None: the number of experts chosen
+WEIGHT_SUMS: dict[str, tuple[float, float | None]] = {
+    "softmax_renorm": (1 - 1e-3, 1 + 1e-3), "topk_softmax": (1 - 1e-3, 1 + 1e-3), "softmax": (0.0, 1 + 1e-3),
+    "sparsemixer": (0.0, None), "sigmoid_group": (0.0, float("inf")), "unknown": (0.0, float("inf")),
+}
 
 ARROW_COLUMNS: dict[str, pa.DataType] = {
     "request_id": pa.int32(),
@@ -52,11 +57,12 @@ class TraceError(InputError):
     """A trace file that breaks schema v1: names the file, the first bad row and the field."""
 
     def __init__(self, file: object, message: str, *, row: int | None = None, field: str | None = None,
-                 fix: str | None = None) -> None:
+                 fix: str | None = None, unit: str = "row") -> None:
         self.file, self.row, self.field, self.fix, self.message = str(file), row, field, fix, message
+        self.unit = unit  # "row" of a table, "line" of a text file
         where = [self.file]
         if row is not None:
-            where.append(f"row {row}")
+            where.append(f"{unit} {row}")
         if field is not None:
             where.append(f"field '{field}'")
         text = ": ".join(where) + f": {message}"
@@ -80,9 +86,12 @@ class ModelSpec:
     shared_experts: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "num_experts", "top_k"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("num_layers", "num_experts", "top_k", "shared_experts"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"model.{name} must be a whole number, got {v!r}")
+            if v < (0 if name == "shared_experts" else 1):
+                raise ValueError(f"model.{name} must be >= {0 if name == 'shared_experts' else 1}, got {v}")
         if self.top_k > self.num_experts:
             raise ValueError(f"model.top_k ({self.top_k}) exceeds model.num_experts ({self.num_experts})")
         if self.num_experts > 32767:

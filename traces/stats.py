@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from hobbit.traces.io import Trace
 from hobbit.traces.schema import DECODE, PHASE_NAMES, PREFILL
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
 from hobbit.traces.arrays import TraceArrays, concat
 from hobbit.traces.schema import DECODE, PREFILL, ModelSpec, TraceMeta, now_iso
 

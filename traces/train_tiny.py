@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
 from hobbit.traces.tiny import EOS_ID, build_byte_tokenizer, build_tiny_config
 
 _EXCLUDED_PARTS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense
-from hobbit.traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, TraceError, TraceMeta
+
+from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense, to_table
+from hobbit.traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, WEIGHT_SUMS, TraceError, TraceMeta
 
 
 def _first(mask: np.ndarray) -> int:
@@ -56,6 +57,19 @@ def _check_lists(table: pa.Table, meta: TraceMeta, file: str) -> tuple[np.ndarra
                              field="expert_ids")
     if not np.isfinite(wts).all():
         raise TraceError(file, "non-finite weight", row=_first(~np.isfinite(wts).all(axis=1)), field="gate_weights")
+    if (wts < 0).any():
+        raise TraceError(file, f"negative weight in {wts[_first((wts < 0).any(axis=1))].tolist()}",
+                         row=_first((wts < 0).any(axis=1)), field="gate_weights",
+                         fix="the weights the model applies, which are >= 0")
+    rule = meta.model.weight_rule
+    low, high = WEIGHT_SUMS[rule]
+    sums = wts.sum(axis=1, dtype=np.float64)
+    bad = ~((sums > low) & (sums <= (k if high is None else high)))
+    if bad.any():
+        row = _first(bad)
+        raise TraceError(file, f"weights {wts[row].tolist()} sum to {sums[row]:.6g}, which weight_rule={rule} "
+                               f"does not give", row=row, field="gate_weights",
+                         fix="the weights as the model applies them, or the model's weight_rule")
     if k > 1:
         unsorted = (wts[:, 1:] > wts[:, :-1] + 1e-6).any(axis=1)
         if unsorted.any():
@@ -132,6 +146,20 @@ def _check_preds(table: pa.Table, meta: TraceMeta, a: TraceArrays, file: str) ->
         row = _first(((ids >= meta.model.num_experts) | ((ids < 0) & present[:, :, None])).any(axis=(1, 2)))
         raise TraceError(file, "predicted expert id out of range", row=row, field="pred_ids")
     a.pred_ids, a.pred_weights = ids, wts
+
+
+def validate_source(a: TraceArrays, meta: TraceMeta, file: object, source: np.ndarray | None = None,
+                    unit: str = "row") -> TraceArrays:
+    """Sort a converter's rows and validate them whole; an error names the input ``file`` and the
+    ``unit`` (row, line) the bad row came from (``source[i]``: where row ``i`` of ``a`` came from,
+    default its index), never the trace being written nor a row of the sorted table."""
+    order = a.order()
+    a = a.take(order)
+    try:
+        return validate_table(to_table(a, meta), meta, str(file))
+    except TraceError as exc:
+        where = None if exc.row is None else int(order[exc.row] if source is None else source[order[exc.row]])
+        raise TraceError(file, exc.message, row=where, unit=unit, field=exc.field, fix=exc.fix) from None
 
 
 def validate_table(table: pa.Table, meta: TraceMeta, file: str) -> TraceArrays:

@@ -9,6 +9,7 @@ Boundaries are inclusive within ``EPS`` (gate weights are float32).
 from __future__ import annotations
 
 import numpy as np
+
 from hobbit.sim.policies.base import HIGH, LOW, SKIP
 
 EPS = 1e-6

@@ -1,8 +1,9 @@
 """Policies by name: the only list of them. A new policy is one file plus one line here.
 
 A line maps the name users select (``system.cache.policy=NAME`` or ``system.prefetch.kind=NAME``)
-to ``module:Class``. The class declares its ``Knobs`` (a frozen dataclass, its own config node
-``system.cache.NAME`` / ``system.prefetch.NAME``, or None) and what it ``needs`` from the walk
+to ``module:Class``. The class declares its ``Knobs`` (a frozen dataclass with ``LIMITS`` and
+optionally ``problems()``, its own config node ``system.cache.NAME`` / ``system.prefetch.NAME``, or
+None) and what it ``needs`` from the walk
 (``base.NEEDS``); configs are validated against these names, and nothing else names a policy.
 Names are identifiers (they are config keys).
 """

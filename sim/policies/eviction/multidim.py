@@ -10,6 +10,8 @@ normalised to sum 1.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from hobbit.sim.policies.base import CacheView, PolicyInputs, Pool
@@ -25,17 +27,18 @@ class MultiDimKnobs:
     """``system.cache.multidim``: the four weights of Eq. 3, >= 0 with a positive sum (normalised).
     The paper tunes them and does not publish them; conf/system/hobbit.yaml says how these were chosen."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"w_lru": ">=0", "w_lfu": ">=0", "w_lhu": ">=0", "w_fld": ">=0"}
+
     w_lru: float = 0.25
     w_lfu: float = 0.25
     w_lhu: float = 0.0
     w_fld: float = 0.5
 
     def problems(self) -> list[str]:
-        """What is wrong with these knobs, each naming its knob; [] when nothing is."""
-        out = [f"{k}={v} must be >= 0" for k, v in vars(self).items() if not v >= 0]
-        if not out and sum(vars(self).values()) <= 0:
-            out.append("w_lru + w_lfu + w_lhu + w_fld must be > 0")
-        return out
+        """What the ranges (``LIMITS``) cannot say; [] when nothing is wrong."""
+        if self.w_lru + self.w_lfu + self.w_lhu + self.w_fld > 0:
+            return []
+        return ["w_lru + w_lfu + w_lhu + w_fld must be > 0"]
 
 
 class MultiDim:
@@ -47,8 +50,8 @@ class MultiDim:
 
     def __init__(self, knobs: MultiDimKnobs | None = None, inputs: PolicyInputs | None = None) -> None:
         k = knobs or MultiDimKnobs()
-        if k.problems():
-            raise ValueError("; ".join(k.problems()))
+        if k.problems() or min(k.w_lru, k.w_lfu, k.w_lhu, k.w_fld) < 0:
+            raise ValueError("cache weights must be >= 0 with a positive sum")
         w = (k.w_lru, k.w_lfu, k.w_lhu, k.w_fld)
         self.w = tuple(x / sum(w) for x in w)
         self._fld: dict[tuple[int, int], list[float]] = {}

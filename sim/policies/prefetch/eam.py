@@ -9,10 +9,13 @@ are prefetched. ``match`` is the current prediction, which the priority cache co
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
 from hobbit.sim.policies.base import PolicyInputs, PrefetchContext, PrefetchRequest
 
 
@@ -20,11 +23,10 @@ from hobbit.sim.policies.base import PolicyInputs, PrefetchContext, PrefetchRequ
 class EAMKnobs:
     """``system.prefetch.eam``."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"history": ">=1", "experts_per_layer": ">=1"}
+
     history: int = 32  # past requests' matrices kept for matching
     experts_per_layer: int = 2  # experts prefetched per future layer
-
-    def problems(self) -> list[str]:
-        return [f"{k}={v} must be >= 1" for k, v in vars(self).items() if not v >= 1]
 
 
 class EAMPrefetch:

@@ -1,0 +1,207 @@
+"""Bad input ends in one line and exit 2, never a traceback, and never costs a user a file.
+
+Each class of failure has one mechanism (README, "What is refused, what is guaranteed"): the
+path guard every command passes (``hobbit/guard.py``), verified trace writes
+(``traces/io.py``), numbers checked where configs are typed (``traces/knobs.py``), the
+self-checking result cache (``hobbit/results_io.py``), converter errors that name the input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hobbit.traces.io import read_trace, write_trace
+from hobbit.traces.schema import TraceError
+
+from conftest import run_cli
+from sim_helpers import bundled, write_first_requests
+
+HEADER = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 1, "num_experts": 4, "top_k": 2,
+                                              "weight_rule": "softmax_renorm"}}
+ROW = {"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": 0, "expert_ids": [1, 2],
+       "gate_weights": [0.6, 0.4]}
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory) -> Path:
+    return write_first_requests(tmp_path_factory.mktemp("t"), 1)
+
+
+def _jsonl(path: Path, header: dict = HEADER, rows: list[dict] | None = None) -> Path:
+    path.write_text("\n".join(json.dumps(r) for r in [header, *(rows or [ROW])]) + "\n")
+    return path
+
+
+def refused(capsys, args: list[str], needle: str, keep: list[Path] = ()) -> str:
+    """Run ``hobbit ARGS``: exit 2, one error line naming ``needle``, no traceback, ``keep`` untouched,
+    no temporary file left beside them."""
+    before = {p: p.read_bytes() for p in keep if p.is_file()}
+    capsys.readouterr()
+    assert run_cli(args) == 2, args
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+    for p, data in before.items():
+        assert p.read_bytes() == data, f"{p} changed"
+        assert not list(p.parent.glob(f".{p.name}.*.tmp")), "temporary file left behind"
+    return err
+
+
+# ---------------------------------------------------------------- one output guard
+
+def test_an_output_that_is_its_own_input_is_refused(tmp_path, capsys):
+    src = _jsonl(tmp_path / "routing.jsonl")
+    refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={src}"], "is also input=", [src])
+    alias = tmp_path / "alias.jsonl"
+    alias.symlink_to(src)
+    refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={alias}"], "is also input=", [src])
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def f():\n")
+    refused(capsys, ["capture", f"prompts={prompts}", f"out={prompts}"], "out=", [prompts])
+
+
+def test_an_output_directory_or_unwritable_place_is_refused(tmp_path, capsys):
+    src = _jsonl(tmp_path / "routing.jsonl")
+    (tmp_path / "d").mkdir()
+    refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={tmp_path / 'd'}"], "is a directory")
+    refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={tmp_path / 'no' / 'x.parquet'}"],
+            "does not exist")
+    refused(capsys, ["convert", "format=jsonl", f"in={src}", "out=/proc/hobbit-test.parquet"], "/proc/hobbit-test")
+    refused(capsys, ["trace-info", str(tmp_path / "missing.parquet")], "missing.parquet")
+    src.with_name("a-file").write_text("x")
+    refused(capsys, ["sim", f"hydra.run.dir={src.with_name('a-file')}"], "is a file, not a directory",
+            [src.with_name("a-file")])
+
+
+def test_a_failed_convert_leaves_an_existing_trace_as_it_was(tmp_path, capsys):
+    good = write_first_requests(tmp_path, 1)
+    bad = _jsonl(tmp_path / "bad.jsonl", rows=[{**ROW, "gate_weights": [0.6, -0.4]}])
+    err = refused(capsys, ["convert", "format=jsonl", f"in={bad}", f"out={good}"], str(bad), [good])
+    assert "line 2" in err and "gate_weights" in err
+    read_trace(good)
+
+
+def test_a_trace_is_verified_before_it_replaces_anything(tmp_path):
+    """Metadata that only a read-back refuses (an unknown schema version) never reaches the final name."""
+    import dataclasses
+
+    good = write_first_requests(tmp_path, 1)
+    before = good.read_bytes()
+    tr = bundled(1)
+    with pytest.raises(TraceError, match="nothing was replaced"):
+        write_trace(good, tr.arrays, dataclasses.replace(tr.meta, schema_version=99))
+    assert good.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [good.name]
+
+
+# ---------------------------------------------------------------- numbers where configs are typed
+
+@pytest.mark.parametrize("knob", ["hardware.link_gbps=nan", "hardware.link_gbps=inf", "hardware.link_gbps=0",
+                                  "hardware.device_tflops=-1", "system.precision.t1=1.5",
+                                  "system.cache.high_fraction=2", "model.top_k=0"])
+def test_numbers_out_of_range_are_refused_naming_the_knob(small_trace, tmp_path, capsys, knob):
+    refused(capsys, ["sim", f"trace={small_trace}", knob, f"hydra.run.dir={tmp_path / 'r'}"], knob.split("=")[0])
+    assert not (tmp_path / "r" / "results.json").exists()
+
+
+def test_command_counts_are_checked(small_trace, tmp_path, capsys):
+    refused(capsys, ["tune", f"trace={small_trace}", "trials=-1", f"hydra.run.dir={tmp_path / 'r'}"], "trials=-1")
+    refused(capsys, ["validate", "requests=0", f"hydra.run.dir={tmp_path / 'v'}"], "requests=0")
+
+
+@pytest.mark.parametrize("header,rows,needle", [
+    ({**HEADER, "model": {**HEADER["model"], "top_k": 2.5}}, None, "top_k"),
+    (HEADER, [{**ROW, "gate_weights": [0.0, 0.0]}], "sum to 0"),
+    (HEADER, [{**ROW, "gate_weights": [0.7, 0.7]}], "weight_rule=softmax_renorm"),
+    (HEADER, [{**ROW, "request_id": 2**40}], "request_id"),
+    (HEADER, [{**ROW, "layer": 3}], "layer"),
+])
+def test_trace_headers_and_gate_weights_are_checked(tmp_path, capsys, header, rows, needle):
+    src = _jsonl(tmp_path / "in.jsonl", header, rows)
+    out = tmp_path / "out.parquet"
+    err = refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={out}"], needle)
+    assert str(src) in err and str(out) not in err.split("error:")[1] and not out.exists()
+
+
+# ---------------------------------------------------------------- the result cache checks itself
+
+def _sim(trace: Path, run: Path, cache: Path | str, *more: str) -> list[str]:
+    return ["sim", f"trace={trace}", "system=on-demand", "engine=plain", f"cache_dir={cache}", f"hydra.run.dir={run}",
+            *more]
+
+
+def test_a_corrupt_cache_entry_is_ignored_and_replaced(small_trace, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    assert run_cli(_sim(small_trace, tmp_path / "a", cache)) == 0
+    (entry,) = (cache / "sim").iterdir()
+    good = (entry / "results.json").read_text()
+    (entry / "results.json").write_text(good[: len(good) // 2])  # a truncated entry
+    with pytest.warns(UserWarning, match="corrupt or partial"):
+        assert run_cli(_sim(small_trace, tmp_path / "b", cache)) == 0
+    again = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert {**again, "wall_s": 0} == {**json.loads(good), "wall_s": 0}
+    assert not (tmp_path / "b" / ".cached").exists()  # simulated again, not copied
+    assert json.loads((entry / "results.json").read_text()) == again  # and the entry replaced
+    assert run_cli(_sim(small_trace, tmp_path / "c", cache)) == 0
+    assert (tmp_path / "c" / ".cached").exists()
+
+
+def test_an_unwritable_cache_degrades_to_no_cache(small_trace, tmp_path):
+    with pytest.warns(UserWarning, match="not writable"):
+        assert run_cli(_sim(small_trace, tmp_path / "r", "/proc/hobbit-cache")) == 0
+    json.loads((tmp_path / "r" / "results.json").read_text())
+
+
+def test_results_json_is_strict_json(tmp_path):
+    from hobbit.traces.io import atomic_write_json
+
+    p = atomic_write_json(tmp_path / "r.json", {"a": float("nan"), "b": [float("inf"), 1.5]})
+    assert json.loads(p.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == \
+        {"a": None, "b": [None, 1.5]}
+
+
+# ---------------------------------------------------------------- paths resolve where the user stands
+
+def test_a_study_resumes_from_where_tune_was_run(small_trace, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["tune", f"trace={small_trace}", "trials=2", "study=mine.db",
+                    f"hydra.run.dir={tmp_path / 'one'}"]) == 0
+    err = capsys.readouterr().err
+    assert f"study={tmp_path / 'mine.db'}" in err  # the resolved path is printed
+    assert (tmp_path / "mine.db").is_file() and not (tmp_path / "one" / "mine.db").exists()
+    assert run_cli(["tune", f"trace={small_trace}", "trials=3", "study=mine.db",
+                    f"hydra.run.dir={tmp_path / 'two'}"]) == 0
+    assert "3 trials (2 from earlier runs)" in capsys.readouterr().out
+
+
+def test_a_file_that_is_not_a_study_is_refused_and_kept(small_trace, tmp_path, capsys):
+    study = tmp_path / "notes.db"
+    study.write_text("my notes\n")
+    refused(capsys, ["tune", f"trace={small_trace}", f"study={study}", f"hydra.run.dir={tmp_path / 'r'}"],
+            "is not an Optuna study", [study])
+
+
+# ---------------------------------------------------------------- inputs of the wrong kind
+
+def test_converter_inputs_of_the_wrong_kind(small_trace, tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    refused(capsys, ["convert", "format=vllm", f"in={small_trace}", f"out={out}"], str(small_trace))
+    (tmp_path / "meta.jsonl").write_text('{"type": "meta"}\n')
+    refused(capsys, ["convert", "format=vllm", f"in={tmp_path / 'meta.jsonl'}", f"out={out}"], "route")
+    (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
+    refused(capsys, ["convert", "format=flame", f"in={tmp_path / 'junk.parquet'}", f"out={out}"], "junk.parquet")
+    assert not out.exists()
+
+
+def test_a_checkpoint_without_model_type_is_refused(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    refused(capsys, ["capture", f"model={ckpt}", f"out={tmp_path / 't.parquet'}"], "model_type 'None'")
+    refused(capsys, ["quality", f"checkpoint={ckpt}", f"hydra.run.dir={tmp_path / 'q'}"], "model_type 'None'")
+
+
+def test_report_on_a_directory_without_runs(tmp_path, capsys):
+    refused(capsys, ["report", f"dir={tmp_path}"], "no results.json")
+    assert not (tmp_path / "report").exists()
