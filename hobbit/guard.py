@@ -57,7 +57,7 @@ def _nearest_existing(p: Path) -> Path:
 def check_output(knob: str, path: Path, role: str, inputs: dict[str, Path]) -> None:
     """Refuse an output path the command could not write, or that would destroy one of its inputs."""
     for name, src in inputs.items():
-        if path == src or (role == "outdir" and src.is_dir() and path == src):
+        if path == src:
             raise PathError(f"{knob}={path} is also {name}=: writing it would destroy the input "
                             f"(fix: another {knob}=)")
     if role in ("out", "state"):

@@ -94,9 +94,9 @@ class ProfileConfig:
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "hidden_size": ">=1", "expert_ffn": ">=1", "link_t0_s": ">=0", "link_gbps": ">0", "dense_s": ">=0",
-        "other_s": ">=0", "layer_overhead_s": ">=0", "expert_tokens": ">=1", "expert_high_s": ">=0",
-        "expert_low_s": ">=0", "cpu_expert_s": ">=0",
+        "hidden_size": ">=1", "expert_ffn": ">=1", "link_t0_s": ">=0", "link_gbps": ">0",
+        "layer_overhead_s": ">=0", "expert_tokens": ">=1", "expert_high_s": ">=0", "expert_low_s": ">=0",
+        "cpu_expert_s": ">=0",  # dense_s and other_s are fitted coefficients: finite, of either sign
     }
 
     model: str = ""  # what it was measured for: name and the two widths that set every size

@@ -8,6 +8,7 @@ self-checking result cache (``hobbit/results_io.py``), converter errors that nam
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -85,8 +86,6 @@ def test_a_failed_convert_leaves_an_existing_trace_as_it_was(tmp_path, capsys):
 
 def test_a_trace_is_verified_before_it_replaces_anything(tmp_path):
     """Metadata that only a read-back refuses (an unknown schema version) never reaches the final name."""
-    import dataclasses
-
     good = write_first_requests(tmp_path, 1)
     before = good.read_bytes()
     tr = bundled(1)
@@ -205,3 +204,15 @@ def test_a_checkpoint_without_model_type_is_refused(tmp_path, capsys):
 def test_report_on_a_directory_without_runs(tmp_path, capsys):
     refused(capsys, ["report", f"dir={tmp_path}"], "no results.json")
     assert not (tmp_path / "report").exists()
+
+
+def test_fitted_profile_coefficients_may_be_negative_but_not_missing_numbers():
+    """A calibration's least-squares fit can give a slightly negative slope: that is a real profile."""
+    from hobbit.sim.config import HardwareConfig, ProfileConfig
+    from hobbit.traces.knobs import KnobError, check_knobs
+
+    prof = ProfileConfig(model="m", hidden_size=8, expert_ffn=8, link_gbps=10.0, dense_s=[4.7e-4, -4.4e-7, 2.3e-8],
+                         expert_tokens=[1], expert_high_s=[1e-4], expert_low_s=[1e-4])
+    check_knobs(HardwareConfig(profile=prof), "hardware.")
+    with pytest.raises(KnobError, match="hardware.profile.dense_s"):
+        check_knobs(HardwareConfig(profile=dataclasses.replace(prof, dense_s=[float("nan"), 0, 0])), "hardware.")

@@ -147,8 +147,8 @@ def test_every_eviction_policy_evicts_a_resident_copy(name):
 def test_every_registered_policy_declares_its_contract(registry):
     """Knobs (a frozen dataclass or None), known needs, and a name that is a config key."""
     from hobbit.sim.policies.base import NEEDS
-    from hobbit.traces.knobs import check_knobs
     from hobbit.sim.policies.registry import _load
+    from hobbit.traces.knobs import check_knobs
 
     for name, spec in registry.items():
         cls = _load(spec)

@@ -10,9 +10,8 @@ normalised to sum 1.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hobbit.sim.policies.base import CacheView, PolicyInputs, Pool
 

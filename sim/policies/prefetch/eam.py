@@ -9,10 +9,9 @@ are prefetched. ``match`` is the current prediction, which the priority cache co
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from collections import deque
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
