@@ -184,7 +184,7 @@ class PrefetchBase:
     max_depth: int = 2  # p: layers looked ahead (paper: adaptive in [1, 3], default 2)
     fallback: str = "oracle"  # predictor when the trace has no predictions: oracle | history | none
     fallback_accuracy: float = 0.9  # top-1 accuracy of the oracle fallback
-    use_precision_rule: bool = True  # prefetch at the precision the T1/T2 rule gives the predicted weights
+    precision: str = "rule"  # a prefetch's precision: rule (T1/T2 on the predicted weights, paper §3.3) | high | low
 
 
 @dataclass(frozen=True)
@@ -246,6 +246,8 @@ def check_system(s: SystemConfig) -> None:
         knobs = policy_knobs(node, chosen)
         for problem in getattr(knobs, "problems", list)():  # what a policy's knob ranges cannot say
             raise ConfigError(f"system.{where}.{chosen}.{problem}")
+    if s.prefetch.precision not in ("rule", "high", "low"):
+        raise ConfigError(f"system.prefetch.precision={s.prefetch.precision} must be rule, high or low")
     if s.prefetch.fallback not in ("oracle", "history", "none"):
         raise ConfigError(f"system.prefetch.fallback={s.prefetch.fallback} must be oracle, history or none")
     if not 1 <= s.prefetch.max_depth <= 8:

@@ -120,6 +120,8 @@ class Decider:
         self.staged: dict[tuple[int, int], _Staged] = {}
         self.next_tid = 0
         self.prefetching = pf_cls.loads_ahead and not system.cpu_compute_misses
+        # None: the precision the rule gives the predicted weights; else one class for every prefetch
+        self.prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision) if self.mixed else self.uniform
         self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None,
                              slots=(int(slots[HIGH]), int(slots[LOW])),
                              staging=depth * wl.top_k if self.prefetching else 0)
@@ -268,7 +270,7 @@ class Decider:
             key = (req.layer, req.expert)
             if self._present(*key):
                 continue
-            prec = req.precision if self.mixed else self.uniform
+            prec = req.precision if self.prefetch_prec is None else self.prefetch_prec
             tid = self._transfer(step, key, prec, False)
             self.out.prefetch_issued += 1
             self.staged[key] = _Staged(tid, prec, req.layer)

@@ -116,6 +116,7 @@ def test_topology_mismatch_names_both(small):
     ("system=moe-infinity system.prefetch.eam.history=0", "system.prefetch.eam.history=0 must be >= 1"),
     ("system.cache.high_bytes=1000", "high_bytes"),
     ("system.prefetch.kind=psychic", "prefetch.kind"),
+    ("system.prefetch.precision=medium", "system.prefetch.precision=medium must be rule, high or low"),
 ])
 def test_bad_knobs_fail_before_the_run(small, override, knob):
     cfg = compose_sim(*override.split())

@@ -217,3 +217,15 @@ def test_cache_view_is_frozen():
     v = CacheView(layer=0, num_layers=2, tokens=1, clock=0, step=0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         v.layer = 1
+
+
+@pytest.mark.parametrize("mode,allowed", [("rule", {HIGH, LOW}), ("high", {HIGH}), ("low", {LOW})])
+def test_prefetch_precision_follows_its_knob(mode, allowed):
+    """system.prefetch.precision: the rule on the predicted weights (both classes occur), or one class."""
+    from hobbit.sim.run import simulate
+    from sim_helpers import bundled, compose_sim
+
+    cfg = compose_sim("system=hobbit", f"system.prefetch.precision={mode}", "engine=plain")
+    res = simulate(bundled(2), cfg.model, cfg.hardware, cfg.system, engine="plain", keep_log=True)
+    got = {prec for (_, _, _, action, prec) in res.decisions.log if action == "prefetch"}
+    assert got == allowed, (mode, got)
