@@ -113,9 +113,7 @@ def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
 
 def load_typed(schema: type[T], data: Any) -> T:
     """``data`` (a mapping) checked against a frozen dataclass ``schema``."""
-    node = OmegaConf.structured(schema)
-    OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the merge fills in a copy
-    return OmegaConf.to_object(OmegaConf.merge(node, data))
+    return OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(schema)), data))
 
 
 def with_overrides(config: T, overrides: list[str]) -> T:

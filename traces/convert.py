@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
 from hobbit.traces.io import write_trace
 from hobbit.traces.jsonl_format import read_generic_jsonl
-from hobbit.traces.schema import DECODE, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.schema import DECODE, INT16_MAX, INT32_MAX, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
 from hobbit.traces.validate import validate_source
 
 
@@ -62,7 +62,6 @@ def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
 # ---------------------------------------------------------------- FLAME-MoE
 
 FLAME_EXPERTS = 64  # every FLAME-MoE size routes over 64 experts (+2 shared, not logged)
-INT32_MAX, INT16_MAX = 2**31 - 1, 2**15 - 1  # the schema's request/position and layer columns
 
 
 def _flame_rows(seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.ndarray, w: np.ndarray,

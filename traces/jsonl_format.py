@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
-from hobbit.traces.schema import PHASE_NAMES, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.schema import INT32_MAX, PHASE_NAMES, ModelSpec, TraceError, TraceMeta, now_iso
 from hobbit.traces.validate import validate_source
 
 _PHASES = {"prefill": 0, "decode": 1}
@@ -37,10 +37,10 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
     try:
         h = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise TraceError(path, f"line 1: header is not JSON ({exc.msg})", row=1, unit="line") from None
+        raise TraceError(path, f"the header is not JSON ({exc.msg})", row=1, unit="line") from None
     if not isinstance(h, dict) or h.get("hobbit_trace_header") != 1:
-        raise TraceError(path, "line 1 must be the header {\"hobbit_trace_header\": 1, \"model\": {...}}", row=1, unit="line",
-                         field="hobbit_trace_header")
+        raise TraceError(path, "must be the header {\"hobbit_trace_header\": 1, \"model\": {...}}", row=1,
+                         unit="line", field="hobbit_trace_header")
     m = h.get("model")
     if not isinstance(m, dict):
         raise TraceError(path, "header has no 'model' object", row=1, unit="line", field="model")
@@ -69,9 +69,6 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
 def _whole(v: Any) -> Any:
     """A JSON number that is a whole number as an int (2.0 -> 2); anything else as it is, for the check."""
     return int(v) if isinstance(v, float) and v.is_integer() else v
-
-
-INT32_MAX = 2**31 - 1
 
 
 def _ids_ok(ids: Any, k: int, e: int) -> bool:

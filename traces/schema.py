@@ -28,6 +28,8 @@ WEIGHT_RULES: dict[str, str] = {
     "sigmoid_group": "biased sigmoid, group-limited choice, normalised, times routed_scaling_factor (DeepSeek-V3)",
     "unknown": "not recorded by the source",
 }
+INT32_MAX, INT16_MAX = 2**31 - 1, 2**15 - 1  # largest request_id / step / position, and layer or expert id
+
 # what a token's top-k weights sum to under each rule, (low, high]; None: the number of experts chosen
 WEIGHT_SUMS: dict[str, tuple[float, float | None]] = {
     "softmax_renorm": (1 - 1e-3, 1 + 1e-3), "topk_softmax": (1 - 1e-3, 1 + 1e-3), "softmax": (0.0, 1 + 1e-3),
@@ -94,7 +96,7 @@ class ModelSpec:
                 raise ValueError(f"model.{name} must be >= {0 if name == 'shared_experts' else 1}, got {v}")
         if self.top_k > self.num_experts:
             raise ValueError(f"model.top_k ({self.top_k}) exceeds model.num_experts ({self.num_experts})")
-        if self.num_experts > 32767:
+        if self.num_experts > INT16_MAX:
             raise ValueError("model.num_experts must fit in int16")
         if self.weight_rule not in WEIGHT_RULES:
             raise ValueError(f"model.weight_rule '{self.weight_rule}' is not one of {sorted(WEIGHT_RULES)}")
