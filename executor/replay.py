@@ -132,16 +132,24 @@ class Replayer:
         return 0  # in flight
 
     def _settle(self, link: CopyEngine, step: LayerStep) -> None:
-        """After the layer: free what the decisions evicted, keep what they kept, free the rest
-        this layer loaded or dropped (prefetches for later layers stay staged)."""
+        """After the layer: free what the decisions evicted, keep what they kept (prefetches pinned in
+        their pool included, their copies possibly still in flight), free the rest this layer
+        loaded or dropped (prefetches waiting in staging slots stay there)."""
+        # a copy loaded in this step and evicted later in it (a prefetch taking its slot) is not kept:
+        # its buffer goes back below
+        loaded_here = set(step.kept)
         for key in step.evicted:
-            if self.cache.evict(key):
+            if self.cache.evict(key) or key in loaded_here:
                 self.log.append((step.pass_index, key[0], key[1], "evict", key[2]))
-        kept = set(step.kept)
-        for tid in [*(g[0] for g in step.gpu), *step.cancel]:
+        kept = loaded_here - set(step.evicted)
+        used = {g[0] for g in step.gpu} | set(step.cancel)
+        for tid in [*used, *(t for t, _, _ in step.loads if t not in used)]:
             if tid not in self.by_tid:
                 continue
-            key, buf = self.by_tid.pop(tid)
+            key, buf = self.by_tid[tid]
+            if key not in step.kept and tid not in used:
+                continue  # a prefetch waiting in a staging slot
+            del self.by_tid[tid]
             if key in kept:
                 self.cache.admit(key, buf)
             else:

@@ -47,7 +47,7 @@ def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[s
 def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, store: HostStore,
              engine: str = "simpy") -> tuple[Any, Any, Any]:
     """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline)."""
-    res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine)
+    res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)  # all timed
     p = system.prefetch
     wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, np.random.default_rng(0))
     return res, wl, Replayer(wl, res.decisions, store).run()

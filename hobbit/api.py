@@ -83,8 +83,9 @@ def simulate(trace: Trace | str | Path | None = None, model: str | ModelConfig |
 
 def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False) -> Results:
     """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written."""
+    profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
     return simulate_configs(trace, cfg.model, cfg.hardware, cfg.system, np.random.default_rng(cfg.seed), cfg.engine,
-                            keep_log=keep_log)
+                            keep_log=keep_log, profile=profile, profile_share=cfg.profile_share)
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:

@@ -57,7 +57,7 @@ class DemoConfig:
     validate_scale: int = 16  # the executor's model: mixtral-8x7b at 1/16 width
     validate_requests: int = 2
     systems: list[str] = field(default_factory=lambda: ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading",
-                                "moe-infinity", "on-demand", "fiddler", "llama-cpp", "oracle"])
+                                "moe-infinity", "on-demand", "fiddler", "llama-cpp", "hobbit-cpu", "hobbit-oracle"])
 
 
 @hydra_command(CONF, "demo", DemoConfig)

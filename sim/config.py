@@ -13,8 +13,18 @@ from typing import Any, ClassVar
 from hobbit.sim.policies.registry import EVICTION, PREFETCH, knobs_types
 from hobbit.traces.schema import InputError
 
-PRECISIONS = ("fp16", "bf16", "int8", "int4", "int2")
+# Group-wise formats as this project's executor packs them (executor/quant.py): codes plus an fp16 scale and
+# zero per group of ``quant_group_size`` inputs (ModelConfig.quant_meta_bytes_per_group).
 _BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
+# Other systems' formats, in bits per weight with their scales (block layouts):
+FORMAT_BPW = {
+    "q8_0": 8.5,    # llama.cpp block_q8_0: fp16 scale + 32 int8 codes = 34 B / 32 weights (ggml-common.h)
+    "q4_0": 4.5,    # llama.cpp block_q4_0: fp16 scale + 16 B of codes = 18 B / 32 weights (ggml-common.h)
+    "q2_k": 2.625,  # llama.cpp block_q2_K: 84 B / 256 weights (ggml-common.h)
+    "hqq2": 3.02,   # HQQ 2-bit, group 16, 8-bit quantised scales and zeros (mixtral-offloading's experts,
+                    # hqq/core/quantize.py at the commit it pins): 2 + 0.5 + 0.5 + ~0.02 bits
+}
+PRECISIONS = (*_BITS, *FORMAT_BPW)
 
 
 def quant_group(k: int, group: int = 128) -> int:
@@ -65,8 +75,10 @@ class ModelConfig:
 
     def expert_bytes(self, precision: str) -> int:
         """Bytes of one expert at ``precision``, quantisation scales and zeros included."""
+        if precision in FORMAT_BPW:
+            return int(round(self.expert_params * FORMAT_BPW[precision] / 8))
         if precision not in _BITS:
-            raise ConfigError(f"precision '{precision}' is not one of {PRECISIONS}")
+            raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}")
         p = self.expert_params
         raw = p * _BITS[precision] // 8
         if _BITS[precision] == 16:
@@ -178,13 +190,17 @@ class PrefetchBase:
     """What is loaded ahead. ``kind``: a name of ``policies.registry.PREFETCH``; its knobs, if any,
     are the node ``system.prefetch.<kind>``."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"max_depth": ">=1", "fallback_accuracy": "[0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {"max_depth": ">=1", "fallback_accuracy": "[0,1]", "staging_slots": ">=0"}
 
     kind: str = "hobbit"
     max_depth: int = 2  # p: layers looked ahead (paper: adaptive in [1, 3], default 2)
     fallback: str = "oracle"  # predictor when the trace has no predictions: oracle | history | none
     fallback_accuracy: float = 0.9  # top-1 accuracy of the oracle fallback
     precision: str = "rule"  # a prefetch's precision: rule (T1/T2 on the predicted weights, paper §3.3) | high | low
+    # 0: a prefetched expert enters its pool, pinned until its layer has run (paper §3.3-3.4); N > 0: it waits in
+    # one of N staging slots carved from the high pool's memory and enters the cache only when used (prefetches
+    # beyond N free staging slots are not issued)
+    staging_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -218,14 +234,19 @@ def policy_knobs(node: Any, name: str) -> Any:
 class SystemConfig:
     """An offloading system: precision, prefetch and cache policies, and CPU help."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"n_cpu_moe": ">=-1"}
+    LIMITS: ClassVar[dict[str, str]] = {"n_cpu_moe": ">=-1", "cpu_kernel_efficiency": "(0,1]"}
 
     name: str = "hobbit"
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     demand_first: bool = True  # a demand load goes ahead of queued (not in-flight) prefetches
-    cpu_compute_misses: bool = False  # Fiddler: a miss runs on the CPU instead of being loaded
+    # a miss not skipped: never (loaded) | always (computed on the CPU from host memory) | faster (on the CPU when
+    # that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode)
+    cpu_misses: str = "never"
+    # this system's CPU expert kernel relative to the hardware's cpu_* figures (which describe Fiddler's
+    # AVX512 kernel: HOBBIT quotes ~3 ms per Mixtral expert for Fiddler and ~5 ms for llama.cpp)
+    cpu_kernel_efficiency: float = 1.0
     placement: str = "cache"  # cache | static (llama.cpp) | popular (Fiddler: the most used experts, for good)
     n_cpu_moe: int = -1  # static: experts of the first N MoE layers stay on the CPU; -1 = as few as fit
 
@@ -254,6 +275,8 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.prefetch.max_depth={s.prefetch.max_depth} must be in 1..8")
     if not 0.0 <= s.prefetch.fallback_accuracy <= 1.0:
         raise ConfigError(f"system.prefetch.fallback_accuracy={s.prefetch.fallback_accuracy} must be in [0, 1]")
+    if s.cpu_misses not in ("never", "always", "faster"):
+        raise ConfigError(f"system.cpu_misses={s.cpu_misses} must be never, always or faster")
     if s.placement not in ("cache", "static", "popular"):
         raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
     if not 0.0 <= c.high_fraction <= 1.0:
@@ -265,7 +288,8 @@ class SimConfig:
     """``hobbit sim``: one trace x model x hardware x system run (conf/sim.yaml)."""
 
     # path knobs and their roles (hobbit/guard.py)
-    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
+    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile_trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
+    LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)"}
 
     trace: str | None = None  # None: the trace of the bundled model (traces/tiny/trace.parquet)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -274,5 +298,10 @@ class SimConfig:
     engine: str = "simpy"  # simpy | plain (the same times, computed without simpy)
     seed: int = 0  # for fallback predictions when the trace has none
     out_dir: str = "."
+    # What systems learn offline (Fiddler's popular experts, MoE-Infinity's activation matrices) comes from a
+    # profiling trace, or else from the first ``profile_share`` of the trace's requests; every system is then
+    # timed on the remaining requests only, so ratios always compare the same requests.
+    profile_trace: str | None = None
+    profile_share: float = 0.25
     cache_dir: str | None = None  # finished runs by resolved config; None: $HOBBIT_CACHE or ~/.cache/hobbit/sim
     use_cache: bool = True  # skip a configuration already simulated (an interrupted sweep resumes)

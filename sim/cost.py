@@ -28,6 +28,7 @@ class CostModel:
     model: ModelConfig
     hw: HardwareConfig
     layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
+    cpu_efficiency: float = 1.0  # the system's CPU expert kernel relative to the hardware's cpu_* figures
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def cached(self, name: str, *args: int) -> float:
@@ -104,13 +105,17 @@ class CostModel:
         return max(nbytes / bw, flops / self._flops) + EXPERT_KERNELS * self.hw.kernel_overhead_s
 
     def cpu_expert_s(self, tokens: int) -> float:
-        """One expert on the host CPU from host memory (Fiddler, llama.cpp), plus moving the
-        activations across the link and back."""
+        """One expert on the host CPU at high precision (Fiddler, llama.cpp, HOBBIT's CPU mode), plus
+        moving the activations across the link and back. When experts live on an SSD (``expert_source:
+        ssd``, the Jetson), the weights do not fit in memory and the CPU reads them from the SSD first
+        (llama.cpp's mmap pages them in on every use)."""
         if self.hw.profile is not None:
             return float(np.interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s))
         m = self.model
-        compute = max(2 * m.expert_params / (self.hw.cpu_mem_gbps * GB),
-                      2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP))
+        nbytes = self.expert_bytes(HIGH)
+        compute = max(nbytes / (self.hw.cpu_mem_gbps * GB),
+                      2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP)) / self.cpu_efficiency
         act = 2 * tokens * m.hidden_size
         move = 0.0 if self.hw.unified_memory else 2 * (self.hw.link_t0_s + act / (self.hw.link_gbps * GB))
-        return compute + move
+        read = self.hw.ssd_t0_s + nbytes / (self.hw.ssd_gbps * GB) if self.hw.expert_source == "ssd" else 0.0
+        return read + compute + move

@@ -2,9 +2,15 @@
 
 Decisions do not depend on time, so they are made once here and replayed by the timing
 engines (``sim.engine`` with simpy, ``sim.plain`` without) and by the executor, which
-therefore all see the same decisions. A prefetched expert is held in a staging slot
-until its target layer runs: used there, it enters the cache (evicting then); unused, it
-is dropped, and a copy that has not started yet is cancelled by the timing engine.
+therefore all see the same decisions.
+
+Rules (paper §3.2-3.4, DESIGN.md): an expert whose precision score is above T2 is skipped
+only on a miss; a cached copy of either precision serves it. Records (R, F, H) are kept per
+(layer, expert) for the request (``policies.cache``). A prefetched expert enters its pool
+when the prefetch is issued (evicting then), pinned until its target layer has run; with
+``prefetch.staging_slots`` > 0 it waits instead in one of that many staging slots (carved
+from the high pool's memory), enters the cache only when used there, and is dropped
+unused, a copy that has not started then being cancelled by the timing engine.
 The walk names no policy: it gives each what its class ``needs`` (``policies.base.NEEDS``).
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, T tokens in a forward pass.
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -56,10 +63,12 @@ class LayerStep:
 
 @dataclass(frozen=True)
 class Placement:
-    """Experts that never move: ``resident`` keys stay on the device, ``cpu_layers`` run on the CPU."""
+    """Experts that never move: ``resident`` keys stay on the device, ``cpu_layers`` run on the CPU;
+    ``static``: the placement is the whole device memory, no expert cache is left."""
 
     resident: frozenset = frozenset()
     cpu_layers: frozenset = frozenset()
+    static: bool = False
 
 
 @dataclass
@@ -76,6 +85,7 @@ class Decisions:
     log: list[tuple] | None = None  # (pass, layer, expert, action, precision) when asked for
     slots: tuple[int, int] = (0, 0)  # the cache's pools, in experts (high, low)
     staging: int = 0  # staging slots for prefetched experts, carved from the high pool's memory
+    prefetch_dropped: int = 0  # prefetches not issued: no slot (every one pinned) or no free staging slot
 
 
 @dataclass
@@ -89,7 +99,10 @@ class Decider:
     """Applies one system's policies to a workload; ``run`` returns the decisions."""
 
     def __init__(self, wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-                 placement: Placement | None = None, keep_log: bool = False) -> None:
+                 placement: Placement | None = None, keep_log: bool = False,
+                 cpu_faster: Callable[[int, int], bool] | None = None, profile: list | None = None) -> None:
+        """``cpu_faster(precision, tokens)``: whether a miss is better computed on the CPU (for
+        ``system.cpu_misses=faster``); ``profile``: the profiling requests' activation matrices."""
         self.wl, self.system = wl, system
         self.expert_bytes = expert_bytes
         p = system.precision
@@ -108,7 +121,8 @@ class Decider:
             self.pred = wl.pred_ids[:, :, :depth].tolist()  # [N][L][D][K]
             self.pred_cls = classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2).tolist()
         inputs = PolicyInputs(num_layers=wl.num_layers, depth=depth,
-                              future_uses=wl.future_uses() if "future_uses" in needs else None)
+                              future_uses=wl.future_uses() if "future_uses" in needs else None,
+                              profile=profile if "profile" in needs else None)
         self.prefetcher = pf_cls(policy_knobs(pf, pf.kind), inputs)
         if "prefetcher" in needs:
             inputs = dataclasses.replace(inputs, prefetcher=self.prefetcher)
@@ -117,14 +131,18 @@ class Decider:
         placement = placement or Placement()
         self.resident, self.cpu_layers = placement.resident, placement.cpu_layers
         self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
-        self.staged: dict[tuple[int, int], _Staged] = {}
+        self.staged: dict[tuple[int, int], _Staged] = {}  # staging mode: prefetched copies waiting for their layer
+        self.staging = pf.staging_slots
+        self.pins: dict[int, list[tuple[int, tuple[int, int]]]] = {}  # target layer -> (pool, key) pinned for it
+        self.prefetched: dict[tuple[int, int], int] = {}  # key -> target layer, until used or its layer ran
         self.next_tid = 0
-        self.prefetching = pf_cls.loads_ahead and not system.cpu_compute_misses
+        self.cpu_misses, self.cpu_faster = system.cpu_misses, cpu_faster or (lambda prec, n: True)
+        self.prefetching = pf_cls.loads_ahead and system.cpu_misses != "always"
         # None: the precision the rule gives the predicted weights; else one class for every prefetch
         self.prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision) if self.mixed else self.uniform
         self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None,
                              slots=(int(slots[HIGH]), int(slots[LOW])),
-                             staging=depth * wl.top_k if self.prefetching else 0)
+                             staging=self.staging if self.prefetching else 0)
         self.any_prec = p.serve_any_cached
         self._span = (0, 0)
         self.ctx = PrefetchContext(layer=0, num_layers=wl.num_layers, predict=self._predict, future=self._future,
@@ -153,38 +171,34 @@ class Decider:
         if slot >= 0:
             self.cache.use(prec, slot, token)
             step.kept.append((key[0], key[1], prec))
+        else:  # used once, not kept: the request's records still count it
+            self.cache.note_use(key, prec, token)
 
     # ------------------------------------------------------------------ serving one layer
 
     def _needed(self, a: int, b: int, layer: int) -> dict[int, list]:
-        """expert -> [best precision class, tokens that compute it, their gate mass, gate mass
-        of the tokens that skip it] over the pass's tokens (mass: weights normalised per token)."""
+        """expert -> [best precision class, tokens that select it, their gate mass] over the pass's
+        tokens (mass: weights normalised per token). The class is SKIP only when every token scores
+        it above T2; served at all, an expert computes every token that selected it."""
         ids, cls, wn = self.ids, self.cls, self.wn
         if b - a == 1:
-            return {e: [c, 0, 0.0, w] if c == SKIP else [c, 1, w, 0.0]
-                    for e, c, w in zip(ids[a][layer], cls[a][layer], wn[a][layer])}
+            return {e: [c, 1, w] for e, c, w in zip(ids[a][layer], cls[a][layer], wn[a][layer])}
         need: dict[int, list] = {}
         for t in range(a, b):
             for e, c, w in zip(ids[t][layer], cls[t][layer], wn[t][layer]):
-                cur = need.setdefault(e, [SKIP, 0, 0.0, 0.0])
+                cur = need.setdefault(e, [SKIP, 0, 0.0])
                 cur[0] = min(cur[0], c)
-                if c == SKIP:
-                    cur[3] += w
-                else:
-                    cur[1] += 1
-                    cur[2] += w
+                cur[1] += 1
+                cur[2] += w
         if b - a > 1 and self.system.precision.multi_token == "high":
             for v in need.values():
                 v[0] = SKIP if v[0] == SKIP else HIGH
         return need
 
     def _serve_one(self, p: int, layer: int, e: int, c: int, n: int, step: LayerStep, token: int) -> int:
-        """Serve one expert; returns the precision its tokens got (HIGH, LOW or SKIP)."""
+        """Serve one expert for its ``n`` tokens; returns the precision they got (HIGH, LOW or SKIP).
+        A SKIP class is served by any copy on the device (skip only on a miss, paper §3.2)."""
         key = (layer, e)
-        if c == SKIP:
-            self.out.served[SKIPPED] += 1
-            self._log(p, layer, e, "skip", SKIP)
-            return SKIP
         if key in self.resident:
             self.out.served[HIGH_HIT] += 1
             step.gpu.append((-1, HIGH, n))
@@ -197,17 +211,20 @@ class Decider:
             step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
             return HIGH
-        hit = self.cache.lookup(key, c, self.any_prec)
+        need = LOW if c == SKIP else c  # either precision serves a selection that would be skipped
+        hit = self.cache.lookup(key, need, self.any_prec)
         if hit is not None:
             pool, slot = hit
             self.cache.use(pool, slot, token)
+            if self.prefetched.pop(key, None) is not None:
+                self.out.prefetch_used += 1
             self.out.served[HIGH_HIT if pool == HIGH else LOW_HIT] += 1
             step.gpu.append((self.cache.transfer(pool, slot), pool, n))
             step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", pool)
             return pool
         staged = self.staged.pop(key, None)
-        if staged is not None and (staged.precision == HIGH or c == LOW or self.any_prec):
+        if staged is not None and (staged.precision == HIGH or need == LOW or self.any_prec):
             self.out.prefetch_used += 1
             self.out.served[HIGH_HIT if staged.precision == HIGH else LOW_HIT] += 1
             step.gpu.append((staged.tid, staged.precision, n))
@@ -217,13 +234,17 @@ class Decider:
             return staged.precision
         if staged is not None:  # staged at low precision, high needed: useless
             step.cancel.append(staged.tid)
-        if self.system.cpu_compute_misses:
+        if c == SKIP:
+            self.out.served[SKIPPED] += 1
+            self._log(p, layer, e, "skip", SKIP)
+            return SKIP
+        prec = c if self.mixed else self.uniform
+        if self.cpu_misses == "always" or (self.cpu_misses == "faster" and self.cpu_faster(prec, n)):
             self.out.served[CPU] += 1
             step.cpu.append(n)
             step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
             return HIGH
-        prec = c if self.mixed else self.uniform
         tid = self._transfer(step, key, prec, True)
         self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
         self._log(p, layer, e, "load", prec)
@@ -233,7 +254,11 @@ class Decider:
         return prec
 
     def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:
-        """Prefetches for ``layer`` that it did not use leave their staging slots."""
+        """``layer`` has run: its pinned prefetches become evictable (used or not; an unused one stays
+        cached); those it did not use leave their staging slots."""
+        for pool, key in self.pins.pop(layer, ()):
+            self.cache.unpin(pool, key)
+            self.prefetched.pop(key, None)
         if not self.staged:
             return
         for key in [k for k, s in self.staged.items() if s.target == layer]:
@@ -266,14 +291,35 @@ class Decider:
     def _prefetch(self, p: int, layer: int, step: LayerStep, a: int, b: int) -> None:
         self._span = (a, b)
         self.ctx.layer = layer
+        per_expert = max(1, round((b - a) * self.wl.top_k / self.wl.num_experts))  # tokens an expert serves, expected
         for req in self.prefetcher.propose(self.ctx):
             key = (req.layer, req.expert)
             if self._present(*key):
                 continue
             prec = req.precision if self.prefetch_prec is None else self.prefetch_prec
-            tid = self._transfer(step, key, prec, False)
+            if self.cpu_misses == "faster" and self.cpu_faster(prec, per_expert):
+                continue  # the CPU would compute it sooner than the copy lands: nothing to prefetch
+            if self.staging:
+                if len(self.staged) >= self.staging:  # no free staging slot
+                    self.out.prefetch_dropped += 1
+                    continue
+                tid = self._transfer(step, key, prec, False)
+                self.staged[key] = _Staged(tid, prec, req.layer)
+            else:  # into its pool, pinned until its layer has run
+                slot, victim = self.cache.admit(key, prec, layer, -1, pinned=True)
+                if slot < 0:  # no slot to take: every one pinned, or no pool
+                    self.out.prefetch_dropped += 1
+                    continue
+                tid = self._transfer(step, key, prec, False)
+                self.cache.pools[prec].transfer[slot] = tid
+                if victim is not None:
+                    self.out.evictions += 1
+                    step.evicted.append((victim[0], victim[1], prec))
+                    self._log(p, victim[0], victim[1], "evict", prec)
+                step.kept.append((key[0], key[1], prec))
+                self.pins.setdefault(req.layer, []).append((prec, key))
+                self.prefetched[key] = req.layer
             self.out.prefetch_issued += 1
-            self.staged[key] = _Staged(tid, prec, req.layer)
             self._log(p, req.layer, req.expert, "prefetch", prec)
 
     # ------------------------------------------------------------------ the walk
@@ -290,11 +336,9 @@ class Decider:
             for layer in range(L):
                 self.cache.step = p * L + layer
                 step = LayerStep(p, layer)
-                for e, (c, n, mass, skipped) in self._needed(a, b, layer).items():
-                    served = self._serve_one(p, layer, e, c, n, step, token)
-                    self.out.mass[served] += mass
-                    self.out.mass[SKIP] += skipped
-                    self.counts[layer, e] += max(n, 1)
+                for e, (c, n, mass) in self._needed(a, b, layer).items():
+                    self.out.mass[self._serve_one(p, layer, e, c, n, step, token)] += mass
+                    self.counts[layer, e] += n
                 self._drop_stale(p, layer, step)
                 if self.prefetching:
                     self._prefetch(p, layer, step, a, b)

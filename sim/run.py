@@ -20,7 +20,7 @@ from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import prefetcher_class
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.timeline import Timeline
-from hobbit.sim.workload import Workload, build_workload
+from hobbit.sim.workload import Workload, build_workload, split_requests
 from hobbit.traces.io import Trace
 from hobbit.traces.knobs import check_knobs
 
@@ -89,8 +89,10 @@ def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max
     return CacheSizing(high // eb[HIGH], low // eb[LOW], high, low, free)
 
 
-def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, sizing: CacheSizing) -> Placement:
-    """Static expert placement: llama.cpp's CPU layers, Fiddler's pinned popular experts."""
+def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, sizing: CacheSizing,
+          profile: Workload | None = None) -> Placement:
+    """Static expert placement: llama.cpp's CPU layers, Fiddler's pinned popular experts (the most used
+    in the profiling requests, ``profile``; none without them)."""
     eb = model.expert_bytes(hw.high_precision)
     L, E = wl.num_layers, wl.num_experts
     if system.placement == "static":  # llama.cpp: the first N layers' experts stay on the CPU
@@ -100,18 +102,23 @@ def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemCo
             n = max(L - int(fit_layers), 0)
         n = min(n, L)
         gpu = frozenset((layer, e) for layer in range(n, L) for e in range(E))
-        return Placement(resident=gpu, cpu_layers=frozenset(range(n)))
+        return Placement(resident=gpu, cpu_layers=frozenset(range(n)), static=True)
     if system.placement == "popular":  # Fiddler: the most used experts fill the device, for good
-        counts = np.zeros((L, E), np.int64)
-        np.add.at(counts, (np.broadcast_to(np.arange(L)[None, :, None], wl.ids.shape), wl.ids), 1)
+        if profile is None:  # nothing to rank by: every expert is a miss
+            return Placement(static=True)
+        counts = profile.expert_counts()
         order = np.argsort(-counts.ravel(), kind="stable")[: sizing.high_slots + sizing.low_slots]
-        return Placement(resident=frozenset((int(i) // E, int(i) % E) for i in order))
+        return Placement(resident=frozenset((int(i) // E, int(i) % E) for i in order), static=True)
     return Placement()
 
 
 def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
-             rng: np.random.Generator | None = None, engine: str = "simpy", keep_log: bool = False) -> Results:
-    """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``."""
+             rng: np.random.Generator | None = None, engine: str = "simpy", keep_log: bool = False,
+             profile: Trace | None = None, profile_share: float = 0.25) -> Results:
+    """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
+
+    What a system learns offline comes from ``profile``, a profiling trace; without one, from the
+    first ``profile_share`` of ``trace``'s requests, which are then not timed (``split_requests``)."""
     t_wall = time.perf_counter()
     for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
         check_knobs(cfg, prefix)
@@ -122,15 +129,28 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         raise ConfigError(f"engine={engine} must be simpy or plain")
     rng = rng if rng is not None else np.random.default_rng(0)
     p = system.prefetch
+    if profile is not None:
+        check_topology(profile, model)
+    else:
+        profile, trace = split_requests(trace, profile_share)
     wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, rng)
+    prof = build_workload(profile, "none") if profile is not None else None
     sizing = size_cache(model, hw, system, max(wl.pass_context), wl.num_layers / wl.layers_total)
-    cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers)
-    placement = place(wl, model, hw, system, sizing)
-    slots = (sizing.high_slots, sizing.low_slots) if not placement.resident else (0, 0)
-    if prefetcher_class(p.kind).loads_ahead and not system.cpu_compute_misses:  # staging slots for prefetched experts
-        slots = (max(slots[0] - p.max_depth * wl.top_k, 0), slots[1])
-    dec = Decider(wl, system, slots, (cost.expert_bytes(HIGH), cost.expert_bytes(LOW)), placement,
-                  keep_log=keep_log).run()
+    cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers,
+                     cpu_efficiency=system.cpu_kernel_efficiency)
+    placement = place(wl, model, hw, system, sizing, prof)
+    slots = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
+    if p.staging_slots and prefetcher_class(p.kind).loads_ahead and system.cpu_misses != "always":
+        slots = (max(slots[0] - p.staging_slots, 0), slots[1])  # staging slots, from the high pool's memory
+    eb = (cost.expert_bytes(HIGH), cost.expert_bytes(LOW))
+
+    def cpu_faster(prec: int, tokens: int) -> bool:
+        """HOBBIT's CPU mode, Fiddler: computing a miss on the CPU beats loading it and computing it here."""
+        return cost.cached("cpu_expert_s", tokens) < cost.cached("transfer_s", eb[prec]) + cost.cached(
+            "expert_s", prec, tokens)
+
+    dec = Decider(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
+                  profile=prof.request_matrices() if prof is not None else None).run()
     tl = time_decisions(wl, dec, cost, system.demand_first, engine)
     return summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall)
 

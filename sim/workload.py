@@ -40,6 +40,21 @@ class Workload:
     def num_tokens(self) -> int:
         return int(self.ids.shape[0])
 
+    def request_matrices(self) -> list[np.ndarray]:
+        """Each request's expert activation matrix: [L, E] tokens routed to each expert (MoE-Infinity's EAM)."""
+        out: dict[int, np.ndarray] = {}
+        L, E = self.num_layers, self.num_experts
+        for req, a, b in zip(self.pass_request, self.pass_start, self.pass_end):
+            m = out.setdefault(req, np.zeros((L, E), np.int64))
+            np.add.at(m, (np.broadcast_to(np.arange(L)[None, :, None], self.ids[a:b].shape), self.ids[a:b]), 1)
+        return list(out.values())
+
+    def expert_counts(self) -> np.ndarray:
+        """[L, E] tokens routed to each expert over the whole workload (Fiddler's popularity profile)."""
+        counts = np.zeros((self.num_layers, self.num_experts), np.int64)
+        np.add.at(counts, (np.broadcast_to(np.arange(self.num_layers)[None, :, None], self.ids.shape), self.ids), 1)
+        return counts
+
     def future_uses(self) -> dict[tuple[int, int], list[int]]:
         """(layer, expert) -> the (pass, layer) steps, in order, that need it (Belady)."""
         uses: dict[tuple[int, int], list[int]] = {}
@@ -49,6 +64,20 @@ class Workload:
                 for e in set(self.ids[a:b, layer].ravel().tolist()):
                     uses.setdefault((layer, e), []).append(p * L + layer)
         return uses
+
+
+def split_requests(trace: Trace, share: float) -> tuple[Trace | None, Trace]:
+    """(the first ``share`` of the trace's requests, the rest): a profiling set held apart from the
+    requests that are timed. At least one request is always timed; (None, trace) when the share
+    holds no request."""
+    req = trace.arrays.request_id
+    ids = np.unique(req)
+    n = min(int(share * len(ids)), len(ids) - 1)
+    if n <= 0:
+        return None, trace
+    held = req < ids[n]  # rows are sorted by request
+    return (Trace(trace.meta, trace.arrays.take(np.flatnonzero(held)), trace.path),
+            Trace(trace.meta, trace.arrays.take(np.flatnonzero(~held)), trace.path))
 
 
 def _passes(request: np.ndarray, step: np.ndarray, position: np.ndarray, phase: np.ndarray):

@@ -11,7 +11,7 @@ from conftest import run_cli
 
 def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     run_dir = tmp_path / "demo"
-    assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", "systems=[hobbit,on-demand]",
+    assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", "systems=[hobbit,on-demand,fiddler]",
                     "sweep_t1=[0.5,0.7]", "sweep_t2=[0.9]", "sweep_high_gb=[8.0]",
                     "validate_scale=32", "validate_requests=1",
                     f"hydra.run.dir={run_dir}"]) == 0
@@ -33,3 +33,6 @@ def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
         assert r["system"] == system and r["model"] == "mixtral-8x7b" and r["tokens"]["decode"] == 9
     table = (run_dir / "sim" / "systems.md").read_text()
     assert "| hobbit |" in table and "| on-demand |" in table
+    # as the paper groups them: GPU-only systems apart from those that compute experts on the CPU
+    gpu, cpu = table.split("### CPU-assisted systems")
+    assert "### GPU-only systems" in gpu and "| hobbit |" in gpu and "| fiddler |" in cpu and "| hobbit |" not in cpu

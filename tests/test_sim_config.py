@@ -24,7 +24,7 @@ def test_the_groups_hold_what_the_simulator_needs():
                                       "deepseek-v3", "qwen3.5-397b-a17b", "tiny"}
     assert set(_options("hardware")) >= {"rtx4090-pcie4", "jetson-agx-orin", "h200-pcie5", "gh200-c2c", "a100-pcie4"}
     assert set(_options("system")) >= {"hobbit", "moe-offloading", "moe-infinity", "fiddler", "llama-cpp", "on-demand",
-                                       "oracle", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru"}
+                                       "hobbit-oracle", "hobbit-cpu", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru"}
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in ("model", "hardware", "system") for o in _options(g)])

@@ -22,7 +22,7 @@ from hobbit.traces.synthetic import SyntheticConfig, generate
 from sim_helpers import bundled, compose_sim, without_predictions
 
 SYSTEMS = ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "moe-infinity",
-           "fiddler", "llama-cpp", "on-demand", "oracle"]
+           "fiddler", "llama-cpp", "on-demand", "hobbit-oracle", "hobbit-cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_topology_mismatch_names_both(small):
 @pytest.mark.parametrize("override,knob", [
     ("system.precision.t1=0.95", "t1"),
     ("system.cache.multidim.w_lfu=-0.1", "system.cache.multidim.w_lfu=-0.1 must be >= 0"),
-    ("system=moe-infinity system.prefetch.eam.history=0", "system.prefetch.eam.history=0 must be >= 1"),
+    ("system=moe-infinity system.prefetch.eam.capacity=0", "system.prefetch.eam.capacity=0 must be >= 1"),
     ("system.cache.high_bytes=1000", "high_bytes"),
     ("system.prefetch.kind=psychic", "prefetch.kind"),
     ("system.prefetch.precision=medium", "system.prefetch.precision=medium must be rule, high or low"),
@@ -134,7 +134,7 @@ def test_unified_memory_reads_experts_from_the_ssd(small):
     cfg = compose_sim("hardware=jetson-agx-orin")
     res = simulate(small, cfg.model, cfg.hardware, cfg.system)
     cost = CostModel(cfg.model, cfg.hardware)
-    assert cost.link_gbps == 3.0 and cfg.hardware.high_precision == "int8"
+    assert cost.link_gbps == 3.0 and (cfg.hardware.high_precision, cfg.hardware.low_precision) == ("q8_0", "q2_k")
     assert res.summary["bytes_loaded"] > 0
     # the link is the SSD: its busy time is the bytes it moved at 3 GB/s plus t0 per copy
     assert res.timeline.link_busy_s >= res.summary["bytes_loaded"] / 3e9

@@ -197,20 +197,23 @@ def test_every_prefetcher_proposes_later_layers_only(name):
         assert 0 < r.layer <= 3
 
 
-def test_eam_matches_the_most_similar_past_request():
-    pf = make_prefetcher("eam", EAMKnobs(experts_per_layer=1), PolicyInputs(depth=1))
+def test_eam_matches_the_most_similar_profiling_request():
+    """MoE-Infinity: the library is the profiling requests' matrices, matched per layer over the layers
+    not yet run; the best uncached experts of later layers by probability x layer decay are proposed;
+    replayed requests never enter the library."""
     a = np.zeros((3, 4), np.int64)
     a[0, 0], a[1, 1], a[2, 2] = 5, 5, 5
     b = np.zeros((3, 4), np.int64)
     b[0, 3], b[1, 2], b[2, 1] = 5, 5, 5
-    for m in (a, b):
-        pf.propose(_ctx(layer=2, num_layers=3, counts=m))
-        pf.end_request()
+    pf = make_prefetcher("eam", EAMKnobs(per_step=2), PolicyInputs(depth=1, profile=[a, b]))
     cur = np.zeros((3, 4), np.int64)
-    cur[0, 3] = 1  # looks like b
+    cur[1, 2], cur[2, 1] = 1, 1  # earlier tokens of this request routed like b
     got = pf.propose(_ctx(layer=0, num_layers=3, counts=cur))
-    assert [(r.layer, r.expert) for r in got] == [(1, 2)]
+    assert [(r.layer, r.expert) for r in got] == [(1, 2), (2, 1)]  # nearer layer first (decay)
     assert pf.match[1, 2] == 1.0 and pf.match[1, 1] == 0.0
+    pf.end_request()
+    assert len(pf.library) == 2  # nothing learnt from the replayed request
+    assert make_prefetcher("eam", None, PolicyInputs(depth=1)).propose(_ctx(layer=0, counts=cur)) == []
 
 
 def test_cache_view_is_frozen():
@@ -223,6 +226,7 @@ def test_cache_view_is_frozen():
 def test_prefetch_precision_follows_its_knob(mode, allowed):
     """system.prefetch.precision: the rule on the predicted weights (both classes occur), or one class."""
     from hobbit.sim.run import simulate
+
     from sim_helpers import bundled, compose_sim
 
     cfg = compose_sim("system=hobbit", f"system.prefetch.precision={mode}", "engine=plain")

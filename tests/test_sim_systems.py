@@ -59,3 +59,19 @@ def test_real_traces_fit_a_24gb_card(real, name, model):
     """These models' experts (2.2 GB, 25 GB of which 5/24 recorded) fit: systems differ little."""
     ms = {s: _decode_ms(real[name], s, f"model={model}") for s in ("hobbit", "on-demand")}
     assert ms["hobbit"] <= ms["on-demand"] * 1.01 and ms["on-demand"] < 2 * ms["hobbit"], ms
+
+
+@pytest.mark.parametrize("name,model,mix", [
+    ("flame", "flame-moe-290m", {"high": 0.486979, "low": 0.392731, "skip": 0.12029}),
+    ("qwen", "qwen1.5-moe-a2.7b", {"high": 0.54993, "low": 0.389119, "skip": 0.060951}),
+])
+def test_precision_mix_of_the_real_traces_is_pinned(real, name, model, mix):
+    """The T1/T2 rule's mix on the shared real traces (T1 = 0.6, T2 = 0.9), as it stood before the rules of
+    serving, records and prefetch changed: those change what is served, never how a selection is scored."""
+    from hobbit.sim.policies.precision import hobbit_classes, rule_mix
+
+    cfg = compose_sim("system=hobbit", f"model={model}")
+    k = real[name].meta.model.top_k
+    p = cfg.system.precision
+    assert (p.t1, p.t2) == (0.6, 0.9)
+    assert rule_mix(hobbit_classes(real[name].arrays.gate_weights.reshape(-1, k), p.t1, p.t2)) == pytest.approx(mix, abs=1e-6)

@@ -22,7 +22,7 @@ from hobbit.traces.arrays import TraceArrays, concat
 from hobbit.traces.families import Family, checkpoint_family, find_routers, model_spec
 from hobbit.traces.io import TraceWriter
 from hobbit.traces.schema import DECODE, PREFILL, InputError, TraceMeta, now_iso
-from hobbit.traces.tiny import bundled_model_dir, bundled_prompts_path
+from hobbit.traces.tiny import bundled_model_dir, bundled_phimoe_dir, bundled_prompts_path
 
 
 class CaptureError(InputError):
@@ -258,7 +258,8 @@ def capture(cfg: CaptureConfig) -> CaptureResult:
     prompts = read_prompts(prompts_path)[: cfg.max_prompts]
     model, tok, family = _load(model_dir, cfg)
     blocks, routers = zip(*find_routers(model, family))
-    name = "hobbit-tiny-mixtral" if model_dir == bundled_model_dir() else model_dir.name
+    bundled = {bundled_model_dir().resolve(): "hobbit-tiny-mixtral", bundled_phimoe_dir().resolve(): "hobbit-tiny-phimoe"}
+    name = bundled.get(model_dir.resolve(), model_dir.name)
     spec = model_spec(model.config, family, len(routers), name)
     prompt_ids = [tok(p)["input_ids"][-cfg.max_prompt_tokens:] for p in prompts]
     empty = [i for i, p in enumerate(prompt_ids) if not p]

@@ -1,8 +1,9 @@
-"""The bundled tiny MoE model: a Mixtral topology with tiny widths and a byte vocabulary.
+"""The bundled tiny MoE models: Mixtral and PhiMoE topologies with tiny widths and a byte vocabulary.
 
-The checkpoint lives in ``traces/tiny/`` (a normal Hugging Face model directory:
-``config.json``, ``model.safetensors``, ``tokenizer.json``) and is produced by
-``python -m hobbit.traces.train_tiny``. This module only knows its shape and where it is.
+The checkpoints live in ``traces/tiny/`` (Mixtral) and ``traces/tiny_phimoe/`` (PhiMoE), normal
+Hugging Face model directories (``config.json``, ``model.safetensors``, ``tokenizer.json``)
+produced by ``python -m hobbit.traces.train_tiny [--arch phimoe]``. This module only knows their
+shapes and where they are.
 """
 
 from __future__ import annotations
@@ -28,6 +29,33 @@ TINY_CONFIG: dict[str, Any] = {
     "eos_token_id": 256,
     "pad_token_id": 256,
 }
+
+# Phi-3.5-MoE topology (32 MoE layers, 16 experts, top-2, sparsemixer router, LayerNorm; attention
+# and LM-head biases, untied embeddings, rope theta and norm eps as PhimoeConfig's defaults give
+# them) at the same tiny widths. Expert FFN 96 = 64 * 1.5, the nearest width to Phi-3.5-MoE's
+# expert_ffn / hidden ratio (6400 / 4096 = 1.5625) that keeps model.safetensors (float16) within
+# 20 MB (20,000,000 bytes): the exact ratio gives 100, whose checkpoint is 20,814,072 bytes.
+# Jitter: router_jitter_noise is sparsemixer's masking threshold (used deterministically in eval
+# mode; 0 would mask every expert but the chosen one and make all gate weights 1), so it keeps
+# Phi-3.5-MoE's 0.01; input_jitter_noise (random input scaling, training mode only) stays 0. In
+# training mode sparsemixer samples experts, so inference must call ``.eval()``.
+TINY_PHIMOE_CONFIG: dict[str, Any] = {
+    "vocab_size": 257,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 16,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 1024,
+    "router_jitter_noise": 0.01,
+    "input_jitter_noise": 0.0,
+    "bos_token_id": None,
+    "eos_token_id": 256,
+    "pad_token_id": 256,
+}
+TINY_ARCHS = ("mixtral", "phimoe")
 EOS_TOKEN = "<|endoftext|>"
 EOS_ID = 256
 
@@ -40,6 +68,16 @@ def bundled_model_dir() -> Path:
 def bundled_trace() -> Path:
     """The routing trace captured from the bundled model on its held-out prompts."""
     return bundled_model_dir() / "trace.parquet"
+
+
+def bundled_phimoe_dir() -> Path:
+    """Directory of the bundled PhiMoE-topology checkpoint."""
+    return Path(str(resources.files("hobbit.traces") / "tiny_phimoe"))
+
+
+def bundled_phimoe_trace() -> Path:
+    """The routing trace captured from the bundled PhiMoE model on its held-out prompts."""
+    return bundled_phimoe_dir() / "trace.parquet"
 
 
 def bundled_prompts_path() -> Path:
@@ -81,8 +119,15 @@ def build_byte_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
 
 
-def build_tiny_config(**overrides: Any) -> Any:
-    """The tiny model's ``MixtralConfig`` (``overrides`` for tests and training knobs)."""
-    from transformers import MixtralConfig
+def build_tiny_config(arch: str = "mixtral", **overrides: Any) -> Any:
+    """The tiny model's ``MixtralConfig`` (arch="phimoe": ``PhimoeConfig``); ``overrides`` for tests
+    and training knobs."""
+    if arch == "mixtral":
+        from transformers import MixtralConfig
 
-    return MixtralConfig(**{**TINY_CONFIG, **overrides})
+        return MixtralConfig(**{**TINY_CONFIG, **overrides})
+    if arch == "phimoe":
+        from transformers import PhimoeConfig
+
+        return PhimoeConfig(**{**TINY_PHIMOE_CONFIG, **overrides})
+    raise ValueError(f"arch={arch!r}: one of {', '.join(TINY_ARCHS)}")

@@ -1,7 +1,9 @@
-"""Train the bundled tiny MoE model on the Python standard library's own source.
+"""Train the bundled tiny MoE models on the Python standard library's own source.
 
     python -m hobbit.traces.train_tiny --out traces/tiny            # the bundled checkpoint
     python -m hobbit.traces.train_tiny --out /tmp/t --steps 5      # smoke run
+    python -m hobbit.traces.train_tiny --arch phimoe --out traces/tiny_phimoe --threads 1
+                                                                    # the bundled PhiMoE checkpoint
 
 The corpus is every ``*.py`` file of the running interpreter's standard library (test
 suites and site-packages excluded), split by a hash of the file's relative path: about
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hobbit.traces.tiny import EOS_ID, build_byte_tokenizer, build_tiny_config
+from hobbit.traces.tiny import EOS_ID, TINY_ARCHS, TINY_PHIMOE_CONFIG, build_byte_tokenizer, build_tiny_config
 
 _EXCLUDED_PARTS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
 
@@ -35,6 +37,7 @@ class TrainConfig:
     """Knobs of the training run (defaults produced the bundled checkpoint)."""
 
     out: str = "traces/tiny"
+    arch: str = "mixtral"  # mixtral | phimoe (hobbit.traces.tiny.TINY_ARCHS)
     seed: int = 1234
     steps: int = 2000
     batch_size: int = 8
@@ -170,14 +173,16 @@ def _eval(model, held: np.ndarray, cfg: TrainConfig) -> tuple[float, float, floa
 def train(cfg: TrainConfig) -> dict:
     """Train, then write the checkpoint, tokenizer, prompts and training log to ``cfg.out``."""
     import torch
-    from transformers import MixtralForCausalLM
+    from transformers import MixtralForCausalLM, PhimoeForCausalLM
 
+    model_cls = {"mixtral": MixtralForCausalLM, "phimoe": PhimoeForCausalLM}[cfg.arch]
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
     rng = np.random.default_rng(cfg.seed)
     train_ids, held_ids, held_files, digest = build_corpus(cfg.heldout_mod)
-    mcfg = build_tiny_config(output_router_logits=True, router_aux_loss_coef=0.0)  # balance: see _balance_loss
-    model = MixtralForCausalLM(mcfg).train()
+    # balance: see _balance_loss (PhiMoE's router returns the same [N, E] logits per layer as Mixtral's)
+    mcfg = build_tiny_config(cfg.arch, output_router_logits=True, router_aux_loss_coef=0.0)
+    model = model_cls(mcfg).train()  # PhiMoE: in training mode sparsemixer samples the experts
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     curve: list[dict] = []
     t_start = time.perf_counter()
@@ -239,6 +244,9 @@ def _save(model, cfg: TrainConfig, curve, held_files, digest, n_train, n_held, s
 def write_model_card(out: Path, log: dict) -> None:
     """README.md of the checkpoint: what it is, how it was trained, how to reproduce it."""
     c = log["config"]
+    if c.get("arch", "mixtral") == "phimoe":
+        (out / "README.md").write_text(_phimoe_card(log, (out / "model.safetensors").stat().st_size))
+        return
     evals = [r for r in log["curve"] if "eval_loss" in r]
     text = f"""# hobbit-tiny-mixtral
 
@@ -268,6 +276,55 @@ Reproduce (the standard library differs between Python releases, so the bytes ma
     (out / "README.md").write_text(text)
 
 
+def _phimoe_card(log: dict, nbytes: int) -> str:
+    t = TINY_PHIMOE_CONFIG
+    c = log["config"]
+    evals = [r for r in log["curve"] if "eval_loss" in r]
+    threads = f"{c['threads']} CPU thread" + ("s" if c["threads"] != 1 else "")
+    return f"""# hobbit-tiny-phimoe
+
+The second bundled model of hobbit: a PhiMoE-topology MoE (transformers' `PhimoeForCausalLM`, the
+topology of Phi-3.5-MoE: 32 MoE layers, {t["num_local_experts"]} experts, top-{t["num_experts_per_tok"]}, sparsemixer router,
+LayerNorm) at the widths of `traces/tiny` (hidden {t["hidden_size"]}, expert FFN {t["intermediate_size"]}, {t["num_attention_heads"]} heads, {t["num_key_value_heads"]} KV heads),
+byte-level vocabulary (256 bytes + `<|endoftext|>`, the same tokenizer), {log["parameters"] / 1e6:.2f}M parameters,
+stored in float16.
+
+- Expert FFN {t["intermediate_size"]} = 64 x 6400 / 4096: Phi-3.5-MoE's expert_ffn / hidden ratio (6400 / 4096) at
+  hidden 64. With 16 experts in each of 32 layers it is also about the largest width that keeps
+  `model.safetensors` (float16) under 20 MiB: {nbytes:,} bytes ({nbytes / 2**20:.2f} MiB).
+- Everything else as `PhimoeConfig`'s defaults give it: no attention or LM-head biases, untied
+  input and output embeddings, rope theta 1e6, LayerNorm eps 1e-5. `router_jitter_noise` {t["router_jitter_noise"]}
+  (Phi-3.5-MoE's value) is sparsemixer's masking threshold, applied deterministically in eval mode
+  (0 would make every gate weight 1); `input_jitter_noise` {t["input_jitter_noise"]}. In training mode
+  sparsemixer samples the experts (Gumbel) and jitters its gradient estimate, so load the model
+  with `from_pretrained` (which returns it in eval mode) or call `.eval()`: eval routing is the
+  deterministic top-2 of the router logits.
+- Data: as `traces/tiny`: the `*.py` files of the Python {log["python"]} standard library (test suites and
+  site-packages excluded); files with crc32(relative path) % {c["heldout_mod"]} == 0 are held out
+  (corpus sha256 `{log["corpus_sha256"][:16]}...`, {log["train_tokens"]:,} training bytes,
+  {log["heldout_tokens"]:,} held-out bytes). `prompts.jsonl` holds {c["num_prompts"]} prompts taken from
+  held-out files (a `def`/`class` line and the two lines after it); `heldout.txt` is held-out text.
+- Training: as `traces/tiny`: seed {c["seed"]}, {c["steps"]} steps of {c["batch_size"]} x {c["seq_len"]} bytes
+  ({log["tokens_seen"]:,} bytes seen), AdamW lr {c["lr"]} (warm-up {c["warmup_steps"]}, cosine to
+  {c["min_lr_ratio"]}x), weight decay {c["weight_decay"]}, per-layer load-balancing loss x {c["balance_coef"]}
+  (unchanged code: PhiMoE's router returns the same [tokens, experts] logits per layer as Mixtral's;
+  its expert shares f are the top-2 of the router softmax, while the training forward pass routes
+  by sparsemixer's samples), {log["seconds"]:.0f} s on {threads} with torch {log["torch"]}.
+- Held-out cross-entropy: {evals[0]["eval_loss"]:.3f} nats/byte at step {evals[0]["step"]},
+  {evals[-1]["eval_loss"]:.3f} at step {evals[-1]["step"]} (`loss_curve.png`, `training_log.json`).
+  Routing balance on held-out text (normalised entropy of each layer's expert shares, 1 = even):
+  mean {evals[-1]["routing_entropy_mean"]:.3f}, worst layer {evals[-1]["routing_entropy_min"]:.3f}.
+- `trace.parquet` (captured after training, as `traces/tiny`'s): the routing trace of greedy
+  generation on the first 32 prompts, 64 new tokens, batch 8, lookahead 3, float32:
+  `hobbit capture model=traces/tiny_phimoe prompts=traces/tiny_phimoe/prompts.jsonl
+  out=traces/tiny_phimoe/trace.parquet max_prompts=32 max_new_tokens=64 batch_size=8 lookahead=3`.
+
+Reproduce (the standard library differs between Python releases, so the bytes may too):
+
+    python -m hobbit.traces.train_tiny --arch phimoe --out traces/tiny_phimoe --threads {c["threads"]}
+"""
+
+
 def _plot_curve(curve: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -290,7 +347,8 @@ def _plot_curve(curve: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in asdict(TrainConfig()).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+        choices = TINY_ARCHS if name == "arch" else None
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, choices=choices)
     args = parser.parse_args(argv)
     log = train(TrainConfig(**vars(args)))
     print(f"wrote {args.out} (held-out loss {log['final_eval_loss_nats_per_byte']} nats/byte, {log['seconds']} s)")

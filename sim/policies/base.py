@@ -18,31 +18,39 @@ Key = tuple[int, int]
 class Pool:
     """One precision's slots, as lists indexed by slot (layer -1: empty).
 
-    ``last_use``: token index in the request of the last use (0: not used this request),
-    ``uses`` / ``high_uses``: uses in this request (at high precision), ``all_uses``: since
-    insertion (LFU), ``touched``: access clock at insertion or last use (LRU),
-    ``inserted``: access clock at insertion (FIFO), ``transfer``: the copy that brought it.
+    ``last_use``, ``uses``, ``high_uses``: the request's records of the slot's expert (paper
+    §3.4: token index of its last use, 0 if none; its uses; those served at high precision),
+    kept per (layer, expert) by the cache whether or not the expert is cached, so they
+    survive eviction and reset per request; ``all_uses``: uses since insertion (LFU),
+    ``touched``: access clock at insertion or last use (LRU), ``inserted``: access clock at
+    insertion (FIFO), ``transfer``: the copy that brought it; ``pinned``: a prefetched copy
+    waiting for its layer, which no policy may evict.
     Plain lists: a policy scores a few dozen slots per eviction, where numpy's per-call
     cost would dominate.
     """
 
-    FIELDS = ("layer", "expert", "last_use", "uses", "high_uses", "all_uses", "touched", "inserted", "transfer")
+    FIELDS = ("layer", "expert", "last_use", "uses", "high_uses", "all_uses", "touched", "inserted", "transfer",
+              "pinned")
 
     def __init__(self, size: int, precision: int) -> None:
         self.size, self.precision = size, precision
         for name in self.FIELDS:
             setattr(self, name, [-1 if name in ("layer", "expert", "transfer") else 0] * size)
 
-    def put(self, slot: int, key: Key, clock: int, transfer: int) -> None:
+    def put(self, slot: int, key: Key, clock: int, transfer: int, record: tuple[int, int, int] = (0, 0, 0),
+            pinned: bool = False) -> None:
+        """``key`` into ``slot`` with its request ``record`` (last use, uses, high-precision uses)."""
         self.layer[slot], self.expert[slot] = key
-        self.last_use[slot] = self.uses[slot] = self.high_uses[slot] = self.all_uses[slot] = 0
+        self.last_use[slot], self.uses[slot], self.high_uses[slot] = record
+        self.all_uses[slot] = 0
         self.touched[slot] = self.inserted[slot] = clock
         self.transfer[slot] = transfer
+        self.pinned[slot] = int(pinned)
 
     def candidates(self, region: range) -> list[int]:
-        """Slots of ``region`` that may be evicted (occupied)."""
-        layer = self.layer
-        return [s for s in region if layer[s] >= 0]
+        """Slots of ``region`` that may be evicted (occupied, not pinned)."""
+        layer, pinned = self.layer, self.pinned
+        return [s for s in region if layer[s] >= 0 and not pinned[s]]
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ NEEDS = {
     "predictions": "the trace's predicted experts of later layers (ctx.predict)",
     "future_uses": "every expert's future (pass, layer) steps (inputs.future_uses)",
     "prefetcher": "the system's prefetcher, to consult its state (inputs.prefetcher)",
+    "profile": "activation matrices [L, E] of the profiling requests, held apart from the timed ones (inputs.profile)",
 }
 
 
@@ -87,6 +96,7 @@ class PolicyInputs:
     depth: int = 2  # p: layers a prefetcher may look ahead (system.prefetch.max_depth)
     future_uses: dict[Key, list[int]] | None = None  # "future_uses"
     prefetcher: object | None = None  # "prefetcher"
+    profile: list[np.ndarray] | None = None  # "profile"
 
 
 class Plain:

@@ -3,8 +3,14 @@
 Pools are sized in slots (bytes / expert bytes at the pool's precision) and kept as
 arrays, one entry per slot, so that an eviction policy scores a whole pool at once.
 Which slot leaves a full pool is the policy's choice (``to_evict``); evicting is the
-cache's. When a pool (or, per layer, its region) has no slot at all, the copy is used
-once and not kept. Records (last use, uses, high-precision uses) reset at every request.
+cache's. When a pool (or, per layer, its region) has no slot it may take (none at all, or
+every one pinned), the copy is used once and not kept.
+
+Records (paper §3.4: last use R, uses F, high-precision uses H) are kept per (layer, expert)
+for the whole request, whether or not the expert is cached now: they survive eviction, a
+reloaded expert comes back with them, and they reset at every request. Each slot mirrors
+its expert's record for the policies. A prefetched copy enters its pool pinned: no policy
+evicts it until its layer has run (``unpin``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class ExpertCache:
         self.tokens = 1  # T: tokens so far in the request
         self.clock = 0  # accesses so far
         self.step = 0  # (pass, layer) index over the trace, set by the caller
+        self.records: dict[Key, list[int]] = {}  # (layer, expert) -> [R, F, H] for the request
 
     def __len__(self) -> int:
         return len(self.index[HIGH]) + len(self.index[LOW])
@@ -50,16 +57,33 @@ class ExpertCache:
     def transfer(self, pool: int, slot: int) -> int:
         return self.pools[pool].transfer[slot]
 
+    def record(self, key: Key) -> tuple[int, int, int]:
+        """(R, F, H) of ``key`` in this request: last use (token, 0: none), uses, high-precision uses."""
+        r = self.records.get(key)
+        return (r[0], r[1], r[2]) if r is not None else (0, 0, 0)
+
+    def note_use(self, key: Key, precision: int, token: int) -> None:
+        """A use of ``key`` at ``precision`` by the request's token number ``token`` (1-based), whether
+        or not a copy is kept: the request's records, and the slots that hold the expert."""
+        r = self.records.get(key)
+        if r is None:
+            r = self.records[key] = [0, 0, 0]
+        r[0] = token
+        r[1] += 1
+        if precision == HIGH:
+            r[2] += 1
+        for pool, index in zip(self.pools, self.index):
+            s = index.get(key)
+            if s is not None:
+                pool.last_use[s], pool.uses[s], pool.high_uses[s] = r
+
     def use(self, pool: int, slot: int, token: int) -> None:
-        """Record a use of a copy by the request's token number ``token`` (1-based)."""
+        """A cached copy served a use by the request's token number ``token``, recorded (``note_use``)."""
         self.clock += 1
         p = self.pools[pool]
         p.touched[slot] = self.clock
-        p.last_use[slot] = token
-        p.uses[slot] += 1
         p.all_uses[slot] += 1
-        if pool == HIGH:
-            p.high_uses[slot] += 1
+        self.note_use((p.layer[slot], p.expert[slot]), pool, token)
 
     def _free_slot(self, p: Pool, layer: int, key_layer: int) -> tuple[int, Key | None]:
         """A slot for a new copy: an empty one, or the policy's victim; (-1, None) if there is none."""
@@ -80,8 +104,10 @@ class ExpertCache:
             return -1, None
         return slot, (p.layer[slot], p.expert[slot])
 
-    def admit(self, key: Key, precision: int, layer: int, transfer: int) -> tuple[int, Key | None]:
-        """Insert a copy; returns (its slot or -1 if it is not kept, the evicted key or None)."""
+    def admit(self, key: Key, precision: int, layer: int, transfer: int, pinned: bool = False
+              ) -> tuple[int, Key | None]:
+        """Insert a copy (``pinned``: until ``unpin``); returns (its slot or -1 if it is not kept, the
+        evicted key or None)."""
         p = self.pools[precision]
         if p.size == 0:
             return -1, None
@@ -91,13 +117,20 @@ class ExpertCache:
             return -1, None
         if victim is not None:
             del self.index[precision][victim]
-        p.put(slot, key, self.clock, transfer)
+        p.put(slot, key, self.clock, transfer, self.record(key), pinned)
         self.index[precision][key] = slot
         return slot, victim
+
+    def unpin(self, precision: int, key: Key) -> None:
+        """A prefetched copy's layer has run: it becomes evictable."""
+        s = self.index[precision].get(key)
+        if s is not None:
+            self.pools[precision].pinned[s] = 0
 
     def new_request(self) -> None:
         """Records are per sequence (paper §3.4): forget last use and counts."""
         self.tokens = 1
+        self.records.clear()
         for p in self.pools:
             p.last_use = [0] * p.size
             p.uses = [0] * p.size

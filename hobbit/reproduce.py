@@ -1,0 +1,340 @@
+"""``hobbit reproduce``: HOBBIT's evaluation (arXiv:2411.01433, Table 2) as one command.
+
+The paper's grid: three set-ups (an RTX 4090 with fp16 + int4 experts against MoE-Offloading
+and MoE-Infinity; the same card with CPU help, HOBBIT's CPU mode against llama.cpp and
+Fiddler; a Jetson AGX Orin with int8 + int2 experts against llama.cpp and MoE-Infinity) x
+two models (Mixtral-8x7B, Phi-MoE) x four workloads (16 or 128 prompt tokens, 32 or 128 new
+tokens). Workloads are captured from the bundled tiny models (same topologies as the two
+models), prompts cut from their held-out text to the exact length, generation forced to the
+exact length (no stop at end of text), as the paper fixes both. Each system replays each
+workload; what baselines learn offline comes from the first requests, held apart
+(``sim.profile_share``), and every system is timed on the same remaining requests.
+
+Averaged as the paper reports them (its text gives averages over the workloads; the kind of
+mean is not stated): the arithmetic mean over workloads of the decode speed-up (baseline
+ms/token / HOBBIT's) and of the prefill reduction (1 - HOBBIT's prefill latency / baseline's).
+Also: the dynamic-loading-only ablation (HOBBIT's precision rule added to on-demand loading;
+the paper reports 1.19-1.57x) and the precision mix HOBBIT served.
+
+``trace=PATH model=NAME`` runs the grid on one trace instead (one workload; a decode-only
+trace gives n/a for prefill). Captures and finished simulations are kept in the run
+directory, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from joblib import Parallel, delayed
+from tqdm import tqdm
+
+from hobbit.analysis.reproduce_plot import plot_reproduce
+from hobbit.api import configure, simulate_config
+from hobbit.glue import CONF, hydra_command
+from hobbit.sim.config import ConfigError, ModelConfig
+from hobbit.traces.capture import CaptureConfig, capture
+from hobbit.traces.io import atomic_write_json, atomic_write_text, read_meta, read_trace
+from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir, bundled_phimoe_dir
+
+# Table 2 and §5-6 of the paper (REFERENCES.md): (set-up, baseline, model) -> (decode speed-up,
+# prefill latency reduction or None where the paper gives none)
+PAPER: dict[tuple[str, str, str], tuple[float, float | None]] = {
+    ("4090", "moe-offloading", "mixtral-8x7b"): (3.21, 0.51),
+    ("4090", "moe-offloading", "phi-3.5-moe"): (3.29, 0.54),
+    ("4090", "moe-infinity", "mixtral-8x7b"): (2.30, None),
+    ("4090", "moe-infinity", "phi-3.5-moe"): (3.92, None),
+    ("4090+CPU", "llama-cpp", "mixtral-8x7b"): (1.31, None),
+    ("4090+CPU", "llama-cpp", "phi-3.5-moe"): (1.42, None),
+    ("4090+CPU", "fiddler", "mixtral-8x7b"): (0.99, None),
+    ("4090+CPU", "fiddler", "phi-3.5-moe"): (1.46, None),
+    ("Orin", "llama-cpp", "mixtral-8x7b"): (13.0, 0.79),
+    ("Orin", "llama-cpp", "phi-3.5-moe"): (18.9, 0.80),
+    ("Orin", "moe-infinity", "mixtral-8x7b"): (3.64, None),
+    ("Orin", "moe-infinity", "phi-3.5-moe"): (9.93, None),
+}
+PAPER_ABLATION = (1.19, 1.57)  # dynamic loading only: decode speed-up over the same system without it
+PAPER_MIX = {"mixtral-8x7b": {"high": 0.67, "low": 0.30, "skip": 0.03}}  # §3.2, T1 = 0.6, T2 = 0.9
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    hardware: str
+    hobbit: str  # the HOBBIT system of this set-up
+    baselines: tuple[str, ...]
+    gpu_only: bool
+
+
+SETUPS = (
+    Setup("4090", "rtx4090-pcie4", "hobbit", ("moe-offloading", "moe-infinity"), True),
+    Setup("4090+CPU", "rtx4090-pcie4", "hobbit-cpu", ("llama-cpp", "fiddler"), False),
+    Setup("Orin", "jetson-agx-orin", "hobbit", ("llama-cpp", "moe-infinity"), True),
+)
+ABLATION = ("4090", "rtx4090-pcie4", "on-demand", "hobbit-dynamic-loading")
+BUNDLED = {"mixtral-8x7b": bundled_model_dir, "phi-3.5-moe": bundled_phimoe_dir}  # model -> its tiny checkpoint
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """Knobs of ``hobbit reproduce``."""
+
+    LIMITS: ClassVar[dict[str, str]] = {"prompts": ">=2", "prompt_tokens": ">=1", "new_tokens": ">=2",
+                                        "batch_size": ">=1", "jobs": ">=1", "tolerance": ">0"}
+    PATHS: ClassVar[dict[str, str]] = {"out_dir": "outdir", "trace": "in"}
+
+    out_dir: str = "outputs/reproduce"
+    trace: str | None = None  # one trace instead of the captured workloads (then ``model`` names its size)
+    model: ModelConfig | None = None  # the conf/model group, chosen with model=NAME
+    models: list[str] = field(default_factory=lambda: ["mixtral-8x7b", "phi-3.5-moe"])
+    prompts: int = 16  # per workload (the paper: 60 Alpaca prompts); the first quarter profiles
+    prompt_tokens: list[int] = field(default_factory=lambda: [16, 128])
+    new_tokens: list[int] = field(default_factory=lambda: [32, 128])
+    batch_size: int = 8
+    jobs: int = 2
+    tolerance: float = 0.35  # a speed-up within this relative distance of the paper's counts as reproduced
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: str
+    name: str
+    path: Path
+
+
+# ---------------------------------------------------------------------------------------------- workloads
+
+
+def _prompts(n: int, length: int, out: Path) -> Path:
+    """``n`` prompts of exactly ``length`` bytes (one token each: the bundled byte tokenizer), cut at
+    line starts from the bundled held-out text, ASCII only."""
+    text = bundled_heldout_text().read_text(encoding="utf-8", errors="ignore")
+    text = "".join(c for c in text if c.isascii())
+    starts = [i + 1 for i, c in enumerate(text) if c == "\n" and i + 1 + length <= len(text)]
+    if len(starts) < n:
+        raise ConfigError(f"reproduce: the held-out text has too few lines for {n} prompts of {length} tokens")
+    pick = np.linspace(0, len(starts) - 1, n).astype(int)
+    lines = [json.dumps({"prompt": text[starts[i]: starts[i] + length]}) for i in pick]
+    return atomic_write_text(out / f"prompts-{length}.jsonl", "\n".join(lines) + "\n")
+
+
+def capture_workloads(cfg: ReproduceConfig, out: Path) -> list[Workload]:
+    """The paper's four workloads per model, captured once into ``out`` (kept: a rerun reuses them)."""
+    out.mkdir(parents=True, exist_ok=True)
+    todo = []
+    for model in cfg.models:
+        if model not in BUNDLED:
+            raise ConfigError(f"reproduce: models={model}: no bundled checkpoint (choose from {', '.join(BUNDLED)}), "
+                              f"or give trace=PATH model=NAME")
+        for p in cfg.prompt_tokens:
+            for n in cfg.new_tokens:
+                todo.append((model, p, n))
+    import torch  # lazy: only a capture needs it
+
+    # the bundled models are tiny: one thread beats two, which contend with anything else on the machine
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _capture_all(cfg, out, todo)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _capture_all(cfg: ReproduceConfig, out: Path, todo: list[tuple[str, int, int]]) -> list[Workload]:
+    done = []
+    bar = tqdm(todo, desc="capture workloads", unit="workload")
+    for model, p, n in bar:
+        name = f"p{p}-n{n}"
+        path = out / f"{model}-{name}.parquet"
+        bar.set_postfix(model=model, workload=name)
+        if not path.exists():
+            capture(CaptureConfig(model=str(BUNDLED[model]()), prompts=str(_prompts(cfg.prompts, p, out)),
+                                  out=str(path), max_new_tokens=n, lookahead=3, batch_size=cfg.batch_size,
+                                  max_prompts=cfg.prompts, max_prompt_tokens=p, stop_at_eos=False, progress=False))
+        done.append(Workload(model, name, path))
+    return done
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def _run(path: Path, model: str, hardware: str, system: str, out: Path) -> dict[str, Any]:
+    """One simulation, its summary kept as JSON (a rerun reads it back)."""
+    if out.exists():
+        return json.loads(out.read_text())
+    res = simulate_config(read_trace(path), configure(model, hardware, system, engine="plain"))
+    s = res.summary
+    keep = {k: s[k] for k in ("decode_ms_per_token", "prefill_ms_per_request", "served_mix", "precision_rule_mix",
+                              "hit_rate", "tokens", "requests", "bytes_loaded", "stall_ms_per_token")}
+    atomic_write_json(out, keep)
+    return keep
+
+
+def plan(cfg: ReproduceConfig, workloads: list[Workload]) -> list[tuple[Workload, str, str]]:
+    """(workload, hardware, system) of every simulation the grid needs."""
+    runs = []
+    for w in workloads:
+        for s in SETUPS:
+            for system in (s.hobbit, *s.baselines):
+                runs.append((w, s.hardware, system))
+        runs += [(w, ABLATION[1], ABLATION[2]), (w, ABLATION[1], ABLATION[3])]
+    return list(dict.fromkeys(runs))  # the 4090 HOBBIT runs once for both its set-ups' needs
+
+
+def simulate_grid(cfg: ReproduceConfig, workloads: list[Workload], out: Path) -> dict[tuple, dict[str, Any]]:
+    out.mkdir(parents=True, exist_ok=True)
+    runs = plan(cfg, workloads)
+    jobs = (delayed(_run)(w.path, w.model, hw, system, out / f"{w.model}-{w.name}-{hw}-{system}.json")
+            for w, hw, system in runs)
+    results = Parallel(n_jobs=cfg.jobs, return_as="generator")(jobs)
+    got = {}
+    for (w, hw, system), r in zip(runs, tqdm(results, total=len(runs), desc="simulate", unit="run")):
+        got[(w.model, w.name, hw, system)] = r
+    return got
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def _speedup(base: dict, ours: dict) -> float | None:
+    b, o = base["decode_ms_per_token"]["mean"], ours["decode_ms_per_token"]["mean"]
+    return b / o if b is not None and o else None
+
+
+def _reduction(base: dict, ours: dict) -> float | None:
+    b, o = base["prefill_ms_per_request"]["mean"], ours["prefill_ms_per_request"]["mean"]
+    return 1.0 - o / b if b and o is not None else None
+
+
+def tabulate(cfg: ReproduceConfig, workloads: list[Workload], runs: dict[tuple, dict]) -> dict[str, Any]:
+    """reproduce.json: ``rows`` (set-up x baseline x model), the ablation and the precision mix."""
+    models = list(dict.fromkeys(w.model for w in workloads))
+    rows = []
+    for s in SETUPS:
+        for baseline in s.baselines:
+            for model in models:
+                ws = [w for w in workloads if w.model == model]
+                per = []
+                for w in ws:
+                    ours, base = runs[(model, w.name, s.hardware, s.hobbit)], runs[(model, w.name, s.hardware, baseline)]
+                    per.append({"workload": w.name, "hobbit_ms_per_token": ours["decode_ms_per_token"]["mean"],
+                                "baseline_ms_per_token": base["decode_ms_per_token"]["mean"],
+                                "decode_speedup": _speedup(base, ours), "prefill_reduction": _reduction(base, ours)})
+                paper = PAPER.get((s.name, baseline, model), (None, None))
+                row = {"setup": s.name, "hardware": s.hardware, "gpu_only": s.gpu_only, "hobbit": s.hobbit,
+                       "baseline": baseline, "model": model,
+                       "decode_speedup": _mean([p["decode_speedup"] for p in per]), "paper_decode_speedup": paper[0],
+                       "prefill_reduction": _mean([p["prefill_reduction"] for p in per]),
+                       "paper_prefill_reduction": paper[1], "workloads": per}
+                d, pd_ = row["decode_speedup"], row["paper_decode_speedup"]
+                row["off"] = None if d is None or pd_ is None else d / pd_ - 1.0
+                row["within_tolerance"] = None if row["off"] is None else abs(row["off"]) <= cfg.tolerance
+                row["sign_right"] = None if d is None or pd_ is None else (d > 1.0) == (pd_ > 1.0) or abs(pd_ - 1) < 0.02
+                rows.append(row)
+    ablation = []
+    for model in models:
+        ws = [w for w in workloads if w.model == model]
+        ups = [_speedup(runs[(model, w.name, ABLATION[1], ABLATION[2])], runs[(model, w.name, ABLATION[1], ABLATION[3])])
+               for w in ws]
+        ablation.append({"model": model, "hardware": ABLATION[1], "baseline": ABLATION[2], "system": ABLATION[3],
+                         "decode_speedup": _mean(ups), "paper_range": list(PAPER_ABLATION)})
+    mix = []
+    for model in models:
+        ws = [w for w in workloads if w.model == model]
+        served = [runs[(model, w.name, "rtx4090-pcie4", "hobbit")]["served_mix"] for w in ws]
+        rule = [runs[(model, w.name, "rtx4090-pcie4", "hobbit")]["precision_rule_mix"] for w in ws]
+        mix.append({"model": model, "rule": {k: _mean([r[k] for r in rule]) for k in rule[0]},
+                    "served": {k: _mean([r[k] for r in served]) for k in served[0]}, "paper_rule": PAPER_MIX.get(model)})
+    return {"rows": rows, "ablation": ablation, "precision_mix": mix, "tolerance": cfg.tolerance,
+            "workloads": [{"model": w.model, "name": w.name, "trace": str(w.path)} for w in workloads],
+            "averaging": "arithmetic mean over workloads of baseline/HOBBIT decode ms per token, and of "
+                         "1 - HOBBIT/baseline prefill ms per request"}
+
+
+def _fmt(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.0f} %" if pct else f"{x:.2f}x"
+
+
+def render(table: dict[str, Any]) -> str:
+    tol = table["tolerance"]
+    lines = ["# HOBBIT's evaluation reproduced", "",
+             "Decode speed-up of HOBBIT over each baseline (baseline ms/token / HOBBIT's) and prefill latency "
+             "reduction, averaged over the workloads, beside the paper's (arXiv:2411.01433, Table 2). "
+             f"'off': ours / paper - 1; cells more than {100 * tol:.0f} % off are marked.", ""]
+    for gpu_only, title in ((True, "GPU-only systems"), (False, "CPU-assisted systems")):
+        lines += [f"## {title}", "", "| set-up | HOBBIT | baseline | model | decode speed-up | paper | off | "
+                  "prefill reduction | paper |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in table["rows"]:
+            if r["gpu_only"] != gpu_only:
+                continue
+            off = "n/a" if r["off"] is None else f"{100 * r['off']:+.0f} %" + ("" if r["within_tolerance"] else " **")
+            lines.append(f"| {r['setup']} | {r['hobbit']} | {r['baseline']} | {r['model']} | "
+                         f"{_fmt(r['decode_speedup'])} | {_fmt(r['paper_decode_speedup'])} | {off} | "
+                         f"{_fmt(r['prefill_reduction'], True)} | {_fmt(r['paper_prefill_reduction'], True)} |")
+        lines.append("")
+    far = [r for r in table["rows"] if r["within_tolerance"] is False]
+    wrong = [r for r in table["rows"] if r["sign_right"] is False]
+    lines += [f"{len(table['rows']) - len(far)} of {len(table['rows'])} decode speed-ups within {100 * tol:.0f} % of "
+              f"the paper's; the sign (HOBBIT faster or not) is right in {len(table['rows']) - len(wrong)} of "
+              f"{len(table['rows'])}.", ""]
+    lines += ["## Dynamic loading only (ablation)", "",
+              "| model | speed-up of HOBBIT's precision rule over on-demand loading (4090) | paper |", "|---|---|---|"]
+    for a in table["ablation"]:
+        lo, hi = a["paper_range"]
+        lines.append(f"| {a['model']} | {_fmt(a['decode_speedup'])} | {lo:.2f}-{hi:.2f}x |")
+    lines += ["", "## Precision mix", "",
+              "| model | rule high / low / skip | served from cache or loaded: high / low / skipped | paper (rule) |",
+              "|---|---|---|---|"]
+    for m in table["precision_mix"]:
+        r, s, p = m["rule"], m["served"], m["paper_rule"]
+        paper = "n/a" if p is None else f"{p['high']:.0%} / {p['low']:.0%} / {p['skip']:.0%}"
+        lines.append(f"| {m['model']} | {r['high']:.0%} / {r['low']:.0%} / {r['skip']:.0%} | "
+                     f"{s['high_hit'] + s['high_load']:.0%} / {s['low_hit'] + s['low_load']:.0%} / {s['skipped']:.0%} | "
+                     f"{paper} |")
+    lines += ["", "Workloads: " + ", ".join(f"{w['model']} {w['name']}" for w in table["workloads"]) + ".",
+              "Averaging: " + table["averaging"] + ".", "", "![ours against the paper](reproduce.png)", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+
+def reproduce(cfg: ReproduceConfig, out: Path) -> dict[str, Any]:
+    """Capture (or take) the workloads, simulate the grid, write reproduce.{md,json,png}; returns the table."""
+    if cfg.trace is not None:
+        if cfg.model is None:
+            raise ConfigError("reproduce: trace=PATH needs model=NAME (the model whose size the trace is replayed at: "
+                              "a name of conf/model)")
+        read_meta(cfg.trace)  # a bad trace is refused before any work
+        workloads = [Workload(cfg.model.name, Path(cfg.trace).stem, Path(cfg.trace))]
+    else:
+        workloads = capture_workloads(cfg, out / "workloads")
+    runs = simulate_grid(cfg, workloads, out / "runs")
+    table = tabulate(cfg, workloads, runs)
+    atomic_write_json(out / "reproduce.json", table)
+    atomic_write_text(out / "reproduce.md", render(table))
+    plot_reproduce(table["rows"], out, cfg.tolerance)
+    return table
+
+
+@hydra_command(CONF, "reproduce", ReproduceConfig)
+def reproduce_main(cfg: ReproduceConfig) -> None:
+    """The paper's Table 2 grid on the bundled models' workloads (or on one trace)."""
+    out = Path(cfg.out_dir)
+    t0 = time.perf_counter()
+    table = reproduce(cfg, out)
+    print(render(table))
+    print(f"done in {time.perf_counter() - t0:.0f} s; results in {out.resolve()}:")
+    for name in ("reproduce.md", "reproduce.json", "reproduce.png", "reproduce.svg"):
+        print(f"  {(out / name).resolve()}")
