@@ -244,6 +244,14 @@ class Decider:
             step.cpu.append(n)
             step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
+            if self.cpu_misses == "faster" and self.cache.has_free(prec, layer):
+                # an empty slot costs nothing to fill: the copy follows in the background, behind demand loads,
+                # so the cache warms up although the CPU served this use
+                tid = self._transfer(step, key, prec, False)
+                self._log(p, layer, e, "prefetch", prec)
+                self.out.prefetch_issued += 1
+                slot, _ = self.cache.admit(key, prec, layer, tid)
+                step.kept.append((key[0], key[1], prec))
             return HIGH
         tid = self._transfer(step, key, prec, True)
         self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1

@@ -51,6 +51,14 @@ class ExpertCache:
                 return LOW, s
         return None
 
+    def has_free(self, precision: int, layer: int) -> bool:
+        """Whether a copy of ``layer`` would find an empty slot in the pool (no eviction)."""
+        p = self.pools[precision]
+        if self.per_layer:
+            per = p.size // self.num_layers
+            return any(p.layer[s] < 0 for s in range(layer * per, (layer + 1) * per))
+        return bool(self.free[precision])
+
     def contains(self, key: Key) -> bool:
         return key in self.index[HIGH] or key in self.index[LOW]
 
