@@ -32,9 +32,13 @@ TINY_CONFIG: dict[str, Any] = {
 
 # Phi-3.5-MoE topology (32 MoE layers, 16 experts, top-2, sparsemixer router, LayerNorm; attention
 # and LM-head biases, untied embeddings, rope theta and norm eps as PhimoeConfig's defaults give
-# them) at the same tiny widths. Expert FFN 96 = 64 * 1.5, the nearest width to Phi-3.5-MoE's
-# expert_ffn / hidden ratio (6400 / 4096 = 1.5625) that keeps model.safetensors (float16) within
-# 20 MB (20,000,000 bytes): the exact ratio gives 100, whose checkpoint is 20,814,072 bytes.
+# them) at the same tiny widths. Expert FFN 88 (ratio 1.375) is the widest that keeps
+# model.safetensors (float16) within 20 MB (20,000,000 bytes) and is a multiple of 8, so the nearest
+# to Phi-3.5-MoE's expert_ffn / hidden ratio (6400 / 4096 = 1.5625) under both limits. Each unit of
+# width costs 196,608 bytes and the file's header (1,536 per-expert tensors) about 217 KB: the exact
+# ratio, 100, gives 20,814,072 bytes and 96 = 64 * 1.5 gives 20,026,024. Multiple of 8:
+# transformers' grouped_mm experts kernel needs 16-byte row strides, so other widths fail in
+# float16 / bfloat16 (and widths that are not multiples of 4 in float32 too).
 # Jitter: router_jitter_noise is sparsemixer's masking threshold (used deterministically in eval
 # mode; 0 would mask every expert but the chosen one and make all gate weights 1), so it keeps
 # Phi-3.5-MoE's 0.01; input_jitter_noise (random input scaling, training mode only) stays 0. In
@@ -42,7 +46,7 @@ TINY_CONFIG: dict[str, Any] = {
 TINY_PHIMOE_CONFIG: dict[str, Any] = {
     "vocab_size": 257,
     "hidden_size": 64,
-    "intermediate_size": 96,
+    "intermediate_size": 88,
     "num_hidden_layers": 32,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,

@@ -289,9 +289,10 @@ LayerNorm) at the widths of `traces/tiny` (hidden {t["hidden_size"]}, expert FFN
 byte-level vocabulary (256 bytes + `<|endoftext|>`, the same tokenizer), {log["parameters"] / 1e6:.2f}M parameters,
 stored in float16.
 
-- Expert FFN {t["intermediate_size"]} = 64 x 6400 / 4096: Phi-3.5-MoE's expert_ffn / hidden ratio (6400 / 4096) at
-  hidden 64. With 16 experts in each of 32 layers it is also about the largest width that keeps
-  `model.safetensors` (float16) under 20 MiB: {nbytes:,} bytes ({nbytes / 2**20:.2f} MiB).
+- Expert FFN {t["intermediate_size"]} (= 64 x {t["intermediate_size"] / 64:g}): the nearest width to Phi-3.5-MoE's expert_ffn / hidden
+  ratio (6400 / 4096 = 1.5625) that keeps `model.safetensors` (float16) within 20 MB (20,000,000 bytes) and
+  is a multiple of 8 (transformers' grouped_mm experts kernel needs 16-byte row strides in 16 bit):
+  {nbytes:,} bytes. The exact ratio (100) gives 20,814,072 bytes and 96 gives 20,026,024.
 - Everything else as `PhimoeConfig`'s defaults give it: no attention or LM-head biases, untied
   input and output embeddings, rope theta 1e6, LayerNorm eps 1e-5. `router_jitter_noise` {t["router_jitter_noise"]}
   (Phi-3.5-MoE's value) is sparsemixer's masking threshold, applied deterministically in eval mode
