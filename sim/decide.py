@@ -247,11 +247,9 @@ class Decider:
             if self.cpu_misses == "faster" and self.cache.has_free(prec, layer):
                 # an empty slot costs nothing to fill: the copy follows in the background, behind demand loads,
                 # so the cache warms up although the CPU served this use
-                tid = self._transfer(step, key, prec, False)
-                self._log(p, layer, e, "prefetch", prec)
+                self._copy_ahead(p, layer, key, prec, step, pinned=False)
                 self.out.prefetch_issued += 1
-                slot, _ = self.cache.admit(key, prec, layer, tid)
-                step.kept.append((key[0], key[1], prec))
+                self._log(p, layer, e, "prefetch", prec)
             return HIGH
         tid = self._transfer(step, key, prec, True)
         self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
@@ -260,6 +258,20 @@ class Decider:
         step.gpu_keys.append(key)
         self._admit(p, key, prec, layer, tid, token, step)
         return prec
+
+    def _copy_ahead(self, p: int, layer: int, key: tuple[int, int], prec: int, step: LayerStep, pinned: bool) -> bool:
+        """A copy of ``key`` ahead of its use: a slot of its pool (evicting for it, ``layer`` being executed),
+        then the transfer into it; False, and nothing copied, when the pool has no slot to give."""
+        slot, victim = self.cache.admit(key, prec, layer, -1, pinned=pinned)
+        if slot < 0:
+            return False
+        self.cache.pools[prec].transfer[slot] = self._transfer(step, key, prec, False)
+        if victim is not None:
+            self.out.evictions += 1
+            step.evicted.append((victim[0], victim[1], prec))
+            self._log(p, victim[0], victim[1], "evict", prec)
+        step.kept.append((key[0], key[1], prec))
+        return True
 
     def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:
         """``layer`` has run: its pinned prefetches become evictable (used or not; an unused one stays
@@ -314,17 +326,9 @@ class Decider:
                 tid = self._transfer(step, key, prec, False)
                 self.staged[key] = _Staged(tid, prec, req.layer)
             else:  # into its pool, pinned until its layer has run
-                slot, victim = self.cache.admit(key, prec, layer, -1, pinned=True)
-                if slot < 0:  # no slot to take: every one pinned, or no pool
-                    self.out.prefetch_dropped += 1
+                if not self._copy_ahead(p, layer, key, prec, step, pinned=True):
+                    self.out.prefetch_dropped += 1  # no slot to take: every one pinned, or no pool
                     continue
-                tid = self._transfer(step, key, prec, False)
-                self.cache.pools[prec].transfer[slot] = tid
-                if victim is not None:
-                    self.out.evictions += 1
-                    step.evicted.append((victim[0], victim[1], prec))
-                    self._log(p, victim[0], victim[1], "evict", prec)
-                step.kept.append((key[0], key[1], prec))
                 self.pins.setdefault(req.layer, []).append((prec, key))
                 self.prefetched[key] = req.layer
             self.out.prefetch_issued += 1

@@ -51,9 +51,7 @@ class Workload:
 
     def expert_counts(self) -> np.ndarray:
         """[L, E] tokens routed to each expert over the whole workload (Fiddler's popularity profile)."""
-        counts = np.zeros((self.num_layers, self.num_experts), np.int64)
-        np.add.at(counts, (np.broadcast_to(np.arange(self.num_layers)[None, :, None], self.ids.shape), self.ids), 1)
-        return counts
+        return np.sum(self.request_matrices(), axis=0)
 
     def future_uses(self) -> dict[tuple[int, int], list[int]]:
         """(layer, expert) -> the (pass, layer) steps, in order, that need it (Belady)."""
