@@ -3,6 +3,7 @@
 # kernels against the reference, and the achieved host-to-device bandwidth of the replay's
 # copies as a fraction of the calibrated B. Runs unchanged on any CUDA box with the project.
 #   benchmarks/gpu_check.sh            # SCALE=4 REQUESTS=3 OUT=outputs/gpu_check by default
+# Ends with: gpu_check mape=<f> bias=<f> noise_mape=<f> copy_fraction=<f>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/hobbit ] || make venv >/dev/null
@@ -23,5 +24,8 @@ print(f"validation on {v['device']}: {v['tokens']} decode tokens, MAPE {100 * v[
       f"|error| P50 {v['p50_abs_ms']:.3f} ms, P95 {v['p95_abs_ms']:.3f} ms")
 print(f"link: calibrated t0 {p['link_t0_s'] * 1e6:.1f} us, B {p['link_gbps']:.2f} GB/s; replay copies "
       f"{r['copies_measured_gbps']:.2f} GB/s = {100 * frac:.1f} % of B")
-print(f"gpu_check mape={v['mape']:.4f} copy_fraction={frac:.3f}")
+print(f"bias {100 * v['bias']:+.2f} %, replays' own spread (noise_mape) {100 * v['noise_mape']:.2f} %, "
+      f"prefill MAPE {100 * v['prefill_mape']:.2f} % over {v['prefills']} requests")
+print(f"gpu_check mape={v['mape']:.4f} bias={v['bias']:.4f} noise_mape={v['noise_mape']:.4f} "
+      f"copy_fraction={frac:.3f}")
 PYEOF

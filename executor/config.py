@@ -12,6 +12,7 @@ from typing import ClassVar
 from hobbit.sim.config import ModelConfig, SystemConfig
 from hobbit.traces.schema import InputError
 
+STATISTICS = ("min", "median")  # how repeated timings reduce to one (ExecConfig.statistic)
 PAIRS = {"fp16-int4": ("fp16", "int4"), "int8-int2": ("int8", "int2")}  # (high, low) per device class
 
 
@@ -54,6 +55,9 @@ class ExecConfig:
     device: str = "auto"  # auto | cpu | cuda
     precision_pair: str = "fp16-int4"
     threads: int = 1  # torch threads for compute on the CPU (the copy thread takes another core)
+    pin_threads: bool = True  # compute on the first ``threads`` cores, the copy thread on the next (when there is one)
+    # how repeated timings reduce to one: min (the machine undisturbed, timeit's rule) | median
+    statistic: str = "min"
     checkpoint: str | None = None  # real expert weights of the (reduced) shapes; None: synthetic, seeded
     seed: int = 0
     out_dir: str = "."
@@ -73,14 +77,18 @@ class CalibrateConfig(ExecConfig):
 class ValidateConfig(ExecConfig):
     """Knobs of ``hobbit validate``."""
 
-    LIMITS: ClassVar[dict[str, str]] = {**ExecConfig.LIMITS, "requests": ">=1", "cache_fraction": "(0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {**ExecConfig.LIMITS, "requests": ">=1", "cache_fraction": "(0,1]",
+                                        "replays": ">=2"}
 
     # path knobs and their roles (hobbit/guard.py)
-    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "checkpoint": "in", "out_dir": "outdir"}
+    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "checkpoint": "in", "tuned": "in",
+                                       "out_dir": "outdir"}
 
     trace: str | None = None  # None: the bundled trace
     system: SystemConfig = field(default_factory=SystemConfig)
+    tuned: str | None = None  # a hobbit tune run directory or its experiment/tuned.yaml: its system replaces system
     profile: str | None = None  # a hardware YAML from hobbit calibrate; None: calibrate now
     requests: int = 3  # the trace's first N requests are replayed (after one more as warm-up)
+    replays: int = 5  # replays of the same decisions, reduced per token by ``statistic``; their spread is noise_mape
     cache_fraction: float = 0.35  # the pools hold this share of all experts' high-precision bytes
     engine: str = "simpy"

@@ -7,6 +7,7 @@ dedicated stream and the thread waits for it; on the CPU it is a memcpy on the t
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -27,10 +28,13 @@ class Copy:
 
 
 class CopyEngine:
-    """Host -> device copies on their own thread; ``wait(tid)`` blocks until one is done."""
+    """Host -> device copies on their own thread; ``wait(tid)`` blocks until one is done. ``cpu``:
+    the core the copy thread is pinned to (None: wherever the OS puts it). ``dry``: copies are
+    done as soon as they are served, no bytes move (the same schedule without the copies' load on
+    the machine, to measure what they cost the compute)."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, cpu: int | None = None, dry: bool = False) -> None:
+        self.device, self.cpu, self.dry = device, cpu, dry
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.queue: deque[Copy] = deque()
         self.copies: dict[int, Copy] = {}
@@ -74,6 +78,8 @@ class CopyEngine:
             c.done.wait()
 
     def _serve(self) -> None:
+        if self.cpu is not None:
+            os.sched_setaffinity(0, {self.cpu})  # this thread only (Linux: pid 0 is the calling thread)
         while True:
             with self.cv:
                 while not self.queue and not self._stop:
@@ -82,7 +88,9 @@ class CopyEngine:
                     return
                 c = self.queue.popleft()
             c.start_s = time.perf_counter()
-            if self.stream is not None:
+            if self.dry:
+                pass
+            elif self.stream is not None:
                 with torch.cuda.stream(self.stream):
                     c.dst.copy_(c.src, non_blocking=True)
                 self.stream.synchronize()

@@ -15,6 +15,7 @@ Legend: T tokens in the pass, C context, H hidden.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -71,14 +72,16 @@ class Dense:
 class Replayer:
     """Executes the decisions of one workload; ``run`` returns measured times."""
 
-    def __init__(self, wl: Workload, dec: Decisions, store: HostStore) -> None:
-        self.wl, self.dec, self.store = wl, dec, store
+    def __init__(self, wl: Workload, dec: Decisions, store: HostStore, copy_cpu: int | None = None,
+                 copies: bool = True) -> None:
+        self.wl, self.dec, self.store, self.copy_cpu, self.copies = wl, dec, store, copy_cpu, copies
         self.device = store.device
         self.dense = Dense(store, max(wl.pass_context))
         # the decisions' pools, and the staging slots in the high pool's memory, allocated up front
         self.cache = DeviceCache(store, dec.slots, staging=dec.staging)
         self.log: list[tuple] = []  # (pass, layer, expert, action, precision) as executed
         self.by_tid: dict[int, tuple[tuple[int, int, int], torch.Tensor]] = {}
+        self.inflight: list[tuple[int, int, torch.Tensor]] = []  # dropped copies not done: (tid, class, buffer)
         self.views = {cls: {} for cls in store.kernels}  # id(buffer) -> typed views
         g = torch.Generator().manual_seed(0)
         self.x = (torch.randn(max(np.diff([0, *wl.pass_end])), store.model.hidden_size, generator=g) * 0.1
@@ -134,14 +137,27 @@ class Replayer:
     def _settle(self, link: CopyEngine, step: LayerStep) -> None:
         """After the layer: free what the decisions evicted, keep what they kept (prefetches pinned in
         their pool included, their copies possibly still in flight), free the rest this layer
-        loaded or dropped (prefetches waiting in staging slots stay there)."""
-        # a copy loaded in this step and evicted later in it (a prefetch taking its slot) is not kept:
-        # its buffer goes back below
+        loaded or dropped (prefetches waiting in staging slots stay there). A dropped copy still in
+        flight is not waited for (the compute stream goes on, as the simulator has it): its buffer
+        returns once the copy is done."""
+        still = []
+        for t, cls, buf in self.inflight:
+            if link.done(t):
+                self.cache.give(cls, buf)
+            else:
+                still.append((t, cls, buf))
+        self.inflight = still
+        # a copy is resident after the step when it was before, plus the times the cache took it in, less
+        # the times it pushed it out, is positive: a copy loaded and evicted later in the step (a prefetch
+        # taking its slot) is not kept, its buffer goes back below; a resident copy evicted and loaded
+        # again in the step (a victim its own layer then needs) is the new buffer
         loaded_here = set(step.kept)
-        for key in step.evicted:
+        out = Counter(step.evicted)
+        kept = {key for key in loaded_here
+                if (key in self.cache.resident) + step.kept.count(key) - out[key] > 0}
+        for key in out:
             if self.cache.evict(key) or key in loaded_here:
                 self.log.append((step.pass_index, key[0], key[1], "evict", key[2]))
-        kept = loaded_here - set(step.evicted)
         used = {g[0] for g in step.gpu} | set(step.cancel)
         for tid in [*used, *(t for t, _, _ in step.loads if t not in used)]:
             if tid not in self.by_tid:
@@ -152,9 +168,10 @@ class Replayer:
             del self.by_tid[tid]
             if key in kept:
                 self.cache.admit(key, buf)
-            else:
-                link.wait(tid)  # a dropped copy may still be in flight into this buffer
+            elif link.done(tid):
                 self.cache.give(key[2], buf)
+            else:
+                self.inflight.append((tid, key[2], buf))  # a dropped copy still in flight into this buffer
 
     def _preload(self) -> None:
         """Experts a static placement keeps on the device for good (hits with transfer -1)."""
@@ -170,7 +187,7 @@ class Replayer:
         n_pass, n_steps = len(wl.pass_start), len(self.dec.steps)
         tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(n_steps), np.zeros(n_steps))
         self._preload()
-        link = CopyEngine(self.device)
+        link = CopyEngine(self.device, self.copy_cpu, dry=not self.copies)
         cuda = self.device.type == "cuda"
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n_pass)] if cuda else []

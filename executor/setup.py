@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import torch
 
-from hobbit.executor.config import PAIRS, ExecConfig, QualityError
+from hobbit.executor.config import PAIRS, STATISTICS, ExecConfig, QualityError
 from hobbit.executor.kernels import ExpertKernel
 from hobbit.executor.weights import HostStore, build_store, reduce_model
 from hobbit.sim.config import ModelConfig
@@ -20,6 +22,8 @@ def prepare(cfg: ExecConfig, pool_fraction: float = 0.0
         raise QualityError(f"device={cfg.device} must be auto, cpu or cuda")
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise QualityError("device=cuda but torch sees no CUDA device (fix: device=cpu or device=auto)")
+    if cfg.statistic not in STATISTICS:
+        raise QualityError(f"statistic={cfg.statistic} must be one of {list(STATISTICS)}")
     if cfg.precision_pair not in PAIRS:
         raise QualityError(f"precision_pair={cfg.precision_pair} must be one of {sorted(PAIRS)}")
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
@@ -44,3 +48,26 @@ def prepare(cfg: ExecConfig, pool_fraction: float = 0.0
         torch.set_num_threads(max(cfg.threads, 1))
     store = build_store(model, pair, device, cfg.checkpoint, cfg.seed)
     return device, model, pair, store
+
+
+def core_plan(threads: int, pin: bool) -> tuple[set[int], int | None]:
+    """(cores of the compute threads, core of the copy thread) among the cores this process may use:
+    compute on the first ``threads``, the copy thread on the next; nothing pinned without a spare core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not pin or len(cores) < threads + 1:
+        return set(cores), None
+    return set(cores[:threads]), cores[threads]
+
+
+@contextlib.contextmanager
+def pinned(cfg: ExecConfig) -> Iterator[int | None]:
+    """Pin this thread (and the compute threads it starts) for the ``with`` block; yields the copy
+    thread's core (None: not pinned). The previous affinity comes back after."""
+    before = os.sched_getaffinity(0)
+    compute, copy = core_plan(cfg.threads, cfg.pin_threads)
+    if copy is not None:
+        os.sched_setaffinity(0, compute)
+    try:
+        yield copy
+    finally:
+        os.sched_setaffinity(0, before)

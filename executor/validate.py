@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hobbit.executor.calibrate import calibrate
+from hobbit.executor.calibrate import calibrate, pick
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor.replay import Replayer
-from hobbit.executor.setup import prepare
+from hobbit.executor.setup import pinned, prepare
 from hobbit.executor.weights import HostStore, first_layers
 from hobbit.sim.config import HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
 from hobbit.sim.policies.base import HIGH, LOW
@@ -26,8 +26,7 @@ from hobbit.sim.run import CacheSizing, simulate
 from hobbit.sim.workload import build_workload
 from hobbit.traces.io import Trace
 
-OVERHEAD_RUNS = 3
-REPLAYS = 3  # a token's measured latency is its median over this many replays (drops disturbances)
+OVERHEAD_RUNS = 5  # resident runs for the loop overhead; per pass their min (or median)
 
 
 def device_memory_bytes(device: torch.device) -> int:
@@ -45,17 +44,18 @@ def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[s
 
 
 def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, store: HostStore,
-             engine: str = "simpy") -> tuple[Any, Any, Any]:
+             engine: str = "simpy", copy_cpu: int | None = None) -> tuple[Any, Any, Any]:
     """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline)."""
     res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)  # all timed
     p = system.prefetch
     wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, np.random.default_rng(0))
-    return res, wl, Replayer(wl, res.decisions, store).run()
+    return res, wl, Replayer(wl, res.decisions, store, copy_cpu).run()
 
 
-def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace) -> float:
+def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min") -> float:
     """Seconds per layer the replay loop adds to the measured parts: a pass with every expert
-    resident (static placement, no copies), measured minus modelled, per layer, median.
+    resident (static placement, no copies), per pass the runs reduced by ``statistic``, measured
+    minus modelled, per layer, the median over the passes.
     Zero when the loop runs faster than its parts: this run has no copies, and on a CPU the
     copies of a real run slow the compute (they share the memory bus), which no negative
     correction measured without them should hide."""
@@ -65,23 +65,21 @@ def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace) -> float:
     model = store.model
     big = dataclasses.replace(hw, device_memory_bytes=10**15)  # placement: everything fits
     run_pair(trace, model, big, system, store, engine="plain")  # warm-up: first-call costs out of the way
-    estimates = []
-    for _ in range(OVERHEAD_RUNS):  # a noisy machine: the median of several runs' medians
-        res, wl, tl = run_pair(trace, model, big, system, store, engine="plain")
-        decode = np.asarray(wl.pass_phase) == 1
-        measured = (tl.pass_end - tl.pass_start)[decode]
-        modelled = (res.timeline.pass_end - res.timeline.pass_start)[decode]
-        estimates.append(float(np.median(measured - modelled)) / wl.num_layers)
-    return max(float(np.median(estimates)), 0.0)
+    runs = [run_pair(trace, model, big, system, store, engine="plain") for _ in range(OVERHEAD_RUNS)]
+    res, wl, _ = runs[0]
+    decode = np.asarray(wl.pass_phase) == 1
+    measured = pick(np.stack([(tl.pass_end - tl.pass_start)[decode] for _, _, tl in runs]), statistic, axis=0)
+    modelled = (res.timeline.pass_end - res.timeline.pass_start)[decode]
+    return max(float(np.median(measured - modelled)) / wl.num_layers, 0.0)
 
 
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
-                 progress=print) -> HardwareConfig:
+                 progress=print, copy_cpu: int | None = None, statistic: str = "min") -> HardwareConfig:
     """Calibrate the parts, then the loop overhead on ``trace``'s first request."""
     trace = first_layers(trace, store.model.num_layers)
-    hw = profile_hardware(calibrate(store, device.type, progress), device, pair)
+    hw = profile_hardware(calibrate(store, device.type, progress, copy_cpu, statistic), device, pair)
     progress("  replay loop overhead per layer")
-    over = loop_overhead(store, hw, _requests(trace, 0, 1))
+    over = loop_overhead(store, hw, _requests(trace, 0, 1), statistic)
     progress(f"    {over * 1e6:.1f} us per layer")
     return dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, layer_overhead_s=over))
 
@@ -97,16 +95,39 @@ def cache_system(system: SystemConfig, store: HostStore, model: ModelConfig, fra
     return dataclasses.replace(system, cache=dataclasses.replace(system.cache, high_bytes=high, low_bytes=low))
 
 
+def _prefill_ms(wl, tl) -> np.ndarray:
+    """Per request, the latency of its prefill passes (ms)."""
+    lat = (tl.pass_end - tl.pass_start) * 1e3
+    out: dict[int, float] = {}
+    for p, (req, phase) in enumerate(zip(wl.pass_request, wl.pass_phase)):
+        if phase == 0:
+            out[req] = out.get(req, 0.0) + float(lat[p])
+    return np.array(list(out.values()))
+
+
+def noise(wl, runs: list[Any]) -> float:
+    """The replays' own spread: the per-decode-token MAPE between every two replays of the same decisions
+    (each against the other), averaged over the pairs."""
+    decode = np.asarray(wl.pass_phase) == 1
+    lat = [(r.pass_end - r.pass_start)[decode] for r in runs]
+    pairs = [np.mean(np.abs(a - b) / b) for i, a in enumerate(lat) for j, b in enumerate(lat) if i != j]
+    return float(np.mean(pairs)) if pairs else 0.0
+
+
 def errors(wl, sim_tl, real_tl) -> dict[str, Any]:
-    """Per decode token: simulated vs measured latency (ms)."""
+    """Per decode token: simulated vs measured latency (ms), absolute and signed; per request: prefill."""
     decode = np.asarray(wl.pass_phase) == 1
     sim = ((sim_tl.pass_end - sim_tl.pass_start) * 1e3)[decode]
     real = ((real_tl.pass_end - real_tl.pass_start) * 1e3)[decode]
     abs_err = np.abs(sim - real)
-    return {"mape": float(np.mean(abs_err / real)), "p50_abs_ms": float(np.percentile(abs_err, 50)),
-            "p95_abs_ms": float(np.percentile(abs_err, 95)), "tokens": int(decode.sum()),
-            "mean_simulated_ms": float(sim.mean()), "mean_measured_ms": float(real.mean()),
-            "sim_ms": sim.tolist(), "measured_ms": real.tolist()}
+    sim_pf, real_pf = _prefill_ms(wl, sim_tl), _prefill_ms(wl, real_tl)
+    return {"mape": float(np.mean(abs_err / real)), "bias": float(np.mean((sim - real) / real)),
+            "p50_abs_ms": float(np.percentile(abs_err, 50)), "p95_abs_ms": float(np.percentile(abs_err, 95)),
+            "tokens": int(decode.sum()), "mean_simulated_ms": float(sim.mean()), "mean_measured_ms": float(real.mean()),
+            "prefill_mape": float(np.mean(np.abs(sim_pf - real_pf) / real_pf)) if len(real_pf) else None,
+            "prefill_bias": float(np.mean((sim_pf - real_pf) / real_pf)) if len(real_pf) else None,
+            "prefills": len(real_pf), "sim_ms": sim.tolist(), "measured_ms": real.tolist(),
+            "prefill_sim_ms": sim_pf.tolist(), "prefill_measured_ms": real_pf.tolist()}
 
 
 def _requests(trace: Trace, first: int, n: int) -> Trace:
@@ -128,24 +149,34 @@ class Validation:
 
 def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None, progress=print) -> Validation:
     """Calibrate (unless ``hw`` is a measured profile), simulate the trace's requests after a
-    warm-up one, and replay the very decisions ``REPLAYS`` times; no I/O."""
+    warm-up one, and replay the very decisions ``cfg.replays`` times; no I/O. Threads pinned
+    as ``cfg.pin_threads`` says."""
     trace = first_layers(trace, cfg.layers)
     warm, measured = _requests(trace, 0, 1), _requests(trace, 1, cfg.requests)
     device, model, pair, store = prepare(cfg, cfg.cache_fraction)
-    if hw is None:
-        progress(f"calibrating {model.name} on {device}")
-        hw = full_profile(store, device, pair, warm, progress)
-    system = cache_system(cfg.system, store, model, cfg.cache_fraction)
-    progress(f"replaying {measured.num_tokens} tokens ({cfg.requests} requests) after a warm-up request")
-    run_pair(warm, model, hw, system, store, cfg.engine)
-    t0 = time.perf_counter()
-    res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine)
-    # the same decisions again; per token, the median run (as the calibration's medians)
-    real = _median_run([real, *(Replayer(wl, res.decisions, store).run() for _ in range(REPLAYS - 1))])
+    with pinned(cfg) as copy_cpu:
+        if copy_cpu is not None:
+            progress(f"compute pinned to core(s) {sorted(os.sched_getaffinity(0))}, the copy thread to core {copy_cpu}")
+        if hw is None:
+            progress(f"calibrating {model.name} on {device}")
+            hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic)
+        system = cache_system(cfg.system, store, model, cfg.cache_fraction)
+        progress(f"replaying {measured.num_tokens} tokens ({cfg.requests} requests) {cfg.replays} times after a "
+                 f"warm-up request")
+        run_pair(warm, model, hw, system, store, cfg.engine, copy_cpu)
+        t0 = time.perf_counter()
+        res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine, copy_cpu)
+        # the same decisions again; per token, the runs reduced as the calibration's rounds are
+        runs = [real, *(Replayer(wl, res.decisions, store, copy_cpu).run() for _ in range(cfg.replays - 1))]
+    spread = noise(wl, runs)
+    real = _combine_runs(runs, cfg.statistic)
     replay = summarise(measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]),
                        "replay", time.perf_counter() - t0)
     e = errors(wl, res.timeline, real)
-    v = {k: e[k] for k in ("mape", "p50_abs_ms", "p95_abs_ms", "tokens", "mean_simulated_ms", "mean_measured_ms")}
+    v = {k: e[k] for k in ("mape", "bias", "p50_abs_ms", "p95_abs_ms", "tokens", "mean_simulated_ms",
+                           "mean_measured_ms", "prefill_mape", "prefill_bias", "prefills")}
+    v["noise_mape"] = spread
+    v["replays"], v["statistic"] = cfg.replays, cfg.statistic
     v["device"] = f"{device.type}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
     summary = {"validation": v, "model": model.name, "system": system.name, "hardware": hw.name,
                "profile": dataclasses.asdict(hw.profile), "precision_pair": cfg.precision_pair,
@@ -153,10 +184,10 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
     return Validation(res, replay, e, summary, hw, model)
 
 
-def _median_run(runs: list[Any]) -> Any:
-    """Per pass, the median of the runs' measured latencies (a disturbance of one run drops out);
-    the rest of the record from the first run."""
-    lat = np.median(np.stack([r.pass_end - r.pass_start for r in runs]), axis=0)
+def _combine_runs(runs: list[Any], statistic: str) -> Any:
+    """Per pass, the runs' measured latencies reduced by ``statistic`` (a disturbance of one run drops
+    out); the rest of the record from the first run."""
+    lat = pick(np.stack([r.pass_end - r.pass_start for r in runs]), statistic, axis=0)
     first = runs[0]
     first.pass_end = first.pass_start + lat
     return first

@@ -21,7 +21,7 @@ from hobbit.analysis.system_plots import plot_systems, systems_table
 from hobbit.analysis.trace_plots import plot_trace_summary
 from hobbit.api import configure, simulate_config, sweep
 from hobbit.executor.config import ValidateConfig
-from hobbit.executor_commands import validate_to
+from hobbit.executor_commands import summary_line, validate_to
 from hobbit.glue import CONF, compose, hydra_command
 from hobbit.results_io import write_results
 from hobbit.traces.capture import CaptureConfig, capture
@@ -121,6 +121,5 @@ def _validate(cfg: DemoConfig, out: Path) -> list[Path]:
     vc = compose("validate", ValidateConfig, [f"model={cfg.model}", f"scale={cfg.validate_scale}",
                                               f"requests={cfg.validate_requests}", f"out_dir={out}"])
     v = validate_to(vc, out)
-    print(f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, "
-          f"|error| P50 {v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms")
+    print(summary_line(v))
     return [out / "results.json", out / "report.md", out / "validation.png"]

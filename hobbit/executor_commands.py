@@ -15,10 +15,10 @@ import pandas as pd
 from hobbit.analysis.validation_plots import plot_validation
 from hobbit.executor.config import CalibrateConfig, QualityConfig, ValidateConfig
 from hobbit.executor.quality import run_quality
-from hobbit.executor.setup import prepare
+from hobbit.executor.setup import pinned, prepare
 from hobbit.executor.validate import Validation, full_profile, validate
 from hobbit.executor.weights import reduce_model
-from hobbit.glue import CONF, hydra_command, load_hardware, write_yaml
+from hobbit.glue import CONF, hydra_command, load_hardware, load_tuned, write_yaml
 from hobbit.results_io import write_results
 from hobbit.sim.config import HardwareConfig, ModelConfig
 from hobbit.sim.run import check_profile
@@ -51,7 +51,9 @@ def calibrate_main(cfg: CalibrateConfig) -> None:
     """Measure copies, expert and dense compute through the executor; write a hardware profile."""
     device, model, pair, store = prepare(cfg)
     print(f"calibrating {model.name} on {device}")
-    hw = full_profile(store, device, pair, read_trace(bundled_trace()))
+    with pinned(cfg) as copy_cpu:
+        hw = full_profile(store, device, pair, read_trace(bundled_trace()), copy_cpu=copy_cpu,
+                          statistic=cfg.statistic)
     if cfg.name:
         hw = dataclasses.replace(hw, name=cfg.name)
     hw_file, model_file = write_profile(hw, model, Path(cfg.out_dir))
@@ -63,6 +65,8 @@ def calibrate_main(cfg: CalibrateConfig) -> None:
 def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     """Validate, then write results.json, sim/, replay/, tokens.parquet, the plot and report.md."""
     hw = load_hardware(cfg.profile) if cfg.profile else None
+    if cfg.tuned:
+        cfg = dataclasses.replace(cfg, system=load_tuned(cfg.tuned, cfg.system))
     if hw is not None:
         check_profile(reduce_model(cfg.model, cfg.scale, cfg.layers), hw)  # before any work
     v = validate(cfg, read_trace(cfg.trace or bundled_trace()), hw)
@@ -78,15 +82,28 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     return v.summary["validation"]
 
 
+def summary_line(v: dict[str, Any]) -> str:
+    """One line of a validation's numbers, as ``hobbit validate`` and the demo print it."""
+    pf = "" if v.get("prefill_mape") is None else f"; prefill MAPE {100 * v['prefill_mape']:.1f} % over {v['prefills']} requests"
+    return (f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, bias "
+            f"{100 * v['bias']:+.1f} % (replays' own spread {100 * v['noise_mape']:.1f} %), |error| P50 "
+            f"{v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms (simulated {v['mean_simulated_ms']:.1f} vs measured "
+            f"{v['mean_measured_ms']:.1f} ms/token){pf}")
+
+
 def _report(v: Validation, plots: list[Path]) -> str:
     s, e = v.summary, v.summary["validation"]
     p = s["profile"]
     return (f"# Validation: {s['system']} on {s['hardware']} ({e['device']}), {s['model']}\n\n"
-            f"{e['tokens']} decode tokens: MAPE {100 * e['mape']:.1f} %, |error| P50 {e['p50_abs_ms']:.2f} ms, "
-            f"P95 {e['p95_abs_ms']:.2f} ms; simulated {e['mean_simulated_ms']:.1f} ms/token, measured "
-            f"{e['mean_measured_ms']:.1f}.\n\nProfile: link t0 {p['link_t0_s'] * 1e6:.1f} us, {p['link_gbps']:.2f} GB/s "
-            f"(copies during the replay: {s['copies_measured_gbps']:.2f} GB/s); replay loop "
-            f"{p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n![validation]({plots[0].name})\n")
+            f"{summary_line(e)}.\n\nThe measured latency of a token is the {e['statistic']} of {e['replays']} replays of "
+            f"the same decisions; noise_mape is their own spread (the per-token MAPE between two replays), the floor "
+            f"under which the simulator's error cannot be told from the machine's.\n\n"
+            f"Profile: link t0 {p['link_t0_s'] * 1e6:.1f} us, {p['link_gbps']:.2f} GB/s (copies during the replay: "
+            f"{s['copies_measured_gbps']:.2f} GB/s), issuing a copy {p['copy_issue_s'] * 1e6:.1f} us; contention: the "
+            f"link at {p['busy_link_gbps']:.2f} GB/s while computing, compute while copying: dense "
+            f"x{p['busy_dense_factor']:.3f}, high expert x{p['busy_expert_high_factor']:.3f}, low expert "
+            f"x{p['busy_expert_low_factor']:.3f}; replay loop {p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n"
+            f"![validation]({plots[0].name})\n")
 
 
 @hydra_command(CONF, "validate", ValidateConfig)
@@ -94,7 +111,5 @@ def validate_main(cfg: ValidateConfig) -> None:
     """Simulate and replay the same trace and decisions; report the per-token error."""
     out = Path(cfg.out_dir)
     v = validate_to(cfg, out)
-    print(f"validation on {v['device']}: {v['tokens']} decode tokens, MAPE {100 * v['mape']:.1f} %, "
-          f"|error| P50 {v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms "
-          f"(simulated {v['mean_simulated_ms']:.1f} vs measured {v['mean_measured_ms']:.1f} ms/token)")
+    print(summary_line(v))
     print(f"results in {out.resolve()}")

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any, Callable, TypeVar
 
 import hydra
+import yaml
 from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
@@ -122,6 +123,9 @@ def with_overrides(config: T, overrides: list[str]) -> T:
     return OmegaConf.to_object(node)
 
 
+YAML_ERRORS = (OmegaConfBaseException, yaml.YAMLError, ValueError)  # ValueError: not text (UnicodeDecodeError)
+
+
 def load_hardware(path: str) -> HardwareConfig:
     """A hardware YAML (e.g. written by ``hobbit calibrate``) as a typed config."""
     if not Path(path).is_file():
@@ -131,8 +135,30 @@ def load_hardware(path: str) -> HardwareConfig:
         profile = data.pop("profile", None)
         hw = load_typed(HardwareConfig, data)
         return dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
-    except OmegaConfBaseException as exc:
+    except YAML_ERRORS as exc:
         raise ConfigError(f"profile={path}: {exc}".replace("\n", " ")) from exc
+
+
+def load_tuned(path: str, base: Any) -> Any:
+    """The system ``hobbit tune`` found: its run directory (``experiment/tuned.yaml`` in it) or that
+    experiment file, merged over ``base`` (the experiment overrides conf/system/hobbit)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "experiment" / "tuned.yaml"
+    if not p.is_file():
+        raise ConfigError(f"tuned={path}: no {p} (fix: a hobbit tune run directory or its experiment/tuned.yaml)")
+    try:
+        data = OmegaConf.load(p)
+        if not isinstance(data, DictConfig) or "system" not in data:
+            raise ConfigError(f"tuned={path}: {p} has no system: node (fix: the experiment file hobbit tune wrote)")
+        return with_node(base, data.system)
+    except YAML_ERRORS as exc:
+        raise ConfigError(f"tuned={path}: {exc}".replace("\n", " ")) from exc
+
+
+def with_node(config: T, node: Any) -> T:
+    """A typed config with a mapping merged over it, checked against its type."""
+    return OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(config)), node))
 
 
 def write_yaml(node: Any, path: Path) -> Path:

@@ -101,14 +101,16 @@ class ProfileConfig:
 
     When a hardware config carries a profile, the cost model uses it instead of the
     roofline: copies t0 + bytes / B; the dense part of a layer a + b*T + c*T*C (T tokens,
-    C context) plus the executor's per-layer overhead; the LM head a + b*T; an expert's
-    SwiGLU interpolated in the token count.
+    C context) plus the executor's per-layer overhead; the LM head and an expert's SwiGLU
+    interpolated in the token count (the head a + b*T in profiles without ``head_s``). Contention (``busy_*``): copies and compute
+    measured while the other runs; the engines charge them over the time both overlap.
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
         "hidden_size": ">=1", "expert_ffn": ">=1", "link_t0_s": ">=0", "link_gbps": ">0",
         "layer_overhead_s": ">=0", "expert_tokens": ">=1", "expert_high_s": ">=0", "expert_low_s": ">=0",
-        "cpu_expert_s": ">=0",  # dense_s and other_s are fitted coefficients: finite, of either sign
+        "cpu_expert_s": ">=0", "head_s": ">=0", "copy_issue_s": ">=0", "busy_link_gbps": ">=0", "busy_dense_factor": ">0", "busy_expert_high_factor": ">0",
+        "busy_expert_low_factor": ">0",  # dense_s and other_s are fitted coefficients: finite, of either sign
     }
 
     model: str = ""  # what it was measured for: name and the two widths that set every size
@@ -119,11 +121,18 @@ class ProfileConfig:
     link_gbps: float = 0.0
     dense_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # a, b, c
     other_s: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a, b
+    head_s: list[float] = field(default_factory=list)  # the LM head per expert_tokens count (replaces other_s)
     layer_overhead_s: float = 0.0  # the replay loop per layer beyond its measured parts
+    copy_issue_s: float = 0.0  # the compute stream's time to issue one copy (bookkeeping and submission)
     expert_tokens: list[int] = field(default_factory=list)
     expert_high_s: list[float] = field(default_factory=list)
     expert_low_s: list[float] = field(default_factory=list)
     cpu_expert_s: list[float] = field(default_factory=list)
+    # contention, measured with copies and compute running together (0 / 1: not measured, none charged)
+    busy_link_gbps: float = 0.0  # the link's bandwidth while experts compute
+    busy_dense_factor: float = 1.0  # the dense part's time while a copy runs, over its time alone
+    busy_expert_high_factor: float = 1.0  # a high-precision expert's, likewise
+    busy_expert_low_factor: float = 1.0  # a low-precision expert's, likewise
 
 
 @dataclass(frozen=True)
@@ -132,12 +141,16 @@ class HardwareConfig:
 
     ``unified_memory``: device and host share one DRAM (Jetson); experts then come from
     the SSD and every byte moved also spends the shared DRAM bandwidth.
+    ``contention_compute`` / ``contention_link``: how much longer compute takes while a copy
+    runs, and a copy while the device computes (1.0: they do not meet); the engines charge
+    the factors over the time both overlap (sim.timeline).
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
         "device_memory_bytes": ">0", "device_mem_gbps": ">0", "device_tflops": ">0", "kernel_overhead_s": ">=0",
         "compute_efficiency": "(0,1]", "link_gbps": ">0", "link_t0_s": ">=0", "ssd_gbps": ">0", "ssd_t0_s": ">=0",
         "cpu_tflops": ">0", "cpu_mem_gbps": ">0", "low_precision_efficiency": "(0,1]", "reserve_bytes": ">=0",
+        "contention_compute": ">=1", "contention_link": ">=1",
     }
 
     name: str = "unnamed"
@@ -158,6 +171,8 @@ class HardwareConfig:
     low_precision: str = "int4"
     low_precision_efficiency: float = 0.8  # a low-bit kernel's bandwidth relative to a 16-bit one (dequant)
     reserve_bytes: int = 2 * 2**30  # runtime, activations, fragmentation
+    contention_compute: float = 1.0  # compute time while a copy runs, over its time alone (1.0: none)
+    contention_link: float = 1.0  # a copy's time while the device computes, over its time alone (1.0: none)
     source: str = ""
     profile: ProfileConfig | None = None  # measured costs (hobbit calibrate) replace the roofline
 

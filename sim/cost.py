@@ -1,14 +1,17 @@
 """Roofline costs: how long each piece of work takes on a given machine.
 
 time = max(bytes moved / memory bandwidth, flops / peak) + kernel launches. Transfers
-take t0 + bytes / B on the link (pinned host memory or the SSD). Unified memory (Jetson):
-loads share the DRAM with compute, so compute sees the DRAM bandwidth less the link's.
-A measured profile (``hobbit calibrate``) replaces these numbers when present.
+take t0 + bytes / B on the link (pinned host memory or the SSD). Contention: while a copy
+and the compute stream run together each may slow the other (shared DRAM on unified
+memory, the memory bus of a CPU); ``contention`` gives the factors, the engines charge
+them over the overlap. A measured profile (``hobbit calibrate``) replaces these numbers
+when present.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,6 +22,31 @@ GB = 1e9
 TFLOP = 1e12
 DENSE_KERNELS = 8  # norms, qkv, attention, output, router, residuals
 EXPERT_KERNELS = 3  # gate/up, activation, down
+
+
+def interp(x: float, xs: list[int], ys: list[float]) -> float:
+    """Piecewise linear through the measured points; beyond the last, the line through the last two
+    (a larger batch keeps the cost growing, it does not stop at the largest one measured)."""
+    if len(xs) >= 2 and x > xs[-1]:
+        return float(ys[-1] + (ys[-1] - ys[-2]) * (x - xs[-1]) / (xs[-1] - xs[-2]))
+    return float(np.interp(x, xs, ys))
+
+
+class Contention(NamedTuple):
+    """Time multipliers while copies and compute overlap: a copy's while the compute stream works,
+    the dense part's, and a high- and a low-precision expert's while a copy runs."""
+
+    link: float = 1.0
+    dense: float = 1.0
+    high: float = 1.0
+    low: float = 1.0
+
+    @property
+    def active(self) -> bool:
+        return any(f != 1.0 for f in self)
+
+    def expert(self, cls: int) -> float:
+        return self.high if cls == HIGH else self.low
 
 
 @dataclass(frozen=True)
@@ -40,10 +68,17 @@ class CostModel:
 
     @property
     def _mem_bps(self) -> float:
-        bw = self.hw.device_mem_gbps
-        if self.hw.unified_memory:
-            bw -= self.link_gbps
-        return bw * GB * self.hw.compute_efficiency
+        return self.hw.device_mem_gbps * GB * self.hw.compute_efficiency
+
+    @property
+    def contention(self) -> Contention:
+        """The measured factors of a profile, else the hardware's (1.0 each: none)."""
+        prof = self.hw.profile
+        if prof is not None:
+            link = prof.link_gbps / prof.busy_link_gbps if prof.busy_link_gbps > 0 else 1.0
+            return Contention(link, prof.busy_dense_factor, prof.busy_expert_high_factor, prof.busy_expert_low_factor)
+        c = self.hw.contention_compute
+        return Contention(self.hw.contention_link, c, c, c)
 
     @property
     def _flops(self) -> float:
@@ -72,6 +107,11 @@ class CostModel:
             return 0.0
         return self.link_t0_s + nbytes / (self.link_gbps * GB)
 
+    def issue_s(self) -> float:
+        """The compute stream's time to issue one copy (measured profiles only; a GPU's async copy
+        launch is within ``kernel_overhead_s`` of the roofline)."""
+        return self.hw.profile.copy_issue_s if self.hw.profile is not None else 0.0
+
     def dense_s(self, tokens: int, context: int) -> float:
         """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
         if self.hw.profile is not None:
@@ -87,6 +127,8 @@ class CostModel:
     def other_s(self, tokens: int) -> float:
         """Embeddings, LM head and dense FFN layers: once per forward pass."""
         if self.hw.profile is not None:
+            if self.hw.profile.head_s:
+                return interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.head_s)
             a, b = self.hw.profile.other_s
             return a + b * tokens
         m = self.model
@@ -98,7 +140,7 @@ class CostModel:
         if self.hw.profile is not None:
             prof = self.hw.profile
             table = prof.expert_high_s if cls == HIGH else prof.expert_low_s
-            return float(np.interp(tokens, prof.expert_tokens, table))
+            return interp(tokens, prof.expert_tokens, table)
         nbytes = self.expert_bytes(cls)
         bw = self._mem_bps * (1.0 if cls == HIGH else self.hw.low_precision_efficiency)
         flops = 2 * self.model.expert_params * tokens
@@ -110,7 +152,7 @@ class CostModel:
         ssd``, the Jetson), the weights do not fit in memory and the CPU reads them from the SSD first
         (llama.cpp's mmap pages them in on every use)."""
         if self.hw.profile is not None:
-            return float(np.interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s))
+            return interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s)
         m = self.model
         nbytes = self.expert_bytes(HIGH)
         compute = max(nbytes / (self.hw.cpu_mem_gbps * GB),

@@ -14,17 +14,73 @@ from typing import Generator
 import numpy as np
 import simpy
 
-from hobbit.sim.cost import CostModel
+from hobbit.sim.cost import Contention, CostModel
 from hobbit.sim.decide import Decisions, LayerStep
 from hobbit.sim.timeline import Timeline, demand_insert_at
 from hobbit.sim.workload import Workload
 
 
+class Shared:
+    """The compute stream and the link sharing the machine (contention): each piece of work is
+    ``solo`` seconds alone and runs ``factor`` times slower while the other side works too.
+    A process of its own re-plans whenever work starts or ends (fluid sharing)."""
+
+    EPS = 1e-15  # seconds alone left below which work is done (rounding of the clock)
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.jobs: dict[str, list] = {}  # side -> [seconds alone left, factor, done event]
+        self.last = 0.0
+        self._wake = env.event()
+        env.process(self._run())
+
+    def work(self, side: str, solo: float, factor: float) -> simpy.Event:
+        self._progress()
+        done = self.env.event()
+        self.jobs[side] = [solo, factor, done]
+        if not self._wake.triggered:
+            self._wake.succeed()
+        return done
+
+    def _slow(self, job: list) -> float:
+        return job[1] if len(self.jobs) > 1 else 1.0
+
+    def _progress(self) -> None:
+        dt = self.env.now - self.last
+        if dt > 0:
+            for job in self.jobs.values():
+                job[0] -= dt / self._slow(job)
+        self.last = self.env.now
+
+    def _finish(self, side: str) -> None:
+        self._progress()
+        self.jobs.pop(side)[2].succeed()
+
+    def _run(self) -> Generator:
+        while True:
+            if not self.jobs:
+                yield self._wake
+                self._wake = self.env.event()
+                continue
+            side, job = min(self.jobs.items(), key=lambda kv: kv[1][0] * self._slow(kv[1]))
+            timer = self.env.timeout(max(job[0] * self._slow(job), 0.0))
+            yield self.env.any_of([timer, self._wake])
+            if self._wake.triggered:
+                self._wake = self.env.event()
+            self._progress()
+            if timer.processed and side in self.jobs and self.jobs[side] is job:
+                self._finish(side)
+            for other in [s for s, j in self.jobs.items() if j[0] <= self.EPS]:
+                self._finish(other)
+
+
 class Link:
     """A host-to-device (or SSD-to-memory) copy engine."""
 
-    def __init__(self, env: simpy.Environment, demand_first: bool) -> None:
+    def __init__(self, env: simpy.Environment, demand_first: bool, shared: Shared | None = None,
+                 factor: float = 1.0) -> None:
         self.env = env
+        self.shared, self.factor = shared, factor
         self.demand_first = demand_first
         self.queue: list[tuple[int, float, bool]] = []  # not started: (tid, seconds, is_demand)
         self.events: dict[int, simpy.Event] = {}
@@ -67,7 +123,7 @@ class Link:
                 continue
             tid, dur, _ = self.queue.pop(0)
             self.inflight = tid
-            yield self.env.timeout(dur)
+            yield self.env.timeout(dur) if self.shared is None else self.shared.work("link", dur, self.factor)
             self.inflight = -1
             self.busy += dur
             self.moved += self.nbytes.pop(tid)
@@ -81,7 +137,10 @@ class Engine:
     def __init__(self, wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True) -> None:
         self.wl, self.dec, self.cost = wl, dec, cost
         self.env = simpy.Environment()
-        self.link = Link(self.env, demand_first)
+        self.f: Contention = cost.contention
+        self.issue = cost.issue_s()
+        self.shared = Shared(self.env) if self.f.active else None
+        self.link = Link(self.env, demand_first, self.shared, self.f.link)
         n_pass, n_steps = len(wl.pass_start), len(dec.steps)
         self.tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(n_steps), np.zeros(n_steps))
         self.cpu_free = 0.0
@@ -89,13 +148,28 @@ class Engine:
     def _ready(self, tid: int) -> bool:
         return tid < 0 or tid in self.link.done_at
 
+    def _work(self, solo: float, factor: float) -> simpy.Event:
+        """Compute-stream work: a plain timeout, or shared with the link under contention."""
+        return self.env.timeout(solo) if self.shared is None else self.shared.work("compute", solo, factor)
+
+    def _experts(self, gpu: list) -> Generator:
+        cost = self.cost
+        if self.shared is None:
+            yield self.env.timeout(sum(cost.cached("expert_s", prec, n) for _, prec, n in gpu))
+            return
+        for _, prec, n in gpu:
+            yield self.shared.work("compute", cost.cached("expert_s", prec, n), self.f.expert(prec))
+
     def _layer(self, step: LayerStep, dense: float) -> Generator:
         env, cost, link = self.env, self.cost, self.link
-        if not step.loads and not step.cpu and not step.cancel and all(self._ready(g[0]) for g in step.gpu):
+        if (self.shared is None and not step.loads and not step.cpu and not step.cancel
+                and all(self._ready(g[0]) for g in step.gpu)):
             yield env.timeout(dense + sum(cost.cached("expert_s", prec, n) for _, prec, n in step.gpu))
             return 0.0
-        yield env.timeout(dense)
+        yield self._work(dense, self.f.dense)
         routed = env.now
+        if step.loads and self.issue:
+            yield self._work(self.issue * len(step.loads), self.f.dense)
         if step.cancel:
             link.cancel(step.cancel)
         if step.loads:
@@ -111,7 +185,7 @@ class Engine:
                 stall += env.now - t0
                 continue
             ready.sort(key=lambda r: (r[0], r[1]))
-            yield env.timeout(sum(cost.cached("expert_s", g[1], g[2]) for _, _, g in ready))
+            yield from self._experts([g for _, _, g in ready])
             done = {j for _, j, _ in ready}
             todo = [(j, g) for j, g in todo if j not in done]
         if step.cpu:
@@ -130,7 +204,7 @@ class Engine:
                 i = p * L + layer
                 tl.step_stall[i] = yield from self._layer(self.dec.steps[i], dense)
                 tl.step_end[i] = self.env.now
-            yield self.env.timeout(self.cost.cached("other_s", tokens))
+            yield self._work(self.cost.cached("other_s", tokens), self.f.dense)
             tl.pass_end[p] = self.env.now
 
     def run(self) -> Timeline:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hobbit.sim.cost import CostModel
+from hobbit.sim.cost import Contention, CostModel
 from hobbit.sim.decide import Decisions
 from hobbit.sim.timeline import Timeline, demand_insert_at
 from hobbit.sim.workload import Workload
@@ -57,9 +57,134 @@ class _Link:
         return self.done[tid]
 
 
-def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True) -> Timeline:
-    """Times of every pass and layer of ``dec`` on ``cost``'s machine."""
+class _SharedLink:
+    """The link of ``_Link`` when it and the compute stream slow each other (``CostModel.contention``):
+    while both work, a copy progresses at 1/f.link of its own speed and the compute at 1/f of its.
+    The compute stream drives the clock: each of its steps advances the link alongside."""
+
+    def __init__(self, demand_first: bool, f: Contention) -> None:
+        self.f, self.demand_first = f, demand_first
+        self.now = 0.0
+        self.queue: list[tuple[int, float, bool]] = []  # not started: (tid, seconds alone, is_demand)
+        self.cur: list | None = None  # in flight: [tid, seconds alone left, start]
+        self.done: dict[int, float] = {}
+        self.busy = 0.0
+        self.moved = 0
+        self.cancelled = 0
+        self.nbytes: dict[int, int] = {}
+
+    def _finish(self) -> None:
+        tid, _, start = self.cur
+        self.busy += self.now - start
+        self.moved += self.nbytes.pop(tid)
+        self.done[tid] = self.now
+        self.cur = None
+        self._start()
+
+    def _start(self) -> None:
+        if self.cur is None and self.queue:
+            tid, dur, _ = self.queue.pop(0)
+            self.cur = [tid, dur, self.now]
+
+    def enqueue(self, items: list[tuple[int, float, bool]], cancel: list[int]) -> None:
+        if cancel:
+            drop = set(cancel)
+            kept = [q for q in self.queue if q[0] not in drop]
+            self.cancelled += len(self.queue) - len(kept)
+            self.queue = kept
+        for item in items:
+            at = demand_insert_at(self.queue, self.demand_first) if item[2] else len(self.queue)
+            self.queue.insert(at, item)
+        self._start()
+
+    def compute(self, solo: float, factor: float) -> float:
+        """Run ``solo`` seconds of compute from ``now`` (``factor`` slower while a copy runs); its end."""
+        while solo > 0.0:
+            if self.cur is None:
+                self.now += solo
+                break
+            copy_left, compute_left = self.cur[1] * self.f.link, solo * factor
+            if compute_left <= copy_left:
+                self.now += compute_left
+                self.cur[1] -= compute_left / self.f.link
+                break
+            self.now += copy_left
+            solo -= copy_left / factor
+            self._finish()
+        return self.now
+
+    def idle_until(self, t: float) -> None:
+        """The compute stream waits (for the CPU): copies run alone until ``t``."""
+        if t <= self.now:
+            return
+        while self.cur is not None and self.now + self.cur[1] <= t:
+            self.now += self.cur[1]
+            self._finish()
+        if self.cur is not None:
+            self.cur[1] -= t - self.now
+        self.now = t
+
+    def wait_first(self, tids: list[int]) -> float:
+        """The compute stream waits for the first of ``tids``: copies run alone until it lands."""
+        want = set(tids)
+        while not want & self.done.keys():
+            self.now += self.cur[1]
+            self._finish()
+        return self.now
+
+
+def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool) -> Timeline:
+    """``replay`` with contention: the same rules, the overlap of copies and compute charged."""
+    f, issue = cost.contention, cost.issue_s()
+    link = _SharedLink(demand_first, f)
+    n_pass, L = len(wl.pass_start), wl.num_layers
+    tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(len(dec.steps)), np.zeros(len(dec.steps)))
+    cpu_free = 0.0
+    for p in range(n_pass):
+        tokens = wl.pass_end[p] - wl.pass_start[p]
+        tl.pass_start[p] = link.now
+        dense = cost.cached("dense_s", tokens, wl.pass_context[p])
+        for layer in range(L):
+            i = p * L + layer
+            step = dec.steps[i]
+            routed = link.compute(dense, f.dense)
+            if step.loads and issue:
+                link.compute(issue * len(step.loads), f.dense)
+            if step.loads or step.cancel:
+                link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
+                link.enqueue([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads], step.cancel)
+            todo, stall = list(range(len(step.gpu))), 0.0
+            while todo:  # the experts whose weights are resident, in arrival order; then wait for the next
+                ready = sorted((-1.0 if step.gpu[j][0] < 0 else link.done[step.gpu[j][0]], j) for j in todo
+                               if step.gpu[j][0] < 0 or step.gpu[j][0] in link.done)
+                if not ready:
+                    t0 = link.now
+                    stall += link.wait_first([step.gpu[j][0] for j in todo]) - t0
+                    continue
+                for _, j in ready:
+                    _, prec, n = step.gpu[j]
+                    link.compute(cost.cached("expert_s", prec, n), f.expert(prec))
+                done = {j for _, j in ready}
+                todo = [j for j in todo if j not in done]
+            if step.cpu:
+                cpu_free = max(cpu_free, routed) + sum(cost.cached("cpu_expert_s", n) for n in step.cpu)
+                link.idle_until(cpu_free)
+            tl.step_stall[i] = stall
+            tl.step_end[i] = link.now
+        tl.pass_end[p] = link.compute(cost.cached("other_s", tokens), f.dense)
+    tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy, link.moved, link.cancelled
+    tl.transfer_done = link.done
+    return tl
+
+
+def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True, shared: bool | None = None
+           ) -> Timeline:
+    """Times of every pass and layer of ``dec`` on ``cost``'s machine. ``shared``: charge contention
+    (None: when the cost model has any; True with no contention gives the same times, the slow way)."""
+    if shared if shared is not None else cost.contention.active:
+        return _replay_shared(wl, dec, cost, demand_first)
     link = _Link(demand_first)
+    issue = cost.issue_s()
     n_pass = len(wl.pass_start)
     tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(len(dec.steps)), np.zeros(len(dec.steps)))
     t = cpu_free = 0.0
@@ -73,6 +198,8 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
             step = dec.steps[i]
             t += dense
             routed = t
+            if step.loads and issue:
+                t += issue * len(step.loads)
             if step.loads or step.cancel:
                 link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
                 link.enqueue([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads], t, step.cancel)

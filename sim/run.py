@@ -49,6 +49,11 @@ def check_profile(model: ModelConfig, hw: HardwareConfig) -> None:
                           f"FFN {model.expert_ffn}); calibrate again for this model")
     if not prof.expert_tokens or len(prof.expert_high_s) != len(prof.expert_tokens):
         raise ConfigError(f"hardware={hw.name}: profile.expert_tokens and expert_high_s are empty or differ in length")
+    for name in ("expert_low_s", "cpu_expert_s", "head_s"):
+        table = getattr(prof, name)
+        if table and len(table) != len(prof.expert_tokens):
+            raise ConfigError(f"hardware={hw.name}: profile.{name} has {len(table)} values for "
+                              f"{len(prof.expert_tokens)} expert_tokens (fix: one per token count, or none)")
 
 
 def check_topology(trace: Trace, model: ModelConfig) -> None:

@@ -1,12 +1,17 @@
 """What a timing engine measures; both engines (simpy and plain) fill the same record.
 
-Scheduling rule, shared by both: per layer the dense part runs on the compute stream;
-then prefetches found useless at this layer leave the link queue if they have not
+Scheduling rule, shared by both: per layer the dense part runs on the compute stream,
+then issuing the layer's copies (``CostModel.issue_s`` each: measured profiles only);
+prefetches found useless at this layer leave the link queue if they have not
 started, and the layer's loads join it (a demand load ahead of queued, not yet
 started prefetches when ``demand_first``; an in-flight copy is never interrupted); the
 layer's experts then compute one after another in the order their weights became
 resident (already resident first, router order on ties); experts run on the CPU in
 parallel, and the layer ends when both are done. Each pass ends with the LM head.
+Contention (``CostModel.contention``): while a copy is in flight and the compute stream
+works, the copy progresses at 1/f_link of its speed alone and the compute at 1/f of its
+(f per kind: dense part, high- or low-precision expert); either alone runs at full speed,
+so a stall gives the link all of it. CPU-side experts are outside this sharing.
 """
 
 from __future__ import annotations

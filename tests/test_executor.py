@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -82,16 +83,59 @@ def test_replay_runs_the_simulators_decisions_and_respects_the_slots(small, stag
     assert 0 < rep.cache.peak[HIGH] <= slots[0] and 0 < rep.cache.peak[LOW] <= slots[1]
     assert rep.cache.allocated[HIGH] >= 20 and rep.cache.allocated[LOW] >= 30
     # what the replay holds in its cache is exactly what the decisions' cache holds
-    kept: set = set()
-    for step in a.decisions.steps:
-        kept -= set(step.evicted)
-        kept |= set(step.kept) - set(step.evicted)  # a copy kept, then evicted by a later prefetch of the step
-    assert set(rep.cache.resident) == kept
+    assert set(rep.cache.resident) == _resident_after(a.decisions.steps)
     # every load the decisions made was copied (or cancelled before it started)
     loads = sum(len(s.loads) for s in a.decisions.steps)
     assert tl.bytes_moved <= a.decisions.bytes_requested and tl.bytes_moved > 0
     assert loads == sum(1 for x in log if x[3] in ("load", "prefetch"))
     assert np.all(tl.pass_end > tl.pass_start) and np.all(np.diff(tl.pass_start) > 0)
+
+
+def _resident_after(steps) -> set:
+    """The copies the decisions' cache holds after ``steps``: one is resident when it was, plus the times the
+    cache took it in, less the times it pushed it out, is positive (in either order within a step)."""
+    from collections import Counter
+
+    held: set = set()
+    for step in steps:
+        taken, out = Counter(step.kept), Counter(step.evicted)
+        held = {k for k in held | set(taken) | set(out) if (k in held) + taken[k] - out[k] > 0}
+    return held
+
+
+@pytest.fixture(scope="module")
+def four_layers():
+    from hobbit.executor.weights import first_layers
+
+    cfg = compose_sim("system=hobbit")
+    model = reduce_model(cfg.model, 32, 4)
+    return cfg, model, build_store(model, ("bf16", "int4"), CPU, progress=False), first_layers(bundled(1), 4)
+
+
+@pytest.mark.parametrize("system", ["moe-offloading", "moe-infinity", "hobbit-lru", "on-demand", "fiddler",
+                                    "hobbit-cpu"])
+def test_every_system_replays_within_its_slots(four_layers, system):
+    """Pools of 11 experts for 4 layers of 8, so that a prefill's victim is needed again in its own layer
+    (evicted, then loaded again within one step): the replay holds exactly the decisions' cache."""
+    cfg, model, store, trace = four_layers
+    eb = (store.nbytes(HIGH), store.nbytes(LOW))
+    sc = compose_sim(f"system={system}").system
+    sc = dataclasses.replace(sc, cache=dataclasses.replace(sc.cache, high_bytes=11 * eb[0], low_bytes=11 * eb[1]))
+    res = simulate(trace, model, cfg.hardware, sc, profile_share=0.0)
+    from hobbit.sim.workload import build_workload
+
+    rep = Replayer(build_workload(trace), res.decisions, store)
+    tl = rep.run()
+    slots = res.decisions.slots
+    assert rep.cache.peak[HIGH] <= slots[0] and rep.cache.peak[LOW] <= slots[1]
+    assert set(rep.cache.resident) - {k for k in rep.cache.resident if k in _static(res)} == \
+        _resident_after(res.decisions.steps)
+    assert np.all(tl.pass_end > tl.pass_start)
+
+
+def _static(res) -> set:
+    """Experts a static placement preloaded (hits with transfer -1), outside the pools."""
+    return {(lay, e, cls) for s in res.decisions.steps for (tid, cls, _), (lay, e) in zip(s.gpu, s.gpu_keys) if tid < 0}
 
 
 def test_the_device_cache_refuses_more_than_its_slots(small):
@@ -154,7 +198,6 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     assert run_cli(["validate", f"profile={hw_file}", "scale=32", "layers=8", "requests=1", f"hydra.run.dir={z}"]) == 0
     assert "calibrating" not in capsys.readouterr().out
     v = json.loads((z / "results.json").read_text())
-    import pandas as pd
     import yaml
 
     assert v["profile"]["link_gbps"] == yaml.safe_load(hw_file.read_text())["profile"]["link_gbps"]
@@ -169,8 +212,12 @@ def test_validate_reports_the_error(tmp_path, capsys):
     run = tmp_path / "val"
     assert run_cli(["validate", "scale=32", "requests=1", f"hydra.run.dir={run}"]) == 0
     v = json.loads((run / "results.json").read_text())["validation"]
-    assert set(v) >= {"mape", "p50_abs_ms", "p95_abs_ms", "tokens", "device"}
-    assert v["tokens"] > 0 and v["device"] == "cpu" and v["mape"] >= 0
+    assert set(v) >= {"mape", "bias", "noise_mape", "prefill_mape", "p50_abs_ms", "p95_abs_ms", "tokens", "device"}
+    assert v["tokens"] > 0 and v["device"] == "cpu" and v["mape"] >= 0 and v["noise_mape"] >= 0
+    assert v["prefills"] == 1 and v["prefill_mape"] >= 0 and abs(v["bias"]) <= v["mape"] + 1e-12
+    tokens = pd.read_parquet(run / "tokens.parquet")
+    rel = (tokens.simulated_ms - tokens.measured_ms) / tokens.measured_ms
+    assert v["bias"] == pytest.approx(rel.mean()) and v["mape"] == pytest.approx(rel.abs().mean())
     for part in ("sim", "replay"):
         r = json.loads((run / part / "results.json").read_text())
         assert {"decode_ms_per_token", "hit_rate", "served_mix", "prefetch", "bytes_loaded"} <= set(r)
@@ -210,9 +257,9 @@ def test_cuda_kernels_match_the_reference():
         assert (got - want).abs().max() <= 0.02 * want.abs().max()
 
 
-def test_calibration_fits_and_replay_medians_drop_disturbances():
+def test_calibration_fits_and_replay_statistics_drop_disturbances():
     from hobbit.executor.calibrate import _relative_fit
-    from hobbit.executor.validate import _median_run
+    from hobbit.executor.validate import _combine_runs, noise
     from hobbit.sim.timeline import Timeline
 
     # a + b*T + c*T*C, recovered exactly; in relative error a one-token point weighs as much as a long prefill
@@ -223,9 +270,17 @@ def test_calibration_fits_and_replay_medians_drop_disturbances():
     rel = _relative_fit(shapes, noisy)
     absolute, *_ = np.linalg.lstsq(shapes, noisy, rcond=None)
     assert abs(rel[0] + rel[1] - 6.02e-4) < abs(absolute[0] + absolute[1] - 6.02e-4)
-    # per token, the median of three replays: one run's slow spell drops out
-    runs = []
-    for spell in ((0, 0, 0), (0, 5, 0), (0, 0, 9)):
-        tl = Timeline(np.arange(3.0) * 10, np.arange(3.0) * 10 + 1 + np.array(spell), np.zeros(1), np.zeros(1))
-        runs.append(tl)
-    assert np.allclose(_median_run(runs).pass_end - np.arange(3.0) * 10, 1.0)
+    # per token, the median or the min of three replays: one run's slow spell drops out
+    def runs():
+        out = []
+        for spell in ((0, 0, 0), (0, 5, 0), (0, 0, 9)):
+            out.append(Timeline(np.arange(3.0) * 10, np.arange(3.0) * 10 + 1 + np.array(spell), np.zeros(1), np.zeros(1)))
+        return out
+
+    for statistic in ("median", "min"):
+        assert np.allclose(_combine_runs(runs(), statistic).pass_end - np.arange(3.0) * 10, 1.0)
+    # the replays' own spread: the mean over ordered pairs of the per-token MAPE between two replays
+    wl = dataclasses.make_dataclass("W", ["pass_phase"])([1, 1, 1])
+    a, b = runs()[:2]  # latencies (1, 1, 1) and (1, 6, 1)
+    assert noise(wl, [a, b]) == pytest.approx(((5 / 6) / 3 + 5 / 3) / 2)
+    assert noise(wl, [a, a]) == 0.0

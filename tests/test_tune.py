@@ -82,3 +82,23 @@ def test_pareto_mode_returns_non_dominated_trials(one_request, tmp_path):
 
 def test_bad_objective_exits_2(one_request, tmp_path):
     assert run_cli(["tune", f"trace={one_request}", "objective=fastest", f"hydra.run.dir={tmp_path}"]) == 2
+
+
+def test_validate_replays_the_tuned_configuration(one_request, tmp_path, capsys):
+    """`hobbit validate tuned=RUN` takes the system `hobbit tune` found (its run directory or the
+    experiment file in it), and names a path that is neither."""
+    run = tmp_path / "tune"
+    assert run_cli(["tune", f"trace={one_request}", "trials=3", f"hydra.run.dir={run}"]) == 0
+    best = json.loads((run / "tune.json").read_text())["best"][0]["system"]
+    for tuned in (run, run / "experiment" / "tuned.yaml"):
+        out = tmp_path / f"val-{tuned.name}"
+        assert run_cli(["validate", f"tuned={tuned}", "scale=32", "layers=4", "requests=1", "replays=2",
+                        f"hydra.run.dir={out}"]) == 0
+        r = json.loads((out / "results.json").read_text())
+        assert r["system"] == "hobbit-tuned" and r["validation"]["tokens"] > 0
+        cfg = json.loads((out / "sim" / "results.json").read_text())["system_config"]
+        assert cfg["precision"]["t1"] == pytest.approx(best["precision"]["t1"], abs=1e-6)
+        assert cfg["cache"]["multidim"]["w_fld"] == pytest.approx(best["cache"]["multidim"]["w_fld"], abs=1e-6)
+    capsys.readouterr()
+    assert run_cli(["validate", f"tuned={one_request}", "scale=32", f"hydra.run.dir={tmp_path / 'bad'}"]) == 2
+    assert "tuned=" in capsys.readouterr().err
