@@ -19,7 +19,9 @@ def plot_validation(sim_ms: list[float], real_ms: list[float], v: dict[str, Any]
     a.plot([lo, hi], [lo, hi], "k--", lw=1, label="simulated = measured")
     a.set_xlabel("measured (ms / token)")
     a.set_ylabel("simulated (ms / token)")
-    a.set_title(f"per token: MAPE {100 * v['mape']:.1f} %")
+    extra = f", bias {100 * v['bias']:+.1f} %" if "bias" in v else ""
+    noise = f"; replays' own spread {100 * v['noise_mape']:.1f} %" if "noise_mape" in v else ""
+    a.set_title(f"per token: MAPE {100 * v['mape']:.1f} %{extra}{noise}", fontsize=10)
     a.legend(fontsize=8)
     b.plot(real, lw=1, label="measured")
     b.plot(sim, lw=1, label="simulated")

@@ -16,6 +16,21 @@ from hobbit.sim.timeline import Timeline, demand_insert_at
 from hobbit.sim.workload import Workload
 
 
+def requeue(queue: list[tuple[int, float, bool]], items: list[tuple[int, float, bool]], cancel: list[int],
+            demand_first: bool) -> int:
+    """Drop the cancelled copies that have not started from ``queue``, then add ``items`` (a demand
+    load ahead of queued prefetches when ``demand_first``), in place; the number dropped."""
+    before = len(queue)
+    if cancel:
+        drop = set(cancel)
+        queue[:] = [q for q in queue if q[0] not in drop]
+    dropped = before - len(queue)
+    for item in items:
+        at = demand_insert_at(queue, demand_first) if item[2] else len(queue)
+        queue.insert(at, item)
+    return dropped
+
+
 class _Link:
     """FIFO, non-preemptive link: queued copies start back to back when it frees."""
 
@@ -39,14 +54,7 @@ class _Link:
     def enqueue(self, items: list[tuple[int, float, bool]], now: float, cancel: list[int]) -> None:
         while self.queue and self.free_at <= now:  # these started before ``now``
             self._start_next()
-        if cancel:
-            drop = set(cancel)
-            kept = [q for q in self.queue if q[0] not in drop]
-            self.cancelled += len(self.queue) - len(kept)
-            self.queue = kept
-        for item in items:
-            at = demand_insert_at(self.queue, self.demand_first) if item[2] else len(self.queue)
-            self.queue.insert(at, item)
+        self.cancelled += requeue(self.queue, items, cancel, self.demand_first)
         if self.queue and self.free_at <= now:  # idle: the head starts now
             self.free_at = now
             self._start_next()
@@ -87,14 +95,7 @@ class _SharedLink:
             self.cur = [tid, dur, self.now]
 
     def enqueue(self, items: list[tuple[int, float, bool]], cancel: list[int]) -> None:
-        if cancel:
-            drop = set(cancel)
-            kept = [q for q in self.queue if q[0] not in drop]
-            self.cancelled += len(self.queue) - len(kept)
-            self.queue = kept
-        for item in items:
-            at = demand_insert_at(self.queue, self.demand_first) if item[2] else len(self.queue)
-            self.queue.insert(at, item)
+        self.cancelled += requeue(self.queue, items, cancel, self.demand_first)
         self._start()
 
     def compute(self, solo: float, factor: float) -> float:
