@@ -92,3 +92,5 @@ class ValidateConfig(ExecConfig):
     replays: int = 5  # replays of the same decisions, reduced per token by ``statistic``; their spread is noise_mape
     cache_fraction: float = 0.35  # the pools hold this share of all experts' high-precision bytes
     engine: str = "simpy"
+    timeline: bool = False  # also write timeline.json (simulated and measured, passes aligned) and gantt.png/.svg
+    timeline_tokens: str = "0:64"  # the passes the timeline keeps, A:B over the replayed requests (':' for all)

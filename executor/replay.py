@@ -73,8 +73,14 @@ class Replayer:
     """Executes the decisions of one workload; ``run`` returns measured times."""
 
     def __init__(self, wl: Workload, dec: Decisions, store: HostStore, copy_cpu: int | None = None,
-                 copies: bool = True) -> None:
+                 copies: bool = True, record: bool = False) -> None:
+        """``record``: keep the schedule as it ran (``work``: (step, kind, start, end, index) as ``sim.plain.replay``
+        records it, plus ``settle``, the cache's bookkeeping after a layer; ``copy_times``: tid -> (start, end)),
+        seconds from the run's start. On CUDA each expert is then synchronised to time it."""
         self.wl, self.dec, self.store, self.copy_cpu, self.copies = wl, dec, store, copy_cpu, copies
+        self.work: list[tuple] | None = [] if record else None
+        self.copy_times: dict[int, tuple[float, float]] = {}
+        self.origin = 0.0
         self.device = store.device
         self.dense = Dense(store, max(wl.pass_context))
         # the decisions' pools, and the staging slots in the high pool's memory, allocated up front
@@ -104,27 +110,42 @@ class Replayer:
         if copies:
             link.submit(copies)
 
-    def _compute(self, link: CopyEngine, step: LayerStep, tokens: int) -> float:
+    def _note(self, i: int, kind: str, t0: float, j: int = -1) -> float:
+        """Record a piece of work from ``t0`` to now (when recording); returns now."""
+        now = time.perf_counter()
+        if self.work is not None:
+            self.work.append((i, kind, t0 - self.origin, now - self.origin, j))
+        return now
+
+    def _compute(self, link: CopyEngine, step: LayerStep, tokens: int, i: int = 0) -> float:
         """The layer's experts in arrival order; returns the time spent waiting for copies."""
         todo = list(range(len(step.gpu)))
         stall = 0.0
+        timed = self.work is not None
         while todo:
             ready = [j for j in todo if link.done(step.gpu[j][0])]
             if not ready:
                 t0 = time.perf_counter()
                 link.wait(min((step.gpu[j][0] for j in todo), key=lambda tid: self._queue_rank(link, tid)))
-                stall += time.perf_counter() - t0
+                stall += self._note(i, "stall", t0) - t0
                 continue
             for j in ready:
                 tid, cls, n = step.gpu[j]
                 layer, e = step.gpu_keys[j]
                 self.log.append((step.pass_index, layer, e, "compute", cls))
                 buf = self.by_tid[tid][1] if tid in self.by_tid else self.cache.get((layer, e, cls))
+                t0 = time.perf_counter() if timed else 0.0
                 self.store.kernels[cls].forward(self.x[: max(n, 1)], self._views(cls, buf))
+                if timed:
+                    sync(self.device)
+                    self._note(i, "expert", t0, j)
             todo = [j for j in todo if j not in ready]
         host = self.store.kernels[0]
-        for n, (layer, e) in zip(step.cpu, step.cpu_keys):  # experts on the host CPU (Fiddler, llama.cpp)
+        for j, (n, (layer, e)) in enumerate(zip(step.cpu, step.cpu_keys)):  # on the host CPU (Fiddler, llama.cpp)
+            t0 = time.perf_counter() if timed else 0.0
             host.forward(self.x[: max(n, 1)].cpu(), host.views(self.store.experts[(layer, e, 0)]))
+            if timed:
+                self._note(i, "cpu_expert", t0, j)
         return stall
 
     @staticmethod
@@ -191,7 +212,8 @@ class Replayer:
         cuda = self.device.type == "cuda"
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n_pass)] if cuda else []
-        origin = time.perf_counter()
+        origin = self.origin = time.perf_counter()
+        timed = self.work is not None
         try:
             with torch.no_grad():
                 for p in range(n_pass):
@@ -204,14 +226,24 @@ class Replayer:
                     for layer in range(L):
                         i = p * L + layer
                         step = self.dec.steps[i]
+                        t0 = time.perf_counter() if timed else 0.0
                         x = self.dense.layer(x, layer, wl.pass_context[p])
                         sync(self.device)
+                        if timed:
+                            t0 = self._note(i, "dense", t0)
                         self._issue(link, step)
-                        tl.step_stall[i] = self._compute(link, step, tokens)
+                        if timed and step.loads:
+                            self._note(i, "issue", t0)
+                        tl.step_stall[i] = self._compute(link, step, tokens, i)
                         sync(self.device)
+                        t0 = time.perf_counter() if timed else 0.0
                         self._settle(link, step)
-                        tl.step_end[i] = time.perf_counter() - origin
+                        tl.step_end[i] = (self._note(i, "settle", t0) if timed else time.perf_counter()) - origin
+                    t0 = time.perf_counter() if timed else 0.0
                     self.dense.head(x)
+                    if timed:
+                        sync(self.device)
+                        self._note(p * L + L - 1, "head", t0)
                     if cuda:
                         events[p][1].record()
                     sync(self.device)
@@ -223,4 +255,7 @@ class Replayer:
             for p, (start, end) in enumerate(events):
                 tl.pass_end[p] = tl.pass_start[p] + start.elapsed_time(end) / 1e3
         tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy_s, link.moved, link.cancelled
+        if timed:
+            self.copy_times = {tid: (c.start_s - origin, c.end_s - origin) for tid, c in link.copies.items()
+                               if c.done.is_set()}
         return tl

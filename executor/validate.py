@@ -20,6 +20,7 @@ from hobbit.executor.replay import Replayer
 from hobbit.executor.setup import pinned, prepare
 from hobbit.executor.weights import HostStore, first_layers
 from hobbit.sim.config import HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
+from hobbit.sim.events import Schedule, build, parse_window, simulated
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.run import CacheSizing, simulate
@@ -44,12 +45,16 @@ def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[s
 
 
 def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, store: HostStore,
-             engine: str = "simpy", copy_cpu: int | None = None) -> tuple[Any, Any, Any]:
-    """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline)."""
+             engine: str = "simpy", copy_cpu: int | None = None, replayers: list | None = None) -> tuple[Any, Any, Any]:
+    """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline).
+    ``replayers``: a list that receives the replayer, recording its schedule."""
     res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)  # all timed
     p = system.prefetch
     wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, np.random.default_rng(0))
-    return res, wl, Replayer(wl, res.decisions, store, copy_cpu).run()
+    rep = Replayer(wl, res.decisions, store, copy_cpu, record=replayers is not None)
+    if replayers is not None:
+        replayers.append(rep)
+    return res, wl, rep.run()
 
 
 def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min") -> float:
@@ -145,12 +150,15 @@ class Validation:
     summary: dict[str, Any]
     hardware: HardwareConfig  # the profile used (calibrated now or given)
     model: ModelConfig  # the reduced model replayed
+    schedules: list[tuple[str, Schedule]] | None = None  # with cfg.timeline: simulated, then the median replay's
 
 
 def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None, progress=print) -> Validation:
     """Calibrate (unless ``hw`` is a measured profile), simulate the trace's requests after a
     warm-up one, and replay the very decisions ``cfg.replays`` times; no I/O. Threads pinned
     as ``cfg.pin_threads`` says."""
+    if cfg.timeline:
+        parse_window(cfg.timeline_tokens, 1)  # a bad range fails now, not after the calibration
     trace = first_layers(trace, cfg.layers)
     warm, measured = _requests(trace, 0, 1), _requests(trace, 1, cfg.requests)
     device, model, pair, store = prepare(cfg, cfg.cache_fraction)
@@ -165,10 +173,24 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
                  f"warm-up request")
         run_pair(warm, model, hw, system, store, cfg.engine, copy_cpu)
         t0 = time.perf_counter()
-        res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine, copy_cpu)
+        reps: list | None = [] if cfg.timeline else None
+        res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine, copy_cpu, reps)
         # the same decisions again; per token, the runs reduced as the calibration's rounds are
-        runs = [real, *(Replayer(wl, res.decisions, store, copy_cpu).run() for _ in range(cfg.replays - 1))]
+        runs = [real]
+        for _ in range(cfg.replays - 1):
+            rep = Replayer(wl, res.decisions, store, copy_cpu, record=cfg.timeline)
+            runs.append(rep.run())
+            if reps is not None:
+                reps.append(rep)
     spread = noise(wl, runs)
+    schedules = None
+    if reps is not None:  # before the runs are combined: the replay whose decode time is the median, as it ran
+        window = parse_window(cfg.timeline_tokens, len(wl.pass_start))
+        order = np.argsort([float(np.sum(r.pass_end - r.pass_start)) for r in runs])
+        k = int(order[len(order) // 2])
+        schedules = [("simulated", simulated(res.workload, res.decisions, res.cost, system.demand_first, window)),
+                     (f"measured (replay {k + 1} of {len(runs)}, the median)",
+                      build(wl, res.decisions, runs[k], reps[k].work, window, reps[k].copy_times))]
     real = _combine_runs(runs, cfg.statistic)
     replay = summarise(measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]),
                        "replay", time.perf_counter() - t0)
@@ -181,7 +203,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
     summary = {"validation": v, "model": model.name, "system": system.name, "hardware": hw.name,
                "profile": dataclasses.asdict(hw.profile), "precision_pair": cfg.precision_pair,
                "copies_measured_gbps": replay.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9}
-    return Validation(res, replay, e, summary, hw, model)
+    return Validation(res, replay, e, summary, hw, model, schedules)
 
 
 def _combine_runs(runs: list[Any], statistic: str) -> Any:

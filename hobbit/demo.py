@@ -119,7 +119,7 @@ def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
 
 def _validate(cfg: DemoConfig, out: Path) -> list[Path]:
     vc = compose("validate", ValidateConfig, [f"model={cfg.model}", f"scale={cfg.validate_scale}",
-                                              f"requests={cfg.validate_requests}", f"out_dir={out}"])
+                                              f"requests={cfg.validate_requests}", "timeline=true", f"out_dir={out}"])
     v = validate_to(vc, out)
     print(summary_line(v))
-    return [out / "results.json", out / "report.md", out / "validation.png"]
+    return [out / "results.json", out / "report.md", out / "validation.png", out / "timeline.json", out / "gantt.png"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from hobbit.analysis.timeline import plot_gantt, write_timeline
 from hobbit.analysis.validation_plots import plot_validation
 from hobbit.executor.config import CalibrateConfig, QualityConfig, ValidateConfig
 from hobbit.executor.quality import run_quality
@@ -22,6 +23,7 @@ from hobbit.glue import CONF, hydra_command, load_hardware, load_tuned, write_ya
 from hobbit.results_io import write_results
 from hobbit.sim.config import HardwareConfig, ModelConfig
 from hobbit.sim.run import check_profile
+from hobbit.timelines import GANTT_PASSES
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, read_trace
 from hobbit.traces.tiny import bundled_trace
 
@@ -78,6 +80,13 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     atomic_write_parquet(pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}),
                          out / "tokens.parquet")
     plots = plot_validation(e["sim_ms"], e["measured_ms"], v.summary["validation"], out)
+    if v.schedules is not None:
+        meta = {"model": v.summary["model"], "system": v.summary["system"], "hardware": v.summary["hardware"]}
+        paths = [write_timeline(out / "timeline.json", v.schedules, align=True, meta=meta)]
+        paths += plot_gantt(v.schedules, out, passes=GANTT_PASSES, align=True)
+        for path in paths:
+            print(f"timeline: {path.resolve()}")
+        plots += paths[1:]
     atomic_write_text(out / "report.md", _report(v, plots))
     return v.summary["validation"]
 
@@ -103,7 +112,8 @@ def _report(v: Validation, plots: list[Path]) -> str:
             f"link at {p['busy_link_gbps']:.2f} GB/s while computing, compute while copying: dense "
             f"x{p['busy_dense_factor']:.3f}, high expert x{p['busy_expert_high_factor']:.3f}, low expert "
             f"x{p['busy_expert_low_factor']:.3f}; replay loop {p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n"
-            f"![validation]({plots[0].name})\n")
+            f"![validation]({plots[0].name})\n"
+            + "".join(f"\n![schedule]({p.name})\n" for p in plots if p.stem == "gantt" and p.suffix == ".png"))
 
 
 @hydra_command(CONF, "validate", ValidateConfig)

@@ -37,6 +37,7 @@ from hobbit.analysis.reproduce_plot import plot_reproduce
 from hobbit.api import configure, simulate_config
 from hobbit.glue import CONF, hydra_command
 from hobbit.sim.config import ConfigError, ModelConfig
+from hobbit.timelines import write_sim_timeline
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import atomic_write_json, atomic_write_text, read_meta, read_trace
 from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir, bundled_phimoe_dir
@@ -97,6 +98,8 @@ class ReproduceConfig:
     batch_size: int = 8
     jobs: int = 2
     tolerance: float = 0.35  # a speed-up within this relative distance of the paper's counts as reproduced
+    timeline: bool = False  # also write each run's timeline, runs/<run>.timeline.json (Chrome Trace Event format)
+    timeline_tokens: str = "0:64"  # the passes each timeline keeps, A:B (':' for all)
 
 
 @dataclass(frozen=True)
@@ -162,11 +165,17 @@ def _capture_all(cfg: ReproduceConfig, out: Path, todo: list[tuple[str, int, int
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def _run(path: Path, model: str, hardware: str, system: str, out: Path) -> dict[str, Any]:
-    """One simulation, its summary kept as JSON (a rerun reads it back)."""
-    if out.exists():
+def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline: str | None = None
+         ) -> dict[str, Any]:
+    """One simulation, its summary kept as JSON (a rerun reads it back); ``timeline``: the passes of its
+    timeline, written beside it as ``<run>.timeline.json``."""
+    tl_file = out.with_suffix(".timeline.json")
+    if out.exists() and (timeline is None or tl_file.exists()):
         return json.loads(out.read_text())
-    res = simulate_config(read_trace(path), configure(model, hardware, system, engine="plain"))
+    cfg = configure(model, hardware, system, engine="plain")
+    res = simulate_config(read_trace(path), cfg)
+    if timeline is not None:
+        write_sim_timeline(res, cfg.system.demand_first, timeline, out.parent, gantt=False, name=tl_file.name)
     s = res.summary
     keep = {k: s[k] for k in ("decode_ms_per_token", "prefill_ms_per_request", "served_mix", "precision_rule_mix",
                               "hit_rate", "tokens", "requests", "bytes_loaded", "stall_ms_per_token")}
@@ -188,7 +197,8 @@ def plan(cfg: ReproduceConfig, workloads: list[Workload]) -> list[tuple[Workload
 def simulate_grid(cfg: ReproduceConfig, workloads: list[Workload], out: Path) -> dict[tuple, dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(cfg, workloads)
-    jobs = (delayed(_run)(w.path, w.model, hw, system, out / f"{w.model}-{w.name}-{hw}-{system}.json")
+    tl = cfg.timeline_tokens if cfg.timeline else None
+    jobs = (delayed(_run)(w.path, w.model, hw, system, out / f"{w.model}-{w.name}-{hw}-{system}.json", tl)
             for w, hw, system in runs)
     results = Parallel(n_jobs=cfg.jobs, return_as="generator")(jobs)
     got = {}

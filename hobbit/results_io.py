@@ -52,7 +52,7 @@ def config_key(cfg: SimConfig, trace_path: Path) -> str:
     """What determines a run's results: the trace's bytes and every knob of the run."""
     digest = _sha256(trace_path)
     knobs = {k: v for k, v in dataclasses.asdict(cfg).items()
-             if k not in ("trace", "out_dir", "cache_dir", "use_cache")}
+             if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens")}
     blob = json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 

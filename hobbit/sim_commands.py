@@ -12,6 +12,7 @@ from hobbit.glue import CONF, hydra_command
 from hobbit.results_io import CACHED_MARK, cache_root, config_key, from_cache, to_cache, write_results
 from hobbit.sim.config import SimConfig
 from hobbit.sim.tune import TuneConfig, tune
+from hobbit.timelines import write_sim_timeline
 from hobbit.traces.tiny import bundled_trace
 
 
@@ -23,12 +24,15 @@ def sim_main(cfg: SimConfig) -> None:
     out = Path(cfg.out_dir)
     root = cache_root(cfg) if cfg.use_cache else None
     entry = root / config_key(cfg, trace_path) if root is not None else None
-    if entry is not None and from_cache(entry, out):
+    if entry is not None and not cfg.timeline and from_cache(entry, out):  # a timeline needs the run itself
         s = json.loads((out / "results.json").read_text())
         print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
         return
     res = simulate_config(trace, cfg)
     paths = write_results(res, out)
+    if cfg.timeline:
+        for p in write_sim_timeline(res, cfg.system.demand_first, cfg.timeline_tokens, out):
+            print(f"timeline: {p.resolve()}")
     if entry is not None:
         to_cache(out, entry)
     s = res.summary

@@ -320,3 +320,5 @@ class SimConfig:
     profile_share: float = 0.25
     cache_dir: str | None = None  # finished runs by resolved config; None: $HOBBIT_CACHE or ~/.cache/hobbit/sim
     use_cache: bool = True  # skip a configuration already simulated (an interrupted sweep resumes)
+    timeline: bool = False  # also write timeline.json (Chrome Trace Event format) and gantt.png/.svg
+    timeline_tokens: str = "0:64"  # the passes the timeline keeps, A:B (a decode token is a pass; ':' for all)

@@ -43,9 +43,11 @@ class _Link:
         self.cancelled = 0
         self.demand_first = demand_first
         self.nbytes: dict[int, int] = {}
+        self.started: dict[int, float] = {}
 
     def _start_next(self) -> None:
         tid, dur, _ = self.queue.pop(0)
+        self.started[tid] = self.free_at
         self.free_at += dur
         self.busy += dur
         self.moved += self.nbytes.pop(tid)
@@ -80,6 +82,7 @@ class _SharedLink:
         self.moved = 0
         self.cancelled = 0
         self.nbytes: dict[int, int] = {}
+        self.started: dict[int, float] = {}
 
     def _finish(self) -> None:
         tid, _, start = self.cur
@@ -93,6 +96,7 @@ class _SharedLink:
         if self.cur is None and self.queue:
             tid, dur, _ = self.queue.pop(0)
             self.cur = [tid, dur, self.now]
+            self.started[tid] = self.now
 
     def enqueue(self, items: list[tuple[int, float, bool]], cancel: list[int]) -> None:
         self.cancelled += requeue(self.queue, items, cancel, self.demand_first)
@@ -134,7 +138,8 @@ class _SharedLink:
         return self.now
 
 
-def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool) -> Timeline:
+def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, rec: list | None = None
+                   ) -> Timeline:
     """``replay`` with contention: the same rules, the overlap of copies and compute charged."""
     f, issue = cost.contention, cost.issue_s()
     link = _SharedLink(demand_first, f)
@@ -148,9 +153,14 @@ def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
         for layer in range(L):
             i = p * L + layer
             step = dec.steps[i]
+            t0 = link.now
             routed = link.compute(dense, f.dense)
+            if rec is not None:
+                rec.append((i, "dense", t0, routed, -1))
             if step.loads and issue:
                 link.compute(issue * len(step.loads), f.dense)
+                if rec is not None:
+                    rec.append((i, "issue", routed, link.now, -1))
             if step.loads or step.cancel:
                 link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
                 link.enqueue([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads], step.cancel)
@@ -161,29 +171,54 @@ def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
                 if not ready:
                     t0 = link.now
                     stall += link.wait_first([step.gpu[j][0] for j in todo]) - t0
+                    if rec is not None:
+                        rec.append((i, "stall", t0, link.now, -1))
                     continue
                 for _, j in ready:
                     _, prec, n = step.gpu[j]
+                    t0 = link.now
                     link.compute(cost.cached("expert_s", prec, n), f.expert(prec))
+                    if rec is not None:
+                        rec.append((i, "expert", t0, link.now, j))
                 done = {j for _, j in ready}
                 todo = [j for j in todo if j not in done]
             if step.cpu:
-                cpu_free = max(cpu_free, routed) + sum(cost.cached("cpu_expert_s", n) for n in step.cpu)
+                cpu_free = _cpu_work(step, cost, max(cpu_free, routed), i, rec)
+                t0 = link.now
                 link.idle_until(cpu_free)
+                if rec is not None and link.now > t0:
+                    rec.append((i, "wait_cpu", t0, link.now, -1))
             tl.step_stall[i] = stall
             tl.step_end[i] = link.now
+        t0 = link.now
         tl.pass_end[p] = link.compute(cost.cached("other_s", tokens), f.dense)
+        if rec is not None:
+            rec.append((p * L + L - 1, "head", t0, tl.pass_end[p], -1))
     tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy, link.moved, link.cancelled
-    tl.transfer_done = link.done
+    tl.transfer_done, tl.transfer_start = link.done, link.started
     return tl
 
 
-def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True, shared: bool | None = None
-           ) -> Timeline:
+def _cpu_work(step, cost: CostModel, start: float, i: int, rec: list | None) -> float:
+    """The layer's CPU experts one after another from ``start``; when the CPU is done."""
+    if rec is None:
+        return start + sum(cost.cached("cpu_expert_s", n) for n in step.cpu)
+    for j, n in enumerate(step.cpu):
+        end = start + cost.cached("cpu_expert_s", n)
+        rec.append((i, "cpu_expert", start, end, j))
+        start = end
+    return start
+
+
+def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True, shared: bool | None = None,
+           rec: list | None = None) -> Timeline:
     """Times of every pass and layer of ``dec`` on ``cost``'s machine. ``shared``: charge contention
-    (None: when the cost model has any; True with no contention gives the same times, the slow way)."""
+    (None: when the cost model has any; True with no contention gives the same times, the slow way).
+    ``rec``: a list that receives the compute stream's and the CPU's work as (step, kind, start, end,
+    index into the step's gpu or cpu list, or -1), kinds dense | issue | stall | expert | cpu_expert |
+    wait_cpu | head (``sim.events``); copies are in the timeline's transfer_start / transfer_done."""
     if shared if shared is not None else cost.contention.active:
-        return _replay_shared(wl, dec, cost, demand_first)
+        return _replay_shared(wl, dec, cost, demand_first, rec)
     link = _Link(demand_first)
     issue = cost.issue_s()
     n_pass = len(wl.pass_start)
@@ -197,9 +232,13 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
         for layer in range(L):
             i = p * L + layer
             step = dec.steps[i]
+            if rec is not None:
+                rec.append((i, "dense", t, t + dense, -1))
             t += dense
             routed = t
             if step.loads and issue:
+                if rec is not None:
+                    rec.append((i, "issue", t, t + issue * len(step.loads), -1))
                 t += issue * len(step.loads)
             if step.loads or step.cancel:
                 link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
@@ -208,17 +247,25 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
             stall = 0.0
             for r, j in sorted(ready):
                 if r > t:
+                    if rec is not None:
+                        rec.append((i, "stall", t, r, -1))
                     stall += r - t
                     t = r
                 _, prec, n = step.gpu[j]
+                if rec is not None:
+                    rec.append((i, "expert", t, t + cost.cached("expert_s", prec, n), j))
                 t += cost.cached("expert_s", prec, n)
             if step.cpu:
-                cpu_free = max(cpu_free, routed) + sum(cost.cached("cpu_expert_s", n) for n in step.cpu)
+                cpu_free = _cpu_work(step, cost, max(cpu_free, routed), i, rec)
+                if rec is not None and cpu_free > t:
+                    rec.append((i, "wait_cpu", t, cpu_free, -1))
                 t = max(t, cpu_free)
             tl.step_stall[i] = stall
             tl.step_end[i] = t
+        if rec is not None:
+            rec.append((p * L + L - 1, "head", t, t + cost.cached("other_s", tokens), -1))
         t += cost.cached("other_s", tokens)
         tl.pass_end[p] = t
     tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy, link.moved, link.cancelled
-    tl.transfer_done = link.done
+    tl.transfer_done, tl.transfer_start = link.done, link.started
     return tl

@@ -12,6 +12,9 @@ results.json keys (times in ms):
 - ``prefetch``: {issued, used, cancelled (dropped before they started), accuracy = used / issued}
 - ``bytes_loaded`` (copies that ran), ``evictions``, ``link_busy_fraction`` (link busy time / run time)
 - ``stall_ms_per_token``: compute-stream time waiting for weights, per decode token
+- ``bound``: {decode_ms_per_token, prefill_ms_per_request} (means): the least time this system's rules could
+  take on this trace and machine, every expert already where it runs (``sim.bound``); ``gap_to_bound``: decode
+  latency over its bound (1.0: nothing left to gain by caching, prefetching or copying faster)
 - ``cache``: pool slots and bytes; ``layers_simulated``; ``model``, ``hardware``, ``system`` (names) and
   ``system_config`` (every knob of the system); ``engine``, ``wall_s``
 """
@@ -42,6 +45,8 @@ class Results:
     layers: pd.DataFrame
     decisions: Decisions
     timeline: Timeline
+    workload: Workload | None = None  # what the run replayed and on what costs (for its schedule, ``sim.events``)
+    cost: Any = None
 
     @property
     def decode_ms_per_token(self) -> float | None:
@@ -65,6 +70,10 @@ def _stats(ms: np.ndarray) -> dict[str, float | None]:
     return {"mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95))}
 
 
+def _mean(ms: pd.Series) -> float | None:
+    return float(ms.mean()) if len(ms) and not ms.isna().any() else None
+
+
 def _proxy(mass: np.ndarray) -> dict[str, float]:
     """Share of the gate mass (weights normalised per token) served in low precision or skipped."""
     total = float(mass.sum()) or 1.0
@@ -72,7 +81,7 @@ def _proxy(mass: np.ndarray) -> dict[str, float]:
     return {"low_mass": low, "skip_mass": skip, "degraded_mass": low + skip}
 
 
-def pass_table(wl: Workload, tl: Timeline) -> pd.DataFrame:
+def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> pd.DataFrame:
     L = wl.num_layers
     stall = tl.step_stall.reshape(-1, L).sum(axis=1) if L else np.zeros(len(wl.pass_start))
     return pd.DataFrame({
@@ -83,6 +92,7 @@ def pass_table(wl: Workload, tl: Timeline) -> pd.DataFrame:
         "start_ms": tl.pass_start * 1e3,
         "latency_ms": (tl.pass_end - tl.pass_start) * 1e3,
         "stall_ms": stall * 1e3,
+        "bound_ms": (bound if bound is not None else np.full(len(wl.pass_start), np.nan)) * 1e3,
     })
 
 
@@ -103,8 +113,9 @@ def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, .
 
 
 def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: ModelConfig, hw: HardwareConfig,
-              system: SystemConfig, sizing: Any, engine: str, wall_s: float) -> Results:
-    passes = pass_table(wl, tl)
+              system: SystemConfig, sizing: Any, engine: str, wall_s: float, bound: np.ndarray | None = None
+              ) -> Results:
+    passes = pass_table(wl, tl, bound)
     dec_rows = passes[passes.phase == 1]
     pre_rows = passes[passes.phase == 0]
     served = dec.served.astype(float)
@@ -121,6 +132,8 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "precision_rule_mix": rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
+        "bound": {"decode_ms_per_token": _mean(dec_rows.bound_ms / dec_rows.tokens.clip(lower=1)),
+                  "prefill_ms_per_request": _mean(pre_rows.bound_ms)},
         "quality_proxy": _proxy(dec.mass),
         "prefetch": {"issued": dec.prefetch_issued, "used": dec.prefetch_used, "cancelled": tl.cancelled,
                      "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None},
@@ -135,4 +148,6 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "engine": engine, "wall_s": round(wall_s, 3),
         "simulated_s": makespan,
     }
+    dm, bm = summary["decode_ms_per_token"]["mean"], summary["bound"]["decode_ms_per_token"]
+    summary["gap_to_bound"] = dm / bm if dm is not None and bm else None
     return Results(summary, passes, layer_table(wl, dec, tl, trace.meta.layers), dec, tl)

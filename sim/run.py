@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hobbit.sim.bound import pass_bounds
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
@@ -157,7 +158,10 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     dec = Decider(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
                   profile=prof.request_matrices() if prof is not None else None).run()
     tl = time_decisions(wl, dec, cost, system.demand_first, engine)
-    return summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall)
+    res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,
+                    bound=pass_bounds(wl, cost, system))
+    res.workload, res.cost = wl, cost
+    return res
 
 
 def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, engine: str) -> Timeline:

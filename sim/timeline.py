@@ -33,6 +33,7 @@ class Timeline:
     bytes_moved: int = 0  # copies that ran (cancelled prefetches excluded)
     cancelled: int = 0  # prefetches dropped from the queue before they started
     transfer_done: dict[int, float] = field(default_factory=dict)
+    transfer_start: dict[int, float] = field(default_factory=dict)  # copies that ran: when each started
 
     @property
     def makespan(self) -> float:

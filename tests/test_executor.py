@@ -210,7 +210,7 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
 
 def test_validate_reports_the_error(tmp_path, capsys):
     run = tmp_path / "val"
-    assert run_cli(["validate", "scale=32", "requests=1", f"hydra.run.dir={run}"]) == 0
+    assert run_cli(["validate", "scale=32", "requests=1", "timeline=true", f"hydra.run.dir={run}"]) == 0
     v = json.loads((run / "results.json").read_text())["validation"]
     assert set(v) >= {"mape", "bias", "noise_mape", "prefill_mape", "p50_abs_ms", "p95_abs_ms", "tokens", "device"}
     assert v["tokens"] > 0 and v["device"] == "cpu" and v["mape"] >= 0 and v["noise_mape"] >= 0
@@ -224,9 +224,36 @@ def test_validate_reports_the_error(tmp_path, capsys):
     sim_r = json.loads((run / "sim" / "results.json").read_text())
     rep_r = json.loads((run / "replay" / "results.json").read_text())
     assert sim_r["served_mix"] == rep_r["served_mix"] and sim_r["hit_rate"] == rep_r["hit_rate"]
-    for f in ("validation.png", "validation.svg", "report.md", "tokens.parquet"):
+    for f in ("validation.png", "validation.svg", "report.md", "tokens.parquet", "gantt.png", "gantt.svg"):
         assert (run / f).is_file()
     assert "MAPE" in capsys.readouterr().out
+    assert "![schedule](gantt.png)" in (run / "report.md").read_text()
+    _check_validation_timeline(run, pd.read_parquet(run / "sim" / "passes.parquet"))
+
+
+def _check_validation_timeline(run, sim_passes):
+    """timeline.json of a validation: simulated (pid 1) and measured (pid 2), pass p starting at the same time in
+    both; the simulated slices add up to the simulated latency, the measured layers and head to the measured."""
+    from timeline_check import check_format, load, tokens
+
+    doc = load(run / "timeline.json")
+    threads = check_format(doc)
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert procs[1] == "simulated" and procs[2].startswith("measured") and doc["otherData"]["aligned"]
+    sim, real = tokens(threads, 1), tokens(threads, 2)
+    assert len(sim) == len(real) == min(64, len(sim_passes))
+    for (s_tok, _, s_work), (r_tok, r_marks, r_work), row in zip(sim, real, sim_passes.itertuples()):
+        assert s_tok["ts"] == r_tok["ts"] and s_tok["args"]["pass"] == r_tok["args"]["pass"]  # aligned
+        assert s_tok["dur"] / 1e3 == pytest.approx(row.latency_ms, rel=1e-9, abs=1e-5)
+        assert sum(e["dur"] for e in s_work) == pytest.approx(s_tok["dur"], rel=1e-9, abs=1e-3 * len(s_work))
+        assert sum(e["dur"] for e in r_marks) == pytest.approx(r_tok["dur"], rel=1e-9, abs=1e-3 * len(r_marks))
+        assert sum(e["dur"] for e in r_work) <= r_tok["dur"] + 1e-3 * len(r_work)  # the loop's own time: gaps
+        # the same work in both: one slice per expert computed, per copy that ran
+        assert sorted(e["name"] for e in s_work if e["cat"] == "expert") == sorted(
+            e["name"] for e in r_work if e["cat"] == "expert")
+    s_copies = sorted(e["args"]["tid"] for e in threads.get((1, 2), []))
+    r_copies = sorted(e["args"]["tid"] for e in threads.get((2, 2), []))
+    assert s_copies and set(r_copies) <= set(s_copies)  # a measured run may cancel a prefetch the model ran
 
 
 def test_bad_input_is_refused_before_work(tmp_path, capsys):

@@ -90,11 +90,19 @@ def test_one_trace_mode_and_decode_only_traces(tmp_path):
     a = tr.arrays
     keep = np.flatnonzero((a.phase == 1) & (a.request_id < 4))
     path = write_trace(tmp_path / "decode_only.parquet", a.take(keep), tr.meta)
-    cfg = compose("reproduce", ReproduceConfig, [f"out_dir={tmp_path / 'out'}", f"trace={path}", "model=mixtral-8x7b"])
+    cfg = compose("reproduce", ReproduceConfig, [f"out_dir={tmp_path / 'out'}", f"trace={path}", "model=mixtral-8x7b",
+                                                 "timeline=true", "timeline_tokens=0:8"])
     table = reproduce(cfg, tmp_path / "out")
     assert {r["model"] for r in table["rows"]} == {"mixtral-8x7b"}
     assert all(r["prefill_reduction"] is None and r["decode_speedup"] > 0 for r in table["rows"])
     assert "n/a" in (tmp_path / "out" / "reproduce.md").read_text()
+    # timeline=true: every run's timeline beside its summary, 8 decode passes each
+    from timeline_check import check_format, load, tokens
+
+    runs = sorted((tmp_path / "out" / "runs").glob("*.timeline.json"))
+    assert len(runs) == len(list((tmp_path / "out" / "runs").glob("*.json"))) - len(runs) > 0
+    for f in runs:
+        assert len(tokens(check_format(load(f)), 1)) == 8
 
 
 def test_a_trace_without_a_model_is_refused(tmp_path):

@@ -6,7 +6,7 @@ which each expert is needed. Only the oracle bound uses it.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left
 
 from hobbit.sim.policies.base import CacheView, Key, PolicyInputs, Pool
 
@@ -25,7 +25,7 @@ class Belady:
 
     def next_use(self, key: Key, step: int) -> int:
         steps = self.uses.get(key, ())
-        i = bisect_right(steps, step)
+        i = bisect_left(steps, step)
         return steps[i] if i < len(steps) else NEVER
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:

@@ -1,0 +1,150 @@
+"""The schedule of a run as slices on tracks: what a timeline file and a Gantt plot show.
+
+A ``Schedule`` holds, in seconds on the run's own clock, one slice per piece of work:
+- track ``compute``: per pass a ``token`` slice, inside it a slice per ``layer`` and the LM ``head``;
+  inside a layer, its ``dense`` part, ``issue`` (issuing its copies), each ``expert``'s compute, the
+  ``stall`` waiting for a copy, and ``wait cpu`` (the layer's CPU experts still running); a measured
+  run adds ``settle``, the replay's cache bookkeeping after a layer, and shows its loop's own time as gaps;
+- track ``link``: each copy that ran (demand or prefetch, precision, layer, expert, bytes);
+- track ``cpu``: each expert computed on the host CPU;
+and per layer a counter of the copies each pool holds (the decisions' cache occupancy).
+The simulator's schedule comes from re-timing its decisions with the plain engine (equal to
+simpy's to 1e-9, ``tests/test_sim_engine.py``); the executor records its own (``executor.replay``).
+Only the passes in ``window`` are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hobbit.sim.config import ConfigError
+from hobbit.sim.cost import CostModel
+from hobbit.sim.decide import Decisions
+from hobbit.sim.plain import replay
+from hobbit.sim.timeline import Timeline
+from hobbit.sim.workload import Workload
+
+PRECISION = ("high", "low")
+TRACKS = ("compute", "link", "cpu")
+
+
+@dataclass
+class Slice:
+    track: str
+    name: str
+    kind: str  # token | layer | head | dense | issue | expert | stall | wait_cpu | cpu_expert | settle | copy
+    start: float  # seconds
+    end: float
+    pass_index: int
+    args: dict = field(default_factory=dict)
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Schedule:
+    """Slices and cache counters of passes ``window[0]`` to ``window[1] - 1``."""
+
+    slices: list[Slice]
+    counters: list[tuple[float, int, dict[str, int]]]  # (time, pass, {pool: copies held})
+    pass_start: np.ndarray  # [P] of the whole run
+    pass_end: np.ndarray
+    window: tuple[int, int]
+    tracks: tuple[str, ...] = TRACKS  # in display order
+
+
+def parse_window(text: str, n_pass: int) -> tuple[int, int]:
+    """``a:b`` -> passes a to b - 1 (either side may be empty; negative counts from the end), clipped."""
+    parts = str(text).split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        a, b = (int(x) if x.strip() else None for x in parts)
+    except ValueError:
+        raise ConfigError(f"timeline_tokens={text!r} is not a pass range (fix: A:B, e.g. 0:64, 100: or ':' for "
+                          f"all {n_pass} passes)") from None
+    start, stop, _ = slice(a, b).indices(n_pass)
+    return start, max(start, stop)
+
+
+def occupancy(dec: Decisions) -> np.ndarray:
+    """[S, 2] copies each pool holds after each (pass, layer) step, from what the decisions kept and evicted."""
+    delta = np.zeros((len(dec.steps), 2), np.int64)
+    for i, s in enumerate(dec.steps):
+        for _, _, prec in s.kept:
+            delta[i, prec] += 1
+        for _, _, prec in s.evicted:
+            delta[i, prec] -= 1
+    return np.cumsum(delta, axis=0)
+
+
+def build(wl: Workload, dec: Decisions, tl: Timeline, work: list, window: tuple[int, int],
+          copies: dict[int, tuple[float, float]]) -> Schedule:
+    """A schedule from a timeline, its compute/CPU work records (``sim.plain.replay``'s ``rec`` layout) and
+    ``copies`` (tid -> (start, end) of each copy that ran)."""
+    L = wl.num_layers
+    a, b = window
+    out: list[Slice] = []
+    held = occupancy(dec)
+    counters = []
+    copy_info = {}
+    for i in range(a * L, b * L):
+        step = dec.steps[i]
+        for (tid, nbytes, demand), (layer, e, prec) in zip(step.loads, step.load_keys):
+            copy_info[tid] = (step.pass_index, {"layer": layer, "expert": e, "precision": PRECISION[prec],
+                                                "bytes": nbytes, "demand": bool(demand), "tid": tid})
+    for p in range(a, b):
+        t_start, t_end = float(tl.pass_start[p]), float(tl.pass_end[p])
+        phase = "decode" if wl.pass_phase[p] == 1 else "prefill"
+        tokens = wl.pass_end[p] - wl.pass_start[p]
+        out.append(Slice("compute", f"{phase} pass {p}", "token", t_start, t_end, p,
+                         {"pass": p, "request": int(wl.pass_request[p]), "phase": phase, "tokens": int(tokens),
+                          "latency_ms": (t_end - t_start) * 1e3}))
+        begin = t_start
+        for layer in range(L):
+            i = p * L + layer
+            end = float(tl.step_end[i])
+            out.append(Slice("compute", f"layer {layer}", "layer", begin, end, p, {"layer": layer}))
+            counters.append((begin, p, {"high": int(held[i - 1, 0]) if i else 0,
+                                        "low": int(held[i - 1, 1]) if i else 0}))
+            begin = end
+        out.append(Slice("compute", "lm head", "head", begin, t_end, p))  # the pass's end, after its last layer
+    for i, kind, start, end, j in work:
+        p, layer = divmod(i, L)
+        if not a <= p < b or kind == "head":  # the head is the rest of the pass (above)
+            continue
+        step = dec.steps[i]
+        args: dict = {"layer": layer}
+        if kind == "expert":
+            tid, prec, n = step.gpu[j]
+            args.update(expert=step.gpu_keys[j][1], precision=PRECISION[prec], tokens=n,
+                        weights="resident" if tid < 0 else f"copy {tid}")
+            name = f"expert {step.gpu_keys[j][1]} ({PRECISION[prec]})"
+        elif kind == "cpu_expert":
+            args.update(expert=step.cpu_keys[j][1], tokens=step.cpu[j])
+            name = f"expert {step.cpu_keys[j][1]} (cpu)"
+        else:
+            name = {"wait_cpu": "wait cpu"}.get(kind, kind)
+        out.append(Slice("cpu" if kind == "cpu_expert" else "compute", name, kind, float(start), float(end), p, args))
+    for tid, (start, end) in copies.items():
+        info = copy_info.get(tid)
+        if info is None:
+            continue
+        p, args = info
+        name = f"{'load' if args['demand'] else 'prefetch'} L{args['layer']} E{args['expert']} ({args['precision']})"
+        out.append(Slice("link", name, "copy", float(start), float(end), p, args))
+    order = {"token": 0, "layer": 1, "head": 1}
+    out.sort(key=lambda s: (TRACKS.index(s.track), s.start, order.get(s.kind, 2), -s.end))
+    return Schedule(out, counters, np.asarray(tl.pass_start), np.asarray(tl.pass_end), window)
+
+
+def simulated(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, window: tuple[int, int]) -> Schedule:
+    """The simulator's schedule of ``dec``: its decisions re-timed with the plain engine, recording."""
+    work: list = []
+    tl = replay(wl, dec, cost, demand_first, rec=work)
+    copies = {tid: (tl.transfer_start[tid], done) for tid, done in tl.transfer_done.items() if tid in tl.transfer_start}
+    return build(wl, dec, tl, work, window, copies)

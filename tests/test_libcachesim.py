@@ -1,0 +1,119 @@
+"""The cache policies against libCacheSim (github.com/1a1a11a/libCacheSim, the ``libcachesim`` bindings),
+the library cache researchers use, on real routing.
+
+A trace's expert accesses become a request stream: object (layer, expert), size 1, in the order
+the decision walk serves them (pass by pass, layer by layer, a layer's experts in router order,
+each once per pass). hobbit runs the same trace as a system with one precision, no prefetch and a
+cache of ``slots`` experts; its hit ratio (hits / uses) must equal libCacheSim's exactly.
+
+Belady: hobbit's is MIN with the experts of the token-layer being served kept resident (they are
+computed in that layer: no real system can evict them mid-layer). libCacheSim's is MIN without
+that constraint, so it may evict an expert the layer has just used and reach a higher, unreachable
+hit ratio. The constraint is given to libCacheSim exactly by a refresh request per expert at the end
+of its layer (the expert's next access is then within its own layer until the layer ends; refreshes
+are not counted): MIN on that stream must give hobbit's ratio; where a layer has one expert
+(a top-1 projection of the trace) the constraint is empty and plain MIN must give it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hobbit.sim.decide import HIGH_HIT, HIGH_LOAD, Decider
+from hobbit.sim.workload import Workload, build_workload
+
+from sim_helpers import bundled, compose_sim
+
+lcs = pytest.importorskip("libcachesim")
+
+NEVER = 2**62
+SIZES = (64, 128)  # slots: a layer-loop of the bundled trace (32 layers x 2) is 64 experts
+
+
+def layer_accesses(wl: Workload) -> list[list[int]]:
+    """Per (pass, layer), the objects it uses in the decision walk's order (first use within the pass)."""
+    E, out = wl.num_experts, []
+    for a, b in zip(wl.pass_start, wl.pass_end):
+        for layer in range(wl.num_layers):
+            out.append(list(dict.fromkeys(layer * E + e for e in wl.ids[a:b, layer].ravel().tolist())))
+    return out
+
+
+def ours(wl: Workload, policy: str, slots: int) -> float:
+    system = compose_sim("system=on-demand", f"system.cache.policy={policy}").system
+    served = Decider(wl, system, (slots, 0), (1, 1)).run().served
+    return served[HIGH_HIT] / (served[HIGH_HIT] + served[HIGH_LOAD])
+
+
+def theirs(steps: list[list[int]], policy: str, slots: int) -> float:
+    cache = getattr(lcs, policy.upper())(slots)
+    flat = [o for s in steps for o in s]
+    return sum(cache.get(lcs.Request(obj_size=1, obj_id=o + 1)) for o in flat) / len(flat)
+
+
+def theirs_min(steps: list[list[int]], slots: int, layer_resident: bool) -> float:
+    """libCacheSim's Belady; ``layer_resident``: with a refresh request per object at the end of its layer."""
+    seq = [(o, True) for s in steps for o in s] if not layer_resident else [
+        x for s in steps for x in [(o, True) for o in s] + [(o, False) for o in s]]
+    nxt, last = [NEVER] * len(seq), {}
+    for i in range(len(seq) - 1, -1, -1):
+        nxt[i] = last.get(seq[i][0], NEVER)
+        last[seq[i][0]] = i
+    if layer_resident:  # an access's next use is its refresh, at the end of its layer
+        i = 0
+        for s in steps:
+            for j in range(len(s)):
+                nxt[i + j] = i + len(s) + j
+            i += 2 * len(s)
+    cache, hits = lcs.Belady(slots), 0
+    for (o, counted), n in zip(seq, nxt):
+        hit = cache.get(lcs.Request(obj_size=1, obj_id=o + 1, next_access_vtime=n))
+        assert counted or hit, "a refresh missed: the cache is smaller than one layer's experts"
+        hits += counted and hit
+    return hits / sum(len(s) for s in steps)
+
+
+@pytest.fixture(scope="module")
+def workloads(real_traces, tmp_path_factory) -> dict[str, Workload]:
+    """Decode routing: the bundled trace (its first 8 requests), FLAME-MoE-290M teacher-forced as
+    decode, Qwen1.5-MoE's vLLM batches (prefill and decode passes)."""
+    from hobbit.traces.convert import ConvertConfig, convert
+    from hobbit.traces.io import read_trace
+
+    d = tmp_path_factory.mktemp("lcs")
+    flame = convert(ConvertConfig("flame", str(real_traces / "flame-moe-290m-iter5473" /
+                                                "flame_moe_290m_prefill_2048tok.parquet"),
+                                  str(d / "flame.parquet"), teacher_forced_as="decode"))
+    qwen = convert(ConvertConfig("vllm", str(real_traces / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
+                                 str(d / "qwen.parquet")))
+    from sim_helpers import first_requests
+
+    traces = {"bundled": first_requests(bundled(), 8), "flame": read_trace(flame), "qwen": read_trace(qwen)}
+    return {name: build_workload(tr, "none") for name, tr in traces.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bundled", "flame", "qwen"])
+def test_policies_give_libcachesims_hit_ratios(workloads, name):
+    wl = workloads[name]
+    steps = layer_accesses(wl)
+    for slots in SIZES:
+        ratios = {}
+        for policy in ("lru", "fifo", "lfu"):
+            ratios[policy] = ours(wl, policy, slots)
+            assert ratios[policy] == theirs(steps, policy, slots), (name, policy, slots)
+        best = ours(wl, "belady", slots)
+        assert best == theirs_min(steps, slots, layer_resident=True), (name, slots)
+        # MIN without the constraint reaches more: it evicts experts its layer is still computing
+        assert best <= theirs_min(steps, slots, layer_resident=False) + 1e-12
+        assert best > max(ratios.values()), (name, slots, best, ratios)
+
+
+def test_belady_is_libcachesims_min_where_a_layer_uses_one_expert(workloads):
+    wl = workloads["flame"]
+    top1 = dataclasses.replace(wl, top_k=1, ids=wl.ids[:, :, :1].copy(), weights=wl.weights[:, :, :1].copy())
+    steps = layer_accesses(top1)
+    for slots in (8, 32):
+        assert ours(top1, "belady", slots) == theirs_min(steps, slots, layer_resident=False), slots
