@@ -114,8 +114,8 @@ def plot_gantt(runs: list[tuple[str, Any]], out: Path, passes: int = 3, align: b
                 f"expert {sl.args['precision']}" if sl.kind == "expert"
                 else f"copy {'demand' if sl.args['demand'] else 'prefetch'}")
             start = (sl.start + _shift(s, off, sl.pass_index)) * 1e3
-            ax.broken_barh([(start, sl.dur * 1e3)], (y - 0.38, 0.76), facecolors=_color(sl), edgecolor="white",
-                           linewidth=0.2, label=None if label in seen else label)
+            ax.broken_barh([(start, sl.dur * 1e3)], (y - 0.38, 0.76), facecolors=_color(sl), edgecolor="none",
+                           linewidth=0, label=None if label in seen else label)
             seen.add(label)
         for p in range(a, last):
             x = (s.pass_start[p] + _shift(s, off, p)) * 1e3
