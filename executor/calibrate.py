@@ -9,7 +9,8 @@
   per token count (interpolated; its cost is flat until it turns compute-bound, no line fits);
 - contention: the link while the compute stream works, and the dense part and a high-
   and a low-precision expert while copies run, each against itself alone in the same
-  round (``ContentionProbe``);
+  round (``ContentionProbe``); the same step's calls alone, against the probes above, give
+  what each part costs more per call inside a decode step (``step_*``);
 - the replay loop's own cost per layer: a run with every expert resident, minus what
   the measured parts predict for it.
 Rounds after a warm-up, each going through every part and shape in turn (``calibrate``), reduced by
@@ -180,6 +181,7 @@ class DenseProbe:
 
 
 CONTENTION_S = 0.06  # seconds of copies per measurement
+STEP_CONTEXT = 300  # the context of the decode step the contention probe runs
 
 
 class ContentionProbe:
@@ -195,7 +197,7 @@ class ContentionProbe:
         dense = Dense(store, 600)
         self.kinds: dict[str, Callable[[], object]] = {}
         layers = _Cycle(range(m.num_layers))
-        self.kinds["dense"] = lambda: dense.layer(x, layers.next(), 300)
+        self.kinds["dense"] = lambda: dense.layer(x, layers.next(), STEP_CONTEXT)
         for name, cls in (("high", HIGH), ("low", LOW)):
             k = store.kernels[cls]
             keys = every[: max(1, -(-ROTATION_BYTES // k.nbytes))]
@@ -293,10 +295,18 @@ def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None
     link_ratio = min(1.0, float(np.median(np.concatenate([v[:, 3] / v[:, 2] for v in cont.values()]))))
     progress(f"  contention: the link at x{link_ratio:.3f} of its bandwidth while computing; compute while copying: "
              f"dense x{f['dense']:.3f}, high expert x{f['high']:.3f}, low expert x{f['low']:.3f}")
+    # in a decode step each part costs more per call than its probe measures back to back; the step's own
+    # calls without copies (the contention probe's other half) against the probes at one token
+    alone = {k: float(pick(v[:, 1], statistic)) for k, v in cont.items()}
+    step = {"dense": max(0.0, alone["dense"] - float(coef @ [1.0, 1.0, 1.0 * STEP_CONTEXT])),
+            "high": max(0.0, alone["high"] - ex["high"][0]), "low": max(0.0, alone["low"] - ex["low"][0])}
+    progress(f"  in a decode step, per call: dense +{step['dense'] * 1e6:.1f} us, high expert "
+             f"+{step['high'] * 1e6:.1f} us, low expert +{step['low'] * 1e6:.1f} us over their probes")
     return ProfileConfig(model=m.name, hidden_size=m.hidden_size, expert_ffn=m.expert_ffn, device=device_name,
                          link_t0_s=t0, link_gbps=gbps, dense_s=[float(v) for v in coef],
                          other_s=[float(v) for v in other], head_s=[float(v) for v in head_s], layer_overhead_s=0.0,
                          copy_issue_s=issue_s, expert_tokens=list(EXPERT_TOKENS), expert_high_s=ex["high"],
                          expert_low_s=ex["low"], cpu_expert_s=ex["cpu"], busy_link_gbps=gbps * link_ratio,
                          busy_dense_factor=f["dense"], busy_expert_high_factor=f["high"],
-                         busy_expert_low_factor=f["low"])
+                         busy_expert_low_factor=f["low"], step_dense_s=step["dense"], step_expert_high_s=step["high"],
+                         step_expert_low_s=step["low"])

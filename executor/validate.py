@@ -57,36 +57,74 @@ def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     return res, wl, rep.run()
 
 
+PARTS = ("dense", "issue", "expert", "stall", "cpu_expert", "head")  # the work the cost model charges
+
+
 def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min") -> float:
-    """Seconds per layer the replay loop adds to the measured parts: a pass with every expert
-    resident (static placement, no copies), per pass the runs reduced by ``statistic``, measured
-    minus modelled, per layer, the median over the passes.
-    Zero when the loop runs faster than its parts: this run has no copies, and on a CPU the
-    copies of a real run slow the compute (they share the memory bus), which no negative
-    correction measured without them should hide."""
+    """Seconds per layer the replay loop spends outside the parts the cost model charges (its
+    bookkeeping, the time between the parts): recorded replays with every expert resident (static
+    placement, no copies), per decode pass its latency less its recorded parts, per layer; the
+    median over the passes, the runs reduced by ``statistic``. Measured directly, not as what is
+    left of a model, so an error of the parts' model stays visible as the validation's error."""
     system = SystemConfig(name="resident", placement="static", n_cpu_moe=0)
     system = dataclasses.replace(system, precision=dataclasses.replace(system.precision, mode="high"),
                                  prefetch=dataclasses.replace(system.prefetch, kind="none"))
     model = store.model
     big = dataclasses.replace(hw, device_memory_bytes=10**15)  # placement: everything fits
     run_pair(trace, model, big, system, store, engine="plain")  # warm-up: first-call costs out of the way
-    runs = [run_pair(trace, model, big, system, store, engine="plain") for _ in range(OVERHEAD_RUNS)]
-    res, wl, _ = runs[0]
-    decode = np.asarray(wl.pass_phase) == 1
-    measured = pick(np.stack([(tl.pass_end - tl.pass_start)[decode] for _, _, tl in runs]), statistic, axis=0)
-    modelled = (res.timeline.pass_end - res.timeline.pass_start)[decode]
-    return max(float(np.median(measured - modelled)) / wl.num_layers, 0.0)
+    per_run = []
+    for _ in range(OVERHEAD_RUNS):
+        reps: list = []
+        _, wl, tl = run_pair(trace, model, big, system, store, "plain", replayers=reps)
+        L = wl.num_layers
+        parts = np.zeros(len(wl.pass_start))
+        for i, kind, start, end, _ in reps[0].work:
+            if kind in PARTS:
+                parts[i // L] += end - start
+        decode = np.asarray(wl.pass_phase) == 1
+        per_run.append(float(np.median(((tl.pass_end - tl.pass_start) - parts)[decode])) / L)
+    return max(float(pick(np.array(per_run), statistic)), 0.0)
+
+
+COPY_PROBE_FRACTION = 0.35  # the pools of the replay that measures the cost of a copy to the compute stream
+
+
+def copy_cost(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min",
+              copy_cpu: int | None = None) -> float:
+    """Seconds of the compute stream per copy in a replay: issuing it (``Replayer._issue``) and the cache's
+    bookkeeping for it after its layer (``_settle``), from recorded replays of HOBBIT on ``trace`` with pools
+    of ``COPY_PROBE_FRACTION`` of the experts. A layer's bookkeeping without copies (the median over such
+    layers) is the loop's own, counted by ``loop_overhead``, and taken out."""
+    system = cache_system(SystemConfig(), store, store.model, COPY_PROBE_FRACTION)
+    per_copy = []
+    for _ in range(OVERHEAD_RUNS):
+        reps: list = []
+        res, _, _ = run_pair(trace, store.model, hw, system, store, "plain", copy_cpu, reps)
+        steps = res.decisions.steps
+        copies = sum(len(s.loads) for s in steps)
+        issue = sum(end - start for _, kind, start, end, _ in reps[0].work if kind == "issue")
+        settle = {i: end - start for i, kind, start, end, _ in reps[0].work if kind == "settle"}
+        quiet = [settle[i] for i, s in enumerate(steps) if not (s.loads or s.evicted or s.kept or s.cancel)]
+        empty = float(np.median(quiet)) if quiet else 0.0
+        if copies:
+            per_copy.append((issue + sum(settle.values()) - empty * len(steps)) / copies)
+    return max(float(pick(np.array(per_copy), statistic)), 0.0) if per_copy else hw.profile.copy_issue_s
 
 
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
                  progress=print, copy_cpu: int | None = None, statistic: str = "min") -> HardwareConfig:
-    """Calibrate the parts, then the loop overhead on ``trace``'s first request."""
+    """Calibrate the parts, then the loop overhead and the cost of a copy on ``trace``'s first request."""
     trace = first_layers(trace, store.model.num_layers)
     hw = profile_hardware(calibrate(store, device.type, progress, copy_cpu, statistic), device, pair)
     progress("  replay loop overhead per layer")
-    over = loop_overhead(store, hw, _requests(trace, 0, 1), statistic)
+    first = _requests(trace, 0, 1)
+    over = loop_overhead(store, hw, first, statistic)
     progress(f"    {over * 1e6:.1f} us per layer")
-    return dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, layer_overhead_s=over))
+    hw = dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, layer_overhead_s=over))
+    per_copy = copy_cost(store, hw, first, statistic, copy_cpu)
+    progress(f"  a copy in a replay costs the compute stream {per_copy * 1e6:.1f} us (issuing it and the cache's "
+             f"bookkeeping; {hw.profile.copy_issue_s * 1e6:.1f} us to submit it alone)")
+    return dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, copy_issue_s=per_copy))
 
 
 def cache_system(system: SystemConfig, store: HostStore, model: ModelConfig, fraction: float) -> SystemConfig:

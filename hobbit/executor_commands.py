@@ -111,7 +111,10 @@ def _report(v: Validation, plots: list[Path]) -> str:
             f"{s['copies_measured_gbps']:.2f} GB/s), issuing a copy {p['copy_issue_s'] * 1e6:.1f} us; contention: the "
             f"link at {p['busy_link_gbps']:.2f} GB/s while computing, compute while copying: dense "
             f"x{p['busy_dense_factor']:.3f}, high expert x{p['busy_expert_high_factor']:.3f}, low expert "
-            f"x{p['busy_expert_low_factor']:.3f}; replay loop {p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n"
+            f"x{p['busy_expert_low_factor']:.3f}; in a decode step, per call, the dense part "
+            f"+{p.get('step_dense_s', 0.0) * 1e6:.1f} us, a high expert +{p.get('step_expert_high_s', 0.0) * 1e6:.1f} us, "
+            f"a low one +{p.get('step_expert_low_s', 0.0) * 1e6:.1f} us over their probes; replay loop "
+            f"{p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n"
             f"![validation]({plots[0].name})\n"
             + "".join(f"\n![schedule]({p.name})\n" for p in plots if p.stem == "gantt" and p.suffix == ".png"))
 

@@ -102,15 +102,17 @@ class ProfileConfig:
     When a hardware config carries a profile, the cost model uses it instead of the
     roofline: copies t0 + bytes / B; the dense part of a layer a + b*T + c*T*C (T tokens,
     C context) plus the executor's per-layer overhead; the LM head and an expert's SwiGLU
-    interpolated in the token count (the head a + b*T in profiles without ``head_s``). Contention (``busy_*``): copies and compute
-    measured while the other runs; the engines charge them over the time both overlap.
+    interpolated in the token count (the head a + b*T in profiles without ``head_s``); ``step_*`` added to each call
+    of a part. Contention (``busy_*``): copies and compute measured while the other runs; the engines charge them
+    over the time both overlap.
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
         "hidden_size": ">=1", "expert_ffn": ">=1", "link_t0_s": ">=0", "link_gbps": ">0",
         "layer_overhead_s": ">=0", "expert_tokens": ">=1", "expert_high_s": ">=0", "expert_low_s": ">=0",
         "cpu_expert_s": ">=0", "head_s": ">=0", "copy_issue_s": ">=0", "busy_link_gbps": ">=0", "busy_dense_factor": ">0", "busy_expert_high_factor": ">0",
-        "busy_expert_low_factor": ">0",  # dense_s and other_s are fitted coefficients: finite, of either sign
+        "busy_expert_low_factor": ">0", "step_dense_s": ">=0", "step_expert_high_s": ">=0",
+        "step_expert_low_s": ">=0",  # dense_s and other_s are fitted coefficients: finite, of either sign
     }
 
     model: str = ""  # what it was measured for: name and the two widths that set every size
@@ -123,7 +125,7 @@ class ProfileConfig:
     other_s: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a, b
     head_s: list[float] = field(default_factory=list)  # the LM head per expert_tokens count (replaces other_s)
     layer_overhead_s: float = 0.0  # the replay loop per layer beyond its measured parts
-    copy_issue_s: float = 0.0  # the compute stream's time to issue one copy (bookkeeping and submission)
+    copy_issue_s: float = 0.0  # the compute stream's time per copy: issuing it and the cache's bookkeeping for it
     expert_tokens: list[int] = field(default_factory=list)
     expert_high_s: list[float] = field(default_factory=list)
     expert_low_s: list[float] = field(default_factory=list)
@@ -133,6 +135,12 @@ class ProfileConfig:
     busy_dense_factor: float = 1.0  # the dense part's time while a copy runs, over its time alone
     busy_expert_high_factor: float = 1.0  # a high-precision expert's, likewise
     busy_expert_low_factor: float = 1.0  # a low-precision expert's, likewise
+    # what a part costs more per call inside a decode step (dense, a high and a low expert in turn, as the replay
+    # runs them) than its own probe measures back to back: caches, predictors and TLBs as the other parts leave
+    # them; added to every call of the part (0: not measured)
+    step_dense_s: float = 0.0
+    step_expert_high_s: float = 0.0
+    step_expert_low_s: float = 0.0
 
 
 @dataclass(frozen=True)

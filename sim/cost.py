@@ -116,7 +116,9 @@ class CostModel:
         """Attention, router, norms and shared experts of one MoE layer for ``tokens`` new tokens."""
         if self.hw.profile is not None:
             a, b, c = self.hw.profile.dense_s
-            return max(self.layer_scale * (a + b * tokens + c * tokens * context) + self.hw.profile.layer_overhead_s, 0.0)
+            step = self.hw.profile.step_dense_s
+            return max(self.layer_scale * (a + b * tokens + c * tokens * context + step)
+                       + self.hw.profile.layer_overhead_s, 0.0)
         m = self.model
         kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
         nbytes = m.dense_bytes_per_layer() + kv_per_layer * context
@@ -140,7 +142,8 @@ class CostModel:
         if self.hw.profile is not None:
             prof = self.hw.profile
             table = prof.expert_high_s if cls == HIGH else prof.expert_low_s
-            return interp(tokens, prof.expert_tokens, table)
+            step = prof.step_expert_high_s if cls == HIGH else prof.step_expert_low_s
+            return interp(tokens, prof.expert_tokens, table) + step
         nbytes = self.expert_bytes(cls)
         bw = self._mem_bps * (1.0 if cls == HIGH else self.hw.low_precision_efficiency)
         flops = 2 * self.model.expert_params * tokens
