@@ -60,11 +60,23 @@ class Rotation:
         return Copy(tid, src[:size], dst[:size], demand)
 
 
-def pick(values, statistic: str, axis: int | None = None):
-    """The rounds' ``min`` or ``median`` (``axis`` as numpy's)."""
+SAMPLES = 5  # a minimum is taken over this many samples, as a replayed token's is (validate's replays default)
+
+
+def pick(values, statistic: str, axis: int | None = None, group: int = 0):
+    """The rounds' ``min`` or ``median`` (``axis`` as numpy's). With ``group`` (axis 0 only), ``min`` is the
+    fastest of ``group`` samples averaged over the groups the rounds make: the minimum of more samples is
+    lower, so a profile must take the same number as the measurement it predicts (a replayed token's
+    minimum over the replays), or the comparison is biased by the statistic alone."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic} must be one of {STATISTICS}")
-    return np.min(values, axis=axis) if statistic == "min" else np.median(values, axis=axis)
+    if statistic == "median":
+        return np.median(values, axis=axis)
+    v = np.asarray(values)
+    if group and axis == 0 and v.shape[0] >= 2 * group:
+        n = v.shape[0] // group
+        return np.mean(np.min(v[: n * group].reshape(n, group, *v.shape[1:]), axis=1), axis=0)
+    return np.min(v, axis=axis)
 
 
 class LinkProbe:
@@ -253,7 +265,8 @@ ROUNDS = 15  # calibration rounds; each measures every shape of every part once,
 
 
 def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None] = print,
-              copy_cpu: int | None = None, statistic: str = "min", rounds: int = ROUNDS) -> ProfileConfig:
+              copy_cpu: int | None = None, statistic: str = "min", rounds: int = ROUNDS,
+              group: int = SAMPLES) -> ProfileConfig:
     """Measure everything but the loop overhead (see ``loop_overhead``) in ``rounds`` rounds after a
     warm-up one. Each round goes through every part (link, experts, dense part and head,
     contention) and every shape in turn, so that each value's samples are spread over the whole
@@ -277,14 +290,15 @@ def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None
                 contention.close()
         finally:
             link.close()
-    link_s = pick(np.array([s[0][0] for s in samples]), statistic, axis=0)
-    issue_s = float(pick(np.array([s[0][1] for s in samples]).ravel(), statistic))
+    link_s = pick(np.array([s[0][0] for s in samples]), statistic, axis=0, group=group)
+    issue_s = float(np.min(pick(np.array([s[0][1] for s in samples]), statistic, axis=0, group=group)))
     slope, t0 = np.polyfit(np.array(link.sizes, float), link_s, 1)
     t0, gbps = max(float(t0), 0.0), float(1.0 / max(slope, 1e-15) / 1e9)
     progress(f"  link: t0 {t0 * 1e6:.1f} us, {gbps:.2f} GB/s (64 KB to one expert); issuing a copy {issue_s * 1e6:.1f} us")
-    ex = {k: [float(v) for v in pick(np.array([s[1][k] for s in samples]), statistic, axis=0)] for k in experts.runs}
-    layer_s = pick(np.array([s[2][0] for s in samples]), statistic, axis=0)
-    head_s = pick(np.array([s[2][1] for s in samples]), statistic, axis=0)
+    ex = {k: [float(v) for v in pick(np.array([s[1][k] for s in samples]), statistic, axis=0, group=group)]
+          for k in experts.runs}
+    layer_s = pick(np.array([s[2][0] for s in samples]), statistic, axis=0, group=group)
+    head_s = pick(np.array([s[2][1] for s in samples]), statistic, axis=0, group=group)
     coef = _relative_fit(np.array([[1.0, t, t * c] for t, c in DENSE_SHAPES]), layer_s)
     other = _relative_fit(np.array([[1.0, t] for t in EXPERT_TOKENS]), head_s)
     progress(f"  experts at 1 token: high {ex['high'][0] * 1e3:.3f} ms, low {ex['low'][0] * 1e3:.3f} ms, "
@@ -297,7 +311,7 @@ def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None
              f"dense x{f['dense']:.3f}, high expert x{f['high']:.3f}, low expert x{f['low']:.3f}")
     # in a decode step each part costs more per call than its probe measures back to back; the step's own
     # calls without copies (the contention probe's other half) against the probes at one token
-    alone = {k: float(pick(v[:, 1], statistic)) for k, v in cont.items()}
+    alone = {k: float(pick(v[:, 1], statistic, axis=0, group=group)) for k, v in cont.items()}
     step = {"dense": max(0.0, alone["dense"] - float(coef @ [1.0, 1.0, 1.0 * STEP_CONTEXT])),
             "high": max(0.0, alone["high"] - ex["high"][0]), "low": max(0.0, alone["low"] - ex["low"][0])}
     progress(f"  in a decode step, per call: dense +{step['dense'] * 1e6:.1f} us, high expert "

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hobbit.executor.calibrate import calibrate, pick
+from hobbit.executor.calibrate import SAMPLES, calibrate, pick
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor.replay import Replayer
 from hobbit.executor.setup import pinned, prepare
@@ -60,7 +60,8 @@ def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
 PARTS = ("dense", "issue", "expert", "stall", "cpu_expert", "head")  # the work the cost model charges
 
 
-def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min") -> float:
+def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min",
+                  runs: int = OVERHEAD_RUNS) -> float:
     """Seconds per layer the replay loop spends outside the parts the cost model charges (its
     bookkeeping, the time between the parts): recorded replays with every expert resident (static
     placement, no copies), per decode pass its latency less its recorded parts, per layer; the
@@ -73,7 +74,7 @@ def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic:
     big = dataclasses.replace(hw, device_memory_bytes=10**15)  # placement: everything fits
     run_pair(trace, model, big, system, store, engine="plain")  # warm-up: first-call costs out of the way
     per_run = []
-    for _ in range(OVERHEAD_RUNS):
+    for _ in range(runs):
         reps: list = []
         _, wl, tl = run_pair(trace, model, big, system, store, "plain", replayers=reps)
         L = wl.num_layers
@@ -90,14 +91,14 @@ COPY_PROBE_FRACTION = 0.35  # the pools of the replay that measures the cost of 
 
 
 def copy_cost(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min",
-              copy_cpu: int | None = None) -> float:
+              copy_cpu: int | None = None, runs: int = OVERHEAD_RUNS) -> float:
     """Seconds of the compute stream per copy in a replay: issuing it (``Replayer._issue``) and the cache's
     bookkeeping for it after its layer (``_settle``), from recorded replays of HOBBIT on ``trace`` with pools
     of ``COPY_PROBE_FRACTION`` of the experts. A layer's bookkeeping without copies (the median over such
     layers) is the loop's own, counted by ``loop_overhead``, and taken out."""
     system = cache_system(SystemConfig(), store, store.model, COPY_PROBE_FRACTION)
     per_copy = []
-    for _ in range(OVERHEAD_RUNS):
+    for _ in range(runs):
         reps: list = []
         res, _, _ = run_pair(trace, store.model, hw, system, store, "plain", copy_cpu, reps)
         steps = res.decisions.steps
@@ -112,16 +113,18 @@ def copy_cost(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str
 
 
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
-                 progress=print, copy_cpu: int | None = None, statistic: str = "min") -> HardwareConfig:
-    """Calibrate the parts, then the loop overhead and the cost of a copy on ``trace``'s first request."""
+                 progress=print, copy_cpu: int | None = None, statistic: str = "min",
+                 samples: int = SAMPLES) -> HardwareConfig:
+    """Calibrate the parts, then the loop overhead and the cost of a copy on ``trace``'s first request;
+    a minimum is taken over ``samples`` samples (``pick``), as many as a replayed token's."""
     trace = first_layers(trace, store.model.num_layers)
-    hw = profile_hardware(calibrate(store, device.type, progress, copy_cpu, statistic), device, pair)
+    hw = profile_hardware(calibrate(store, device.type, progress, copy_cpu, statistic, group=samples), device, pair)
     progress("  replay loop overhead per layer")
     first = _requests(trace, 0, 1)
-    over = loop_overhead(store, hw, first, statistic)
+    over = loop_overhead(store, hw, first, statistic, runs=samples)
     progress(f"    {over * 1e6:.1f} us per layer")
     hw = dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, layer_overhead_s=over))
-    per_copy = copy_cost(store, hw, first, statistic, copy_cpu)
+    per_copy = copy_cost(store, hw, first, statistic, copy_cpu, runs=samples)
     progress(f"  a copy in a replay costs the compute stream {per_copy * 1e6:.1f} us (issuing it and the cache's "
              f"bookkeeping; {hw.profile.copy_issue_s * 1e6:.1f} us to submit it alone)")
     return dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, copy_issue_s=per_copy))
@@ -205,7 +208,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
             progress(f"compute pinned to core(s) {sorted(os.sched_getaffinity(0))}, the copy thread to core {copy_cpu}")
         if hw is None:
             progress(f"calibrating {model.name} on {device}")
-            hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic)
+            hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic, samples=cfg.replays)
         system = cache_system(cfg.system, store, model, cfg.cache_fraction)
         progress(f"replaying {measured.num_tokens} tokens ({cfg.requests} requests) {cfg.replays} times after a "
                  f"warm-up request")

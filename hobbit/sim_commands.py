@@ -39,7 +39,8 @@ def sim_main(cfg: SimConfig) -> None:
     d = s["decode_ms_per_token"]
     print(f"{s['system']} on {s['hardware']}, {s['model']}: decode {d['mean']:.2f} ms/token (p95 {d['p95']:.2f}), "
           f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
-          f"link busy {s['link_busy_fraction']:.2f}")
+          f"link busy {s['link_busy_fraction']:.2f}"
+          + (f"; {s['gap_to_bound']:.2f}x its bound" if s.get("gap_to_bound") else ""))
     print(f"results in {paths[-1].parent.resolve()}")
 
 

@@ -311,3 +311,19 @@ def test_calibration_fits_and_replay_statistics_drop_disturbances():
     a, b = runs()[:2]  # latencies (1, 1, 1) and (1, 6, 1)
     assert noise(wl, [a, b]) == pytest.approx(((5 / 6) / 3 + 5 / 3) / 2)
     assert noise(wl, [a, a]) == 0.0
+
+
+def test_a_profiles_minimum_takes_as_many_samples_as_a_replayed_tokens():
+    """The minimum of more samples is lower: 15 calibration rounds reduce to the mean of three minima of
+    five, what a token's minimum over five replays estimates."""
+    from hobbit.executor.calibrate import pick
+
+    rounds = np.array([[5, 4, 3, 2, 1, 9, 8, 7, 6, 6, 3, 3, 3, 3, 3.0]]).T * [1, 10]  # [rounds, values]
+    assert np.allclose(pick(rounds, "min", axis=0, group=5), [(1 + 6 + 3) / 3, (10 + 60 + 30) / 3])
+    assert np.allclose(pick(rounds, "min", axis=0), [1, 10])
+    assert np.allclose(pick(rounds, "median", axis=0, group=5), [3, 30])
+    assert pick(rounds[:7, 0], "min", axis=0, group=5) == 1  # fewer than two groups: the plain minimum
+    rng = np.random.default_rng(0)  # on noise, the grouped minimum estimates the minimum of five
+    x = rng.normal(1.0, 0.1, (300_000, 1))
+    assert pick(x, "min", axis=0, group=5)[0] == pytest.approx(np.min(x[:5000].reshape(1000, 5), axis=1).mean(),
+                                                               abs=0.005)
