@@ -28,6 +28,22 @@ def real_traces() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_converted(real_traces, tmp_path_factory) -> dict:
+    """The shared real traces as schema-v1 traces: FLAME-MoE-290M's 2,048 teacher-forced tokens replayed as
+    decode, and Qwen1.5-MoE's vLLM batches (warm-up passes dropped)."""
+    from hobbit.traces.convert import ConvertConfig, convert
+    from hobbit.traces.io import read_trace
+
+    d = tmp_path_factory.mktemp("real")
+    flame = convert(ConvertConfig("flame", str(real_traces / "flame-moe-290m-iter5473" /
+                                                "flame_moe_290m_prefill_2048tok.parquet"),
+                                  str(d / "flame.parquet"), teacher_forced_as="decode"))
+    qwen = convert(ConvertConfig("vllm", str(real_traces / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
+                                 str(d / "qwen.parquet")))
+    return {"flame": read_trace(flame), "qwen": read_trace(qwen)}
+
+
+@pytest.fixture(scope="session")
 def synthetic_small():
     from hobbit.traces.synthetic import SyntheticConfig, generate
 

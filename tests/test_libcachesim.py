@@ -24,7 +24,7 @@ import pytest
 from hobbit.sim.decide import HIGH_HIT, HIGH_LOAD, Decider
 from hobbit.sim.workload import Workload, build_workload
 
-from sim_helpers import bundled, compose_sim
+from sim_helpers import bundled, compose_sim, first_requests
 
 lcs = pytest.importorskip("libcachesim")
 
@@ -76,21 +76,10 @@ def theirs_min(steps: list[list[int]], slots: int, layer_resident: bool) -> floa
 
 
 @pytest.fixture(scope="module")
-def workloads(real_traces, tmp_path_factory) -> dict[str, Workload]:
+def workloads(real_converted) -> dict[str, Workload]:
     """Decode routing: the bundled trace (its first 8 requests), FLAME-MoE-290M teacher-forced as
     decode, Qwen1.5-MoE's vLLM batches (prefill and decode passes)."""
-    from hobbit.traces.convert import ConvertConfig, convert
-    from hobbit.traces.io import read_trace
-
-    d = tmp_path_factory.mktemp("lcs")
-    flame = convert(ConvertConfig("flame", str(real_traces / "flame-moe-290m-iter5473" /
-                                                "flame_moe_290m_prefill_2048tok.parquet"),
-                                  str(d / "flame.parquet"), teacher_forced_as="decode"))
-    qwen = convert(ConvertConfig("vllm", str(real_traces / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
-                                 str(d / "qwen.parquet")))
-    from sim_helpers import first_requests
-
-    traces = {"bundled": first_requests(bundled(), 8), "flame": read_trace(flame), "qwen": read_trace(qwen)}
+    traces = {"bundled": first_requests(bundled(), 8), **real_converted}
     return {name: build_workload(tr, "none") for name, tr in traces.items()}
 
 

@@ -29,17 +29,8 @@ def test_bundled_trace_on_an_rtx4090():
 
 
 @pytest.fixture(scope="module")
-def real(real_traces, tmp_path_factory):
-    from hobbit.traces.convert import ConvertConfig, convert
-    from hobbit.traces.io import read_trace
-
-    d = tmp_path_factory.mktemp("real")
-    flame = convert(ConvertConfig("flame", str(real_traces / "flame-moe-290m-iter5473" /
-                                                "flame_moe_290m_prefill_2048tok.parquet"),
-                                  str(d / "flame.parquet"), teacher_forced_as="decode"))
-    qwen = convert(ConvertConfig("vllm", str(real_traces / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
-                                 str(d / "qwen.parquet")))
-    return {"flame": read_trace(flame), "qwen": read_trace(qwen)}
+def real(real_converted):
+    return real_converted
 
 
 @pytest.mark.parametrize("name,model,memory", [
