@@ -187,3 +187,20 @@ def test_writer_validates_each_batch(tmp_path, synthetic_small):
     with pytest.raises(TraceError, match="out of range"):
         write_trace(tmp_path / "t.parquet", a, meta)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("field", ["num_layers", "num_experts"])
+def test_a_header_declaring_more_layers_or_experts_than_int16_is_refused(field, tmp_path):
+    """Layer and expert ids are int16 columns: a larger model is refused from its header, before anything is
+    sized by it (a JSONL header with num_layers = 2**40 once exhausted memory)."""
+    from hobbit.traces.convert import ConvertConfig, convert
+    from hobbit.traces.schema import InputError
+
+    model = {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2, "weight_rule": "softmax_renorm", field: 2**40}
+    rows = [{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": layer, "expert_ids": [0, 1],
+             "gate_weights": [0.6, 0.4]} for layer in range(2)]
+    src = tmp_path / "big.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in [{"hobbit_trace_header": 1, "model": model, "lookahead_depth": 0},
+                                                      *rows]) + "\n")
+    with pytest.raises(InputError, match=f"model.{field} must fit in int16"):
+        convert(ConvertConfig("jsonl", str(src), str(tmp_path / "out.parquet")))

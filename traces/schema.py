@@ -96,8 +96,9 @@ class ModelSpec:
                 raise ValueError(f"model.{name} must be >= {0 if name == 'shared_experts' else 1}, got {v}")
         if self.top_k > self.num_experts:
             raise ValueError(f"model.top_k ({self.top_k}) exceeds model.num_experts ({self.num_experts})")
-        if self.num_experts > INT16_MAX:
-            raise ValueError("model.num_experts must fit in int16")
+        for name in ("num_layers", "num_experts"):  # a layer and an expert id are int16 columns
+            if getattr(self, name) > INT16_MAX:
+                raise ValueError(f"model.{name} must fit in int16 (at most {INT16_MAX}), got {getattr(self, name)}")
         if self.weight_rule not in WEIGHT_RULES:
             raise ValueError(f"model.weight_rule '{self.weight_rule}' is not one of {sorted(WEIGHT_RULES)}")
 
