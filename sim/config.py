@@ -235,13 +235,18 @@ class CacheBase:
     resident weights, KV cache and the reserve, split by ``high_fraction``.
     """
 
-    LIMITS: ClassVar[dict[str, str]] = {"high_bytes": ">=-1", "low_bytes": ">=-1", "high_fraction": "[0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {"high_bytes": ">=-1", "low_bytes": ">=-1", "high_fraction": "[0,1]",
+                                        "layer_slots": ">=0", "layer_share": "[0,1]"}
 
     policy: str = "multidim"
     high_bytes: int = -1
     low_bytes: int = -1
     high_fraction: float = 0.75  # the paper keeps the high-precision pool larger
     per_layer: bool = False  # split each pool evenly across layers (MoE-Offloading)
+    # caps on a pool's slots per layer, the memory permitting (0: none): a count (llama.cpp's --moe-expert-cache N),
+    # or a share of a layer's experts, at least 4 x top-k (TEC's capacity rule, -c)
+    layer_slots: int = 0
+    layer_share: float = 0.0
 
 
 PrefetchConfig = with_policy_nodes(PrefetchBase, "PrefetchConfig", PREFETCH)
@@ -257,7 +262,8 @@ def policy_knobs(node: Any, name: str) -> Any:
 class SystemConfig:
     """An offloading system: precision, prefetch and cache policies, and CPU help."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"n_cpu_moe": ">=-1", "cpu_kernel_efficiency": "(0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {"n_cpu_moe": ">=-1", "cpu_kernel_efficiency": "(0,1]", "cpu_insert": ">=0",
+                                        "split_threshold": ">=0", "split_max_fetch": ">=-1"}
 
     name: str = "hobbit"
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
@@ -265,8 +271,17 @@ class SystemConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     demand_first: bool = True  # a demand load goes ahead of queued (not in-flight) prefetches
     # a miss not skipped: never (loaded) | always (computed on the CPU from host memory) | faster (on the CPU when
-    # that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode)
+    # that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode) | split
+    # (FreeToken's hybrid backend: a layer's misses split between copies and the CPU so that both finish together)
     cpu_misses: str = "never"
+    # a miss computed on the CPU is also copied into the cache behind it, evicting, up to this many per layer and
+    # forward pass (llama.cpp's --moe-expert-cache-inserts); 0: none (cpu_misses=faster still fills empty slots)
+    cpu_insert: int = 0
+    # split: the CPU takes misses only where a copy takes this many times as long as the CPU's computation of the
+    # expert (FreeToken's auto backend: CPU bandwidth over twice the link's); split_max_fetch caps the copies per
+    # layer and pass (-1: none, its --moe-hybrid-max-fetch)
+    split_threshold: float = 2.0
+    split_max_fetch: int = -1
     # this system's CPU expert kernel relative to the hardware's cpu_* figures (which describe Fiddler's
     # AVX512 kernel: HOBBIT quotes ~3 ms per Mixtral expert for Fiddler and ~5 ms for llama.cpp)
     cpu_kernel_efficiency: float = 1.0
@@ -298,8 +313,8 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.prefetch.max_depth={s.prefetch.max_depth} must be in 1..8")
     if not 0.0 <= s.prefetch.fallback_accuracy <= 1.0:
         raise ConfigError(f"system.prefetch.fallback_accuracy={s.prefetch.fallback_accuracy} must be in [0, 1]")
-    if s.cpu_misses not in ("never", "always", "faster"):
-        raise ConfigError(f"system.cpu_misses={s.cpu_misses} must be never, always or faster")
+    if s.cpu_misses not in ("never", "always", "faster", "split"):
+        raise ConfigError(f"system.cpu_misses={s.cpu_misses} must be never, always, faster or split")
     if s.placement not in ("cache", "static", "popular"):
         raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
     if not 0.0 <= c.high_fraction <= 1.0:

@@ -100,9 +100,11 @@ class Decider:
 
     def __init__(self, wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
                  placement: Placement | None = None, keep_log: bool = False,
-                 cpu_faster: Callable[[int, int], bool] | None = None, profile: list | None = None) -> None:
+                 cpu_faster: Callable[[int, int], bool] | None = None, profile: list | None = None,
+                 miss_costs: Callable[[int, int], tuple[float, float]] | None = None) -> None:
         """``cpu_faster(precision, tokens)``: whether a miss is better computed on the CPU (for
-        ``system.cpu_misses=faster``); ``profile``: the profiling requests' activation matrices."""
+        ``system.cpu_misses=faster``); ``profile``: the profiling requests' activation matrices;
+        ``miss_costs(precision, tokens)``: a miss's copy time and CPU time (``cpu_misses=split``)."""
         self.wl, self.system = wl, system
         self.expert_bytes = expert_bytes
         p = system.precision
@@ -137,6 +139,9 @@ class Decider:
         self.prefetched: dict[tuple[int, int], int] = {}  # key -> target layer, until used or its layer ran
         self.next_tid = 0
         self.cpu_misses, self.cpu_faster = system.cpu_misses, cpu_faster or (lambda prec, n: True)
+        self.miss_costs = miss_costs or (lambda prec, n: (1.0, 1.0))
+        self.on_cpu: set[int] = set()  # split: this layer's misses the CPU computes
+        self.inserts = 0  # cpu_insert: copies behind CPU-computed misses in this layer step
         self.prefetching = pf_cls.loads_ahead and system.cpu_misses != "always"
         # None: the precision the rule gives the predicted weights; else one class for every prefetch
         self.prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision) if self.mixed else self.uniform
@@ -169,7 +174,7 @@ class Decider:
             step.evicted.append((victim[0], victim[1], prec))
             self._log(p, victim[0], victim[1], "evict", prec)
         if slot >= 0:
-            self.cache.use(prec, slot, token)
+            self.cache.use(prec, slot, token, hit=False)
             step.kept.append((key[0], key[1], prec))
         else:  # used once, not kept: the request's records still count it
             self.cache.note_use(key, prec, token)
@@ -239,12 +244,18 @@ class Decider:
             self._log(p, layer, e, "skip", SKIP)
             return SKIP
         prec = c if self.mixed else self.uniform
-        if self.cpu_misses == "always" or (self.cpu_misses == "faster" and self.cpu_faster(prec, n)):
+        if self.cpu_misses == "always" or (self.cpu_misses == "faster" and self.cpu_faster(prec, n)) or (
+                e in self.on_cpu):
             self.out.served[CPU] += 1
             step.cpu.append(n)
             step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
-            if self.cpu_misses == "faster" and self.cache.has_free(prec, layer):
+            if self.inserts < self.system.cpu_insert:  # copied behind the CPU's computation, evicting
+                if self._copy_ahead(p, layer, key, prec, step, pinned=False):
+                    self.inserts += 1
+                    self.out.prefetch_issued += 1
+                    self._log(p, layer, e, "prefetch", prec)
+            elif self.cpu_misses == "faster" and self.cache.has_free(prec, layer):
                 # an empty slot costs nothing to fill: the copy follows in the background, behind demand loads,
                 # so the cache warms up although the CPU served this use
                 self._copy_ahead(p, layer, key, prec, step, pinned=False)
@@ -285,6 +296,29 @@ class Decider:
             s = self.staged.pop(key)
             step.cancel.append(s.tid)
             self._log(p, key[0], key[1], "discard", s.precision)
+
+    def _split(self, need: dict[int, list], layer: int) -> set[int]:
+        """FreeToken's hybrid backend (FlashML-org/FreeToken engine/engine.py, moe/offload_kernels.py): of a
+        layer's M misses, the F most recently used (in this request) are copied and the rest computed on the
+        CPU, F balancing the two: the least max(F x copy, (M - F) x CPU). Where a copy takes under
+        ``split_threshold`` times the CPU's time, its auto backend copies every miss."""
+        misses = []
+        for e, (c, n, _) in need.items():
+            key = (layer, e)
+            if c == SKIP or key in self.resident or self.cache.lookup(key, c, self.any_prec) is not None:
+                continue
+            misses.append((e, c if self.mixed else self.uniform, n))
+        if not misses:
+            return set()
+        copy_s, cpu_s = self.miss_costs(misses[0][1], max(n for _, _, n in misses))
+        if copy_s < self.system.split_threshold * cpu_s:
+            return set()
+        misses.sort(key=lambda m: -self.cache.record((layer, m[0]))[0])  # most recently used first (stable)
+        M = len(misses)
+        F = min(range(M + 1), key=lambda f: (max(f * copy_s, (M - f) * cpu_s), -f))
+        if self.system.split_max_fetch >= 0:
+            F = min(F, self.system.split_max_fetch)
+        return {e for e, _, _ in misses[F:]}
 
     # ------------------------------------------------------------------ prefetch
 
@@ -348,7 +382,11 @@ class Decider:
             for layer in range(L):
                 self.cache.step = p * L + layer
                 step = LayerStep(p, layer)
-                for e, (c, n, mass) in self._needed(a, b, layer).items():
+                need = self._needed(a, b, layer)
+                self.inserts = 0
+                if self.cpu_misses == "split":
+                    self.on_cpu = self._split(need, layer)
+                for e, (c, n, mass) in need.items():
                     self.out.mass[self._serve_one(p, layer, e, c, n, step, token)] += mass
                     self.counts[layer, e] += n
                 self._drop_stale(p, layer, step)

@@ -92,7 +92,23 @@ def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max
         budget = int(free * layer_share)
         high = int(budget * share)
         low = budget - high
-    return CacheSizing(high // eb[HIGH], low // eb[LOW], high, low, free)
+    slots = [high // eb[HIGH], low // eb[LOW]]
+    cap = layer_cap(model, c)
+    if cap:
+        layers = max(round(model.num_layers * layer_share), 1)
+        slots = [min(n, cap * layers) for n in slots]
+        high, low = min(high, slots[HIGH] * eb[HIGH]), min(low, slots[LOW] * eb[LOW])
+    return CacheSizing(slots[HIGH], slots[LOW], high, low, free)
+
+
+def layer_cap(model: ModelConfig, c: object) -> int:
+    """A pool's most slots per layer by ``layer_slots`` / ``layer_share`` (0: no cap), at most the layer's experts."""
+    caps = []
+    if c.layer_slots:
+        caps.append(c.layer_slots)
+    if c.layer_share:
+        caps.append(max(int(c.layer_share * model.num_experts), 4 * model.top_k))
+    return min(min(caps), model.num_experts) if caps else 0
 
 
 def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, sizing: CacheSizing,
@@ -155,7 +171,11 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         return cost.cached("cpu_expert_s", tokens) < cost.cached("transfer_s", eb[prec]) + cost.cached(
             "expert_s", prec, tokens)
 
-    dec = Decider(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
+    def miss_costs(prec: int, tokens: int) -> tuple[float, float]:
+        """FreeToken's split: a miss's copy time and its CPU computation time."""
+        return cost.cached("transfer_s", eb[prec]), cost.cached("cpu_expert_s", tokens)
+
+    dec = Decider(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster, miss_costs=miss_costs,
                   profile=prof.request_matrices() if prof is not None else None).run()
     tl = time_decisions(wl, dec, cost, system.demand_first, engine)
     res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,

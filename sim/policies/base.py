@@ -7,7 +7,7 @@ An expert is identified by its key ``(layer, expert)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -107,6 +107,55 @@ class Plain:
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         pass
+
+
+class Hooked(Plain):
+    """A policy that keeps its own order of the entries (queues, ghost lists, a hand), as the policies
+    of the cache literature do: the cache tells it every event of a region (``ExpertCache.region``: a
+    pool, or a layer's part of it), and its ``to_evict`` is the eviction (the cache always evicts the
+    slot it returns), so it updates its state there. State is kept per (pool, region) by
+    ``state(pool, region)``, built by ``new_state(capacity)``.
+
+    Pinned copies (prefetches waiting for their layer) and slots outside the region are never
+    returned: where the policy's choice is one of them, it takes the next in its own order.
+    """
+
+    hooked = True
+
+    def __init__(self, knobs: object = None, inputs: PolicyInputs | None = None) -> None:
+        self._states: dict[tuple[int, int], object] = {}
+
+    def new_state(self, capacity: int) -> object:
+        raise NotImplementedError
+
+    def state(self, pool: Pool, region: range) -> Any:  # the subclass's state type
+        key = (pool.precision, region.start)
+        st = self._states.get(key)
+        if st is None:
+            st = self._states[key] = self.new_state(len(region))
+        return st
+
+    def on_miss(self, pool: Pool, region: range, key: Key) -> None:
+        """``key`` missed and is about to be admitted (an eviction, then ``on_insert``, follow)."""
+
+    def on_insert(self, pool: Pool, region: range, slot: int) -> None:
+        """A copy entered ``slot``."""
+
+    def on_hit(self, pool: Pool, region: range, slot: int) -> None:
+        """The copy in ``slot`` served a use."""
+
+    def slots(self, pool: Pool, region: range) -> set[int]:
+        """The slots it holds in order: exactly the region's occupied ones (the invariant tests check)."""
+        raise NotImplementedError
+
+
+def first_evictable(order, pool: Pool) -> int:
+    """The first slot of ``order`` (an iterable of slots) that is not pinned, or -1."""
+    pinned = pool.pinned
+    for s in order:
+        if not pinned[s]:
+            return s
+    return -1
 
 
 def argmin_then_oldest(score: list[float], pool: Pool, cand: list[int]) -> int:

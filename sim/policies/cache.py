@@ -11,6 +11,11 @@ for the whole request, whether or not the expert is cached now: they survive evi
 reloaded expert comes back with them, and they reset at every request. Each slot mirrors
 its expert's record for the policies. A prefetched copy enters its pool pinned: no policy
 evicts it until its layer has run (``unpin``).
+
+A policy that keeps its own order of the entries (``hooked``: queues, ghost lists, a hand; see
+``policies.base.Hooked``) is told every event of a region (the pool, or with ``per_layer`` the
+layer's part of it): a miss about to be admitted (``on_miss``), an insertion (``on_insert``), a hit
+(``on_hit``); the slot its ``to_evict`` returns is always evicted.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class ExpertCache:
     def __init__(self, high_slots: int, low_slots: int, policy: EvictionPolicy, num_layers: int,
                  per_layer: bool = False) -> None:
         self.policy = policy
+        self.hooked = bool(getattr(policy, "hooked", False))
         self.num_layers = num_layers
         self.per_layer = per_layer
         if per_layer:
@@ -85,20 +91,27 @@ class ExpertCache:
             if s is not None:
                 pool.last_use[s], pool.uses[s], pool.high_uses[s] = r
 
-    def use(self, pool: int, slot: int, token: int) -> None:
-        """A cached copy served a use by the request's token number ``token``, recorded (``note_use``)."""
+    def region(self, p: Pool, key_layer: int) -> range:
+        """The slots a copy of layer ``key_layer`` may take: the pool, or with ``per_layer`` its layer's part."""
+        if not self.per_layer:
+            return range(p.size)
+        per = p.size // self.num_layers
+        return range(key_layer * per, (key_layer + 1) * per)
+
+    def use(self, pool: int, slot: int, token: int, hit: bool = True) -> None:
+        """A cached copy served a use by the request's token number ``token``, recorded (``note_use``);
+        ``hit``: False for the use that loaded it (a hooked policy hears of it as the insertion)."""
         self.clock += 1
         p = self.pools[pool]
         p.touched[slot] = self.clock
         p.all_uses[slot] += 1
+        if hit and self.hooked:
+            self.policy.on_hit(p, self.region(p, p.layer[slot]), slot)
         self.note_use((p.layer[slot], p.expert[slot]), pool, token)
 
     def _free_slot(self, p: Pool, layer: int, key_layer: int) -> tuple[int, Key | None]:
         """A slot for a new copy: an empty one, or the policy's victim; (-1, None) if there is none."""
-        region = range(p.size)
-        if self.per_layer:
-            per = p.size // self.num_layers
-            region = range(key_layer * per, (key_layer + 1) * per)
+        region = self.region(p, key_layer)
         free = self.free[p.precision]
         if self.per_layer:
             for s in region:
@@ -120,6 +133,8 @@ class ExpertCache:
         if p.size == 0:
             return -1, None
         self.clock += 1
+        if self.hooked:
+            self.policy.on_miss(p, self.region(p, key[0]), key)
         slot, victim = self._free_slot(p, layer, key[0])
         if slot < 0:
             return -1, None
@@ -127,6 +142,8 @@ class ExpertCache:
             del self.index[precision][victim]
         p.put(slot, key, self.clock, transfer, self.record(key), pinned)
         self.index[precision][key] = slot
+        if self.hooked:
+            self.policy.on_insert(p, self.region(p, key[0]), slot)
         return slot, victim
 
     def unpin(self, precision: int, key: Key) -> None:

@@ -24,6 +24,9 @@ EVICTION: dict[str, str] = {
     "belady": "hobbit.sim.policies.eviction.belady:Belady",
     "eam_priority": "hobbit.sim.policies.eviction.eam_priority:EAMPriority",
     "mru": "hobbit.sim.policies.eviction.mru:MRU",
+    "arc": "hobbit.sim.policies.eviction.arc:ARC",
+    "s3fifo": "hobbit.sim.policies.eviction.s3fifo:S3FIFO",
+    "sieve": "hobbit.sim.policies.eviction.sieve:Sieve",
 }
 
 PREFETCH: dict[str, str] = {
