@@ -8,7 +8,11 @@ cache of ``slots`` experts; its hit ratio (hits / uses) must equal libCacheSim's
 
 ARC, S3-FIFO and SIEVE keep their own order (``policies.base.Hooked``): the same stream gives the same
 hit ratio. libCacheSim's S3-FIFO keeps nothing below 20 slots (its small queue refuses a copy that
-would fill it); hobbit's does, so the sizes here are above that.
+would fill it); hobbit's does, so the sizes here are above that. LIRS follows libCacheSim's steps: on
+its own the state machine gives libCacheSim's hits exactly, but libCacheSim's LIRS can hold a few more
+objects than its size (a hit on Q's only copy evicts that copy and keeps it resident on S), which slots
+cannot: as a cache policy it hits slightly less. libCacheSim has no LFRU: it is checked against a
+transcription of the class the MoE expert-cache discussions use (tinyserve's ``LFRUPolicy``).
 
 Belady: hobbit's is MIN with the experts of the token-layer being served kept resident (they are
 computed in that layer: no real system can evict them mid-layer). libCacheSim's is MIN without
@@ -52,11 +56,56 @@ def ours(wl: Workload, policy: str, slots: int) -> float:
 
 
 LIBCACHESIM = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "arc": "ARC", "s3fifo": "S3FIFO", "sieve": "Sieve"}
-HOOKED = ("arc", "s3fifo", "sieve")
+EXACT = tuple(LIBCACHESIM)  # LIRS: see the module's note
+HOOKED = ("arc", "s3fifo", "sieve", "lirs", "lfru")
+
+
+def lirs_alone(flat: list[int], slots: int) -> tuple[int, int]:
+    """hobbit's LIRS state machine driven request by request, as libCacheSim drives its LIRS: (hits, the
+    most objects it held beyond its size)."""
+    from hobbit.sim.policies.eviction.lirs import LIRS
+
+    pol = LIRS()
+    st = pol.new_state(slots)
+    st.is_pinned = lambda key: False
+    hits = over = 0
+    for o in flat:
+        key = (o, 0)
+        if pol._find(st, key):
+            hits += 1
+        else:
+            pol._make_room(st, key)
+            pol._insert(st, key)
+        pol._limit_stack(st)
+        held = sum(1 for f in st.s.values() if f[0] or f[1]) + sum(1 for k in st.q if k not in st.s)
+        over = max(over, held - slots)
+    return hits, over
+
+
+def tinyserve_lfru(flat: list[int], slots: int) -> float:
+    """e1n00r/tinyserve ``cache_policy.LFRUPolicy`` (197d368), transcribed: lookup, insert, select_evict."""
+    data, clock, hits = {}, 0, 0
+    for o in flat:
+        if o in data:
+            clock += 1
+            data[o][1] += 1
+            data[o][2] = clock
+            hits += 1
+            continue
+        if len(data) >= slots:
+            best, best_score = None, float("inf")
+            for k, (_, freq, last) in data.items():
+                score = freq / (clock - last + 1)
+                if score < best_score:
+                    best, best_score = k, score
+            del data[best]
+        clock += 1
+        data[o] = [0, 1, clock]
+    return hits / len(flat)
 
 
 def theirs(steps: list[list[int]], policy: str, slots: int) -> float:
-    cache = getattr(lcs, LIBCACHESIM[policy])(slots)
+    cache = getattr(lcs, {**LIBCACHESIM, "lirs": "LIRS"}[policy])(slots)
     flat = [o for s in steps for o in s]
     return sum(cache.get(lcs.Request(obj_size=1, obj_id=o + 1)) for o in flat) / len(flat)
 
@@ -98,9 +147,14 @@ def test_policies_give_libcachesims_hit_ratios(workloads, name):
     steps = layer_accesses(wl)
     for slots in SIZES:
         ratios = {}
-        for policy in LIBCACHESIM:
+        for policy in EXACT:
             ratios[policy] = ours(wl, policy, slots)
             assert ratios[policy] == theirs(steps, policy, slots), (name, policy, slots)
+        hits, over = lirs_alone([o for s in steps for o in s], slots)
+        lcs_lirs = theirs(steps, "lirs", slots)
+        assert hits / sum(map(len, steps)) == lcs_lirs, (name, slots)
+        assert 0 <= lcs_lirs - ours(wl, "lirs", slots) < 0.01 + 0.01 * (over > 0), (name, slots, over)
+        assert ours(wl, "lfru", slots) == tinyserve_lfru([o for s in steps for o in s], slots), (name, slots)
         best = ours(wl, "belady", slots)
         assert best == theirs_min(steps, slots, layer_resident=True), (name, slots)
         # MIN without the constraint reaches more: it evicts experts its layer is still computing

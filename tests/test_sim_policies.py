@@ -107,7 +107,7 @@ def _misses(policy, stream, size, uses=None):
         if hit is None:
             misses += 1
             slot, _ = c.admit(key, HIGH, key[0], transfer=step)
-            c.use(HIGH, slot, token=step + 1)
+            c.use(HIGH, slot, token=step + 1, hit=False)  # the use that loaded it, as the walk records it
         else:
             c.use(*hit, token=step + 1)
     return misses

@@ -27,6 +27,8 @@ EVICTION: dict[str, str] = {
     "arc": "hobbit.sim.policies.eviction.arc:ARC",
     "s3fifo": "hobbit.sim.policies.eviction.s3fifo:S3FIFO",
     "sieve": "hobbit.sim.policies.eviction.sieve:Sieve",
+    "lirs": "hobbit.sim.policies.eviction.lirs:LIRS",
+    "lfru": "hobbit.sim.policies.eviction.lfru:LFRU",
 }
 
 PREFETCH: dict[str, str] = {
