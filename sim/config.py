@@ -272,13 +272,13 @@ class SystemConfig:
     demand_first: bool = True  # a demand load goes ahead of queued (not in-flight) prefetches
     # a miss not skipped: never (loaded) | always (computed on the CPU from host memory) | faster (on the CPU when
     # that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode) | split
-    # (FreeToken's hybrid backend: a layer's misses split between copies and the CPU so that both finish together)
+    # (FreeToken's hybrid backend: a layer's misses split between copies and the CPU by the two bandwidths)
     cpu_misses: str = "never"
     # a miss computed on the CPU is also copied into the cache behind it, evicting, up to this many per layer and
     # forward pass (llama.cpp's --moe-expert-cache-inserts); 0: none (cpu_misses=faster still fills empty slots)
     cpu_insert: int = 0
-    # split: the CPU takes misses only where a copy takes this many times as long as the CPU's computation of the
-    # expert (FreeToken's auto backend: CPU bandwidth over twice the link's); split_max_fetch caps the copies per
+    # split: the CPU takes misses only where a copy takes at least this many times as long as the CPU's computation
+    # of the expert (FreeToken's auto backend: CPU bandwidth over twice the link's); split_max_fetch caps the copies per
     # layer and pass (-1: none, its --moe-hybrid-max-fetch)
     split_threshold: float = 2.0
     split_max_fetch: int = -1

@@ -298,10 +298,12 @@ class Decider:
             self._log(p, key[0], key[1], "discard", s.precision)
 
     def _split(self, need: dict[int, list], layer: int) -> set[int]:
-        """FreeToken's hybrid backend (FlashML-org/FreeToken engine/engine.py, moe/offload_kernels.py): of a
-        layer's M misses, the F most recently used (in this request) are copied and the rest computed on the
-        CPU, F balancing the two: the least max(F x copy, (M - F) x CPU). Where a copy takes under
-        ``split_threshold`` times the CPU's time, its auto backend copies every miss."""
+        """FreeToken's hybrid backend (FlashML-org/FreeToken moe/offload_kernels.py, engine/engine.py): of a
+        layer's M misses, F are copied and the rest computed on the CPU, with frac = link bandwidth / CPU
+        bandwidth (here the CPU's time for an expert over its copy's) and F the one of floor(frac x M) and
+        the next integer with the lower max(F x (1 - frac), (M - F) x frac); the most recently used (in this
+        request; ties to the lower id) are the ones copied. Where frac is at least 1 / ``split_threshold``
+        (the CPU under twice the link's bandwidth) its auto backend copies every miss."""
         misses = []
         for e, (c, n, _) in need.items():
             key = (layer, e)
@@ -311,13 +313,15 @@ class Decider:
         if not misses:
             return set()
         copy_s, cpu_s = self.miss_costs(misses[0][1], max(n for _, _, n in misses))
-        if copy_s < self.system.split_threshold * cpu_s:
+        frac = cpu_s / copy_s if copy_s > 0 else 1.0
+        if frac * self.system.split_threshold >= 1.0:
             return set()
-        misses.sort(key=lambda m: -self.cache.record((layer, m[0]))[0])  # most recently used first (stable)
         M = len(misses)
-        F = min(range(M + 1), key=lambda f: (max(f * copy_s, (M - f) * cpu_s), -f))
+        lo = int(M * frac)
+        F = min((lo, lo + 1), key=lambda f: max(f * (1 - frac), (M - f) * frac))
         if self.system.split_max_fetch >= 0:
             F = min(F, self.system.split_max_fetch)
+        misses.sort(key=lambda m: (-self.cache.record((layer, m[0]))[0], m[0]))  # most recently used first
         return {e for e, _, _ in misses[F:]}
 
     # ------------------------------------------------------------------ prefetch

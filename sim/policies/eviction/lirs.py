@@ -134,11 +134,10 @@ class LIRS(Hooked):
                 if not self._evict_lir(st):
                     break
             st.nh.pop(key, None)
-        elif flags is None and key not in st.q:
-            if st.lirs + 1 > st.lirs_limit and st.hirs + 1 > st.hirs_limit:
-                while st.hirs + 1 > st.hirs_limit:
-                    if not self._evict_hir(st):
-                        break
+        elif flags is None and key not in st.q and st.lirs + 1 > st.lirs_limit and st.hirs + 1 > st.hirs_limit:
+            while st.hirs + 1 > st.hirs_limit:
+                if not self._evict_hir(st):
+                    break
         while st.lirs + st.hirs + 1 > st.capacity:
             before = st.lirs + st.hirs
             if nonresident:
