@@ -1,4 +1,4 @@
-"""Plots comparing simulated systems on one trace (rows of results.json summaries)."""
+"""The ``hobbit compare`` table and plot of simulated systems on one trace (rows of results.json summaries)."""
 
 from __future__ import annotations
 
@@ -8,57 +8,16 @@ from typing import Any
 from hobbit.analysis.plots import pyplot, save
 
 
-def plot_systems(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path]:
-    """``systems.png``/``.svg``: decode ms/token per system, split into stall and the rest."""
-    plt = pyplot()
-
-    names = [r["system"] for r in rows]
-    total = [r["decode_ms_per_token"]["mean"] for r in rows]
-    stall = [min(r["stall_ms_per_token"], t) for r, t in zip(rows, total)]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.6))
-    y = range(len(rows))
-    ax.barh(y, [t - s for t, s in zip(total, stall)], color="C0", label="compute and other work")
-    ax.barh(y, stall, left=[t - s for t, s in zip(total, stall)], color="C3", label="waiting for expert weights")
-    for i, t in enumerate(total):
-        ax.text(t, i, f" {t:.1f}", va="center", fontsize=8)
-    ax.set_yticks(list(y), names)
-    ax.invert_yaxis()
-    ax.set_xlabel("decode latency (ms / token)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_xlim(0, max(total) * 1.15)
-    return save(fig, out, "systems")
-
-
 def cpu_assisted(row: dict[str, Any]) -> bool:
     """Whether a system computes experts on the host CPU (the paper compares these apart from GPU-only ones)."""
     sc = row.get("system_config", {})
     return sc.get("cpu_misses", "never") != "never" or sc.get("placement") == "static"
 
 
-def systems_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown tables of the comparison: GPU-only systems, then CPU-assisted ones (as the paper groups them)."""
-    head = ["| system | decode ms/token (mean) | p95 | stall ms/token | hit rate | prefetch used/issued | GB loaded |",
-            "|---|---|---|---|---|---|---|"]
-    out = []
-    for title, group in (("GPU-only systems", [r for r in rows if not cpu_assisted(r)]),
-                         ("CPU-assisted systems (experts also computed on the host CPU)",
-                          [r for r in rows if cpu_assisted(r)])):
-        if not group:
-            continue
-        out += [f"### {title}", "", *head]
-        for r in group:
-            d, pf = r["decode_ms_per_token"], r["prefetch"]
-            out.append(f"| {r['system']} | {d['mean']:.1f} | {d['p95']:.1f} | {r['stall_ms_per_token']:.1f} | "
-                       f"{r['hit_rate']:.3f} | {pf['used']}/{pf['issued']} | {r['bytes_loaded'] / 1e9:.0f} |")
-        out.append("")
-    return "\n".join(out).rstrip()
-
-
 def compare_table(rows: list[dict[str, Any]]) -> str:
     """The ``hobbit compare`` table: ranked rows (``rank``, ``gap_to_oracle`` set), one per system."""
-    out = ["| rank | system | decode ms/token | p95 | prefill ms/request | hit rate | GB moved | bound ms/token | "
-           "x own bound | x oracle |",
+    out = [("| rank | system | decode ms/token | p95 | prefill ms/request | hit rate | GB moved | bound ms/token | "
+            "x own bound | x oracle |"),
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d, pre, b = r["decode_ms_per_token"], r["prefill_ms_per_request"], r["bound"]

@@ -2,9 +2,10 @@
 
 Captures a routing trace from the bundled tiny MoE model on its held-out prompts, reports
 its statistics (text, JSON, plots), then simulates HOBBIT, its ablations and the systems
-it is compared with replaying that trace as Mixtral-8x7B (same topology) on an RTX 4090,
-with a table and a plot; finally sweeps T1 x T2 x cache size on the bundled trace and
-builds the sweep report. Everything lands in the run directory.
+it is compared with, today's field and HOBBIT tuned on requests held apart, replaying that trace as
+Mixtral-8x7B (same topology) on an RTX 4090 (``hobbit compare``: a ranked table and a plot); then
+sweeps T1 x T2 x cache size on the bundled trace and builds the sweep report, and validates the
+simulator against a real replay. Everything lands in the run directory.
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from tqdm import tqdm
-
 from hobbit.analysis.report import build_report
-from hobbit.analysis.system_plots import plot_systems, systems_table
 from hobbit.analysis.trace_plots import plot_trace_summary
-from hobbit.api import configure, simulate_config, sweep
+from hobbit.api import sweep
+from hobbit.compare import CompareConfig, compare
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor_commands import summary_line, validate_to
 from hobbit.glue import CONF, compose, hydra_command
-from hobbit.results_io import write_results
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
 from hobbit.traces.stats import render, summarize
@@ -37,7 +35,7 @@ class DemoConfig:
     LIMITS: ClassVar[dict[str, str]] = {
         "max_prompts": ">=1", "max_new_tokens": ">=1", "lookahead": ">=0", "batch_size": ">=1", "sweep_t1": "[0,1]",
         "sweep_t2": "[0,1]", "sweep_high_gb": ">=0", "sweep_jobs": ">=1", "validate_scale": ">=1",
-        "validate_requests": ">=1",
+        "validate_requests": ">=1", "compare_trials": ">=0",
     }
 
     # path knobs and their roles (hobbit/guard.py)
@@ -56,8 +54,8 @@ class DemoConfig:
     sweep_jobs: int = 2
     validate_scale: int = 16  # the executor's model: mixtral-8x7b at 1/16 width
     validate_requests: int = 2
-    systems: list[str] = field(default_factory=lambda: ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading",
-                                "moe-infinity", "on-demand", "fiddler", "llama-cpp", "hobbit-cpu", "hobbit-oracle"])
+    systems: list[str] = field(default_factory=list)  # [] = every preset of conf/system (hobbit compare)
+    compare_trials: int = 10  # Optuna trials tuning HOBBIT on the requests held apart (0: no tuned HOBBIT)
 
 
 @hydra_command(CONF, "demo", DemoConfig)
@@ -77,8 +75,9 @@ def demo_main(cfg: DemoConfig) -> None:
     atomic_write_json(out / "trace_info.json", summary)
     plots = plot_trace_summary(summary, out)
     print(text)
-    print(f"[3/5] simulate {len(cfg.systems)} systems: the trace as {cfg.model} on {cfg.hardware}")
-    written = _simulate_systems(trace, cfg, out / "sim")
+    print(f"[3/5] compare {len(cfg.systems) or 'every'} systems and HOBBIT tuned for them: the trace as {cfg.model} "
+          f"on {cfg.hardware}")
+    written = _compare(trace, cfg, out / "compare")
     n = len(cfg.sweep_t1) * len(cfg.sweep_t2) * len(cfg.sweep_high_gb)
     print(f"[4/5] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
     written += _sweep(cfg, out / "sweep")
@@ -90,17 +89,14 @@ def demo_main(cfg: DemoConfig) -> None:
         print(f"  {Path(p).resolve()}")
 
 
-def _simulate_systems(trace: Trace, cfg: DemoConfig, out: Path) -> list[Path]:
-    rows = []
-    for system in tqdm(cfg.systems, desc="simulate", unit="system"):
-        res = simulate_config(trace, configure(cfg.model, cfg.hardware, system))
-        write_results(res, out / system)
-        rows.append(res.summary)
-    table = systems_table(rows)
-    print(table)
-    title = f"{trace.meta.model.name} routing as {cfg.model} on {cfg.hardware}: {rows[0]['tokens']['decode']} decode tokens"
-    md = atomic_write_text(out / "systems.md", f"# {title}\n\n{table}\n\n![systems](systems.png)\n")
-    return [md, *plot_systems(rows, out, title)]
+def _compare(trace: Trace, cfg: DemoConfig, out: Path) -> list[Path]:
+    systems = "[" + ",".join(cfg.systems) + "]"
+    cc = compose("compare", CompareConfig, [f"model={cfg.model}", f"hardware={cfg.hardware}", f"systems={systems}",
+                                            f"tune_trials={cfg.compare_trials}", f"out_dir={out}"])
+    s = compare(trace, cc, out)
+    print(s["table"])
+    print(s["note"])
+    return s["files"]
 
 
 def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
