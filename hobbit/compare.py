@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from tqdm import tqdm
 
-from hobbit.analysis.system_plots import compare_table, plot_compare
+from hobbit.analysis.system_plots import compare_table, cpu_assisted, plot_compare
 from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.results_io import write_results
@@ -121,11 +121,15 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
              f"{rows[0]['tokens']['decode']} decode tokens, {rows[0]['requests']} requests")
     table = compare_table(rows)
     plots = plot_compare(rows, out, title)
-    md = (f"# {title}\n\n{note}.\n\nRanked by decode latency. *bound*: the system's own rules with every expert "
-          f"already where they run it; *x oracle*: decode latency over the lowest bound of all systems.\n\n"
+    md = (f"# {title}\n\n{note}.\n\nRanked by decode latency. *degraded mass*: the gate mass served in low precision "
+          f"or skipped (the quality proxy; the tuning keeps it within quality_budget={cfg.quality_budget}); *bound*: the "
+          f"system's own rules with every expert already where they run it; *x oracle*: decode latency over the lowest "
+          f"bound of all systems; (CPU): it also computes experts on the host CPU.\n\n"
           f"{table}\n\n![compare](compare.png)\n")
     keep = ("rank", "system", "decode_ms_per_token", "prefill_ms_per_request", "hit_rate", "bytes_loaded", "bound",
-            "gap_to_bound", "gap_to_oracle", "stall_ms_per_token", "served_mix", "quality_proxy")
+            "gap_to_bound", "gap_to_oracle", "stall_ms_per_token", "served_mix", "quality_proxy", "cpu_assisted")
+    for r in rows:
+        r["cpu_assisted"] = cpu_assisted(r)
     summary = {"title": title, "trace": str(trace.path), "model": cfg.model.name, "hardware": hw.name, "note": note,
                "oracle_bound_ms_per_token": min(r["bound"]["decode_ms_per_token"] for r in rows),
                "systems": [{k: r[k] for k in keep if k in r} for r in rows]}
