@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                   "measure this machine through the executor; write a hardware profile"),
     "validate": ("hobbit.executor_commands", "validate_main",
                  "simulate and replay the same decisions; report the per-token error"),
+    "compare": ("hobbit.compare", "compare_main",
+                "every system and HOBBIT tuned for it on your trace and machine, ranked (compare.md/.json/.png)"),
     "reproduce": ("hobbit.reproduce", "reproduce_main",
                   "HOBBIT's Table 2 grid on the bundled models' workloads, beside the paper's numbers"),
     "report": ("hobbit.report_command", "report_main",

@@ -59,3 +59,16 @@ def test_compare_tunes_hobbit_on_the_requests_held_apart(tmp_path):
 def test_compare_refuses_an_unknown_system(tmp_path):
     with pytest.raises(ConfigError, match="not presets of conf/system"):
         compare(bundled(4), _cfg(tmp_path, "systems=[hobbit,nope]", "tune_trials=0"), tmp_path)
+
+
+def test_compare_from_the_command_line(tmp_path, capsys):
+    from conftest import run_cli
+
+    out = tmp_path / "cmp"
+    assert run_cli(["compare", "systems=[hobbit,fiddler]", "tune_trials=0", f"out_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert "| 1 | " in printed and str((out / "compare.md").resolve()) in printed
+    assert "| fiddler (CPU) |" in (out / "compare.md").read_text()
+    assert run_cli(["compare", "systems=[hobbit,nope]", f"out_dir={tmp_path / 'bad'}"]) == 2
+    assert "not presets of conf/system" in capsys.readouterr().err
+    assert run_cli(["compare", f"profile={tmp_path / 'missing.yaml'}", f"out_dir={tmp_path / 'bad2'}"]) == 2
