@@ -113,7 +113,7 @@ def four_layers():
 
 
 @pytest.mark.parametrize("system", ["moe-offloading", "moe-infinity", "hobbit-lru", "on-demand", "fiddler",
-                                    "hobbit-cpu"])
+                                    "hobbit-cpu", "freetoken", "tec", "llama-cpp-lru"])
 def test_every_system_replays_within_its_slots(four_layers, system):
     """Pools of 11 experts for 4 layers of 8, so that a prefill's victim is needed again in its own layer
     (evicted, then loaded again within one step): the replay holds exactly the decisions' cache."""

@@ -22,7 +22,8 @@ from hobbit.traces.synthetic import SyntheticConfig, generate
 from sim_helpers import bundled, compose_sim, without_predictions
 
 SYSTEMS = ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "moe-infinity",
-           "fiddler", "llama-cpp", "on-demand", "hobbit-oracle", "hobbit-cpu"]
+           "fiddler", "llama-cpp", "on-demand", "hobbit-oracle", "hobbit-cpu", "ktransformers", "freetoken", "tec",
+           "llama-cpp-lru"]
 
 
 @pytest.fixture(scope="module")
