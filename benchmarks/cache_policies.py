@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 from joblib import Parallel, delayed
+from real_traces import flame_and_qwen
 
 from hobbit.api import configure, read_trace, simulate_config
-from hobbit.traces.convert import ConvertConfig, convert
 
-REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "real-traces"
 POLICIES = ("multidim", "lru", "lfu", "fifo", "lfru", "arc", "s3fifo", "sieve", "lirs", "belady")
 
 
@@ -31,13 +30,7 @@ def _run(trace, model: str, system: str, policy: str, *over: str) -> tuple[float
 
 
 def cases() -> list[tuple[str, object, str, list[str]]]:
-    d = Path("/tmp/hobbit-cache-policies")
-    d.mkdir(exist_ok=True)
-    flame = read_trace(convert(ConvertConfig("flame", str(REAL / "flame-moe-290m-iter5473" /
-                                                          "flame_moe_290m_prefill_2048tok.parquet"),
-                                             str(d / "flame.parquet"), teacher_forced_as="decode")))
-    qwen = read_trace(convert(ConvertConfig("vllm", str(REAL / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
-                                            str(d / "qwen.parquet"))))
+    flame, qwen = flame_and_qwen(Path("/tmp/hobbit-cache-policies"))
     return [("bundled, 4090", read_trace(), "mixtral-8x7b", []),
             ("FLAME-290M, 3 GB", flame, "flame-moe-290m", ["hardware.device_memory_bytes=3000000000"]),
             ("Qwen1.5-MoE, 12 GB", qwen, "qwen1.5-moe-a2.7b", [f"hardware.device_memory_bytes={12 * 2**30}"])]

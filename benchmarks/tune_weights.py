@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 
 from joblib import Parallel, delayed
+from real_traces import flame_and_qwen
 
 from hobbit.api import configure, read_trace, simulate_config
-from hobbit.traces.convert import ConvertConfig, convert
 
-REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "real-traces"
 STEP = 4  # quarters
 
 
@@ -49,13 +48,7 @@ def main(jobs: int = 2) -> None:
           f"w_lhu, w_fld = {best}: {ranked[0][0]:.1f} ms/token; worst {ranked[-1][0]:.1f}")
     for m, w in ranked[:5]:
         print(f"  {w}: {m:.1f}")
-    d = Path("/tmp/hobbit-tune-weights")
-    d.mkdir(exist_ok=True)
-    flame = read_trace(convert(ConvertConfig("flame", str(REAL / "flame-moe-290m-iter5473" /
-                                                          "flame_moe_290m_prefill_2048tok.parquet"),
-                                             str(d / "flame.parquet"), teacher_forced_as="decode")))
-    qwen = read_trace(convert(ConvertConfig("vllm", str(REAL / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
-                                            str(d / "qwen.parquet"))))
+    flame, qwen = flame_and_qwen(Path("/tmp/hobbit-tune-weights"))
     cases = [("bundled, 4090", bundled, "mixtral-8x7b", []),
              ("FLAME-290M, 3 GB", flame, "flame-moe-290m", ["hardware.device_memory_bytes=3000000000"]),
              ("Qwen1.5-MoE, 12 GB", qwen, "qwen1.5-moe-a2.7b", [f"hardware.device_memory_bytes={12 * 2**30}"])]
