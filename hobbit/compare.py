@@ -95,7 +95,7 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     """Run every system (and the tuned HOBBIT) on ``trace``; write the table, plot and JSON under ``out``."""
     hw = load_hardware(cfg.profile) if cfg.profile else cfg.hardware
-    names = list(cfg.systems) or all_systems()
+    names = list(dict.fromkeys(cfg.systems)) or all_systems()
     unknown = sorted(set(names) - set(all_systems()))
     if unknown:
         raise ConfigError(f"systems={unknown} are not presets of conf/system (fix: some of {', '.join(all_systems())})")
