@@ -236,7 +236,7 @@ class CacheBase:
     """
 
     LIMITS: ClassVar[dict[str, str]] = {"high_bytes": ">=-1", "low_bytes": ">=-1", "high_fraction": "[0,1]",
-                                        "layer_slots": ">=0", "layer_share": "[0,1]"}
+                                        "layer_slots": ">=0", "layer_share": "[0,1]", "layer_pinned": "[0,1]"}
 
     policy: str = "multidim"
     high_bytes: int = -1
@@ -247,6 +247,10 @@ class CacheBase:
     # or a share of a layer's experts, at least 4 x top-k (TEC's capacity rule, -c)
     layer_slots: int = 0
     layer_share: float = 0.0
+    # this share of each layer's high-precision slots holds the layer's most used experts in the profiling
+    # requests, pinned for good; the rest are the cache (TEC's pin list: -P, default half its slots, which it
+    # applies in its unified-memory mode); 0: none
+    layer_pinned: float = 0.0
 
 
 PrefetchConfig = with_policy_nodes(PrefetchBase, "PrefetchConfig", PREFETCH)

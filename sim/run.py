@@ -125,6 +125,11 @@ def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemCo
         n = min(n, L)
         gpu = frozenset((layer, e) for layer in range(n, L) for e in range(E))
         return Placement(resident=gpu, cpu_layers=frozenset(range(n)), static=True)
+    if system.cache.layer_pinned > 0 and profile is not None:  # TEC: a hot set per layer, the rest a cache
+        k = pinned_per_layer(system, sizing, L)
+        counts = profile.expert_counts()
+        hot = [(layer, int(e)) for layer in range(L) for e in np.argsort(-counts[layer], kind="stable")[:k]]
+        return Placement(resident=frozenset(hot))
     if system.placement == "popular":  # Fiddler: the most used experts fill the device, for good
         if profile is None:  # nothing to rank by: every expert is a miss
             return Placement(static=True)
@@ -132,6 +137,11 @@ def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemCo
         order = np.argsort(-counts.ravel(), kind="stable")[: sizing.high_slots + sizing.low_slots]
         return Placement(resident=frozenset((int(i) // E, int(i) % E) for i in order), static=True)
     return Placement()
+
+
+def pinned_per_layer(system: SystemConfig, sizing: CacheSizing, num_layers: int) -> int:
+    """Slots per layer ``cache.layer_pinned`` takes from the high pool for the hot set."""
+    return int(system.cache.layer_pinned * (sizing.high_slots // max(num_layers, 1)))
 
 
 def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
@@ -162,6 +172,8 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
                      cpu_efficiency=system.cpu_kernel_efficiency)
     placement = place(wl, model, hw, system, sizing, prof)
     slots = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
+    if system.cache.layer_pinned > 0 and placement.resident:  # the hot set's slots leave the cache
+        slots = (slots[0] - pinned_per_layer(system, sizing, wl.num_layers) * wl.num_layers, slots[1])
     if p.staging_slots and prefetcher_class(p.kind).loads_ahead and system.cpu_misses != "always":
         slots = (max(slots[0] - p.staging_slots, 0), slots[1])  # staging slots, from the high pool's memory
     eb = (cost.expert_bytes(HIGH), cost.expert_bytes(LOW))

@@ -90,3 +90,24 @@ def test_a_cap_on_slots_per_layer_shrinks_the_pool(trace):
     capped = dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, layer_slots=3))
     got = size_cache(cfg.model, cfg.hardware, capped, 4096)
     assert got.high_slots == 3 * 32 < full.high_slots and got.high_bytes <= full.high_bytes
+
+
+def test_tec_pins_each_layers_hot_set_from_the_profiling_requests(trace):
+    """TEC's pin list: half of a layer's slots hold its most used experts in the requests held apart, for
+    good; only the other half is the LRU cache, so a hot expert is never copied."""
+    import numpy as np
+
+    from hobbit.sim.workload import build_workload, split_requests
+
+    four = "system.cache.high_bytes=" + str(4 * 32 * 352_321_536)  # four fp16 Mixtral experts per layer
+    res = _run(trace, "tec", four, "system.cache.layer_pinned=0.5")
+    profile, _ = split_requests(trace, 0.25)
+    counts = build_workload(profile, "none").expert_counts()
+    hot = {(layer, int(e)) for layer in range(32) for e in np.argsort(-counts[layer], kind="stable")[:2]}
+    loaded = {(k[0], k[1]) for s in res.decisions.steps for k in s.load_keys}
+    assert res.decisions.slots[0] == 2 * 32 and loaded and not loaded & hot
+    evicted = {(v[0], v[1]) for s in res.decisions.steps for v in s.evicted}
+    assert evicted and not evicted & hot
+    plain = _run(trace, "tec", four)
+    assert plain.decisions.slots[0] == 4 * 32 and loaded != {(k[0], k[1]) for s in plain.decisions.steps
+                                                              for k in s.load_keys}
