@@ -25,9 +25,10 @@ from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.results_io import write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
-from hobbit.sim.run import simulate
+from hobbit.sim.run import needs_weights, simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.sim.workload import split_requests
+from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
 from hobbit.traces.tiny import bundled_trace
 
@@ -101,15 +102,26 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
         raise ConfigError(f"systems={unknown} are not presets of conf/system (fix: some of {', '.join(all_systems())})")
     profile, timed = split_requests(trace, cfg.profile_share)
     systems = [_system(n) for n in names]
-    note = "no requests held apart (the trace has one request): nothing profiled, HOBBIT not tuned"
-    if profile is not None:
-        note = f"{len(np.unique(profile.arrays.request_id))} requests held apart for profiling and tuning"
-        if cfg.tune_trials > 0:
-            print(f"tune HOBBIT on the profiling requests ({cfg.tune_trials} trials)")
-            tuned, why = _tuned(profile, cfg, hw, out / "tune")
-            note += f"; {TUNED}: {why}"
-            if tuned is not None:
-                systems.append(tuned)
+    notes = [f"{len(np.unique(profile.arrays.request_id))} requests held apart for profiling and tuning"
+             if profile is not None else "no requests held apart (the trace has one request): nothing profiled"]
+    blind = weights_absent(trace.meta)
+    if blind:  # run what can run: the T1/T2 rule needs the gate weights the trace's source lacked
+        skipped = [s.name for s in systems if needs_weights(s)]
+        systems = [s for s in systems if not needs_weights(s)]
+        if not systems:
+            raise ConfigError(f"trace {trace.path} has no gate weights and every system asked for needs them "
+                              f"(fix: systems= with uniform precision, e.g. [on-demand,freetoken,tec])")
+        if skipped:
+            notes.append(f"the trace has no gate weights: {', '.join(skipped)} not run (the T1/T2 rule needs them)")
+    if profile is None or blind or cfg.tune_trials == 0:
+        notes.append("HOBBIT not tuned")
+    else:
+        print(f"tune HOBBIT on the profiling requests ({cfg.tune_trials} trials)")
+        tuned, why = _tuned(profile, cfg, hw, out / "tune")
+        notes.append(f"{TUNED}: {why}")
+        if tuned is not None:
+            systems.append(tuned)
+    note = "; ".join(notes)
     rows = []
     for system in tqdm(systems, desc="compare", unit="system"):
         res = simulate(timed, cfg.model, hw, system, np.random.default_rng(cfg.seed), engine="plain",

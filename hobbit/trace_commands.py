@@ -1,14 +1,16 @@
-"""``hobbit capture``, ``convert`` and ``trace-info``: the trace commands."""
+"""``hobbit capture``, ``convert``, ``export`` and ``trace-info``: the trace commands."""
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
 from hobbit.glue import TRACES_CONF, fail, hydra_command
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.convert import ConvertConfig, convert
+from hobbit.traces.export import ExportConfig, export
 from hobbit.traces.io import read_trace
 from hobbit.traces.stats import render, summarize
 
@@ -23,12 +25,23 @@ def capture_main(cfg: CaptureConfig) -> None:
 
 @hydra_command(TRACES_CONF, "convert", ConvertConfig)
 def convert_main(cfg: ConvertConfig) -> None:
-    """Convert published routing logs (flame | vllm | jsonl) into a schema-v1 trace."""
+    """Convert published routing logs (flame | vllm | jsonl | llamacpp_csv | tec) into a schema-v1 trace."""
     path = convert(cfg)
     tr = read_trace(path)
     m = tr.meta.model
+    for note in tr.meta.source.get("warnings", []):
+        print(f"hobbit: warning: {note}", file=sys.stderr)
     print(f"wrote {path}: {m.name}, {tr.num_tokens} tokens x {len(tr.meta.layers)} layers, "
           f"{m.num_experts} experts, top-{m.top_k}")
+
+
+@hydra_command(TRACES_CONF, "export", ExportConfig)
+def export_main(cfg: ExportConfig) -> None:
+    """Write a schema-v1 trace in another tool's format (jsonl | llamacpp_csv | tec)."""
+    path, dropped = export(cfg)
+    for note in dropped:
+        print(f"hobbit: warning: {note}", file=sys.stderr)
+    print(f"wrote {path} (format={cfg.format})")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from hobbit.sim.policies.registry import prefetcher_class
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload, build_workload, split_requests
+from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
 from hobbit.traces.knobs import check_knobs
 
@@ -55,6 +56,20 @@ def check_profile(model: ModelConfig, hw: HardwareConfig) -> None:
         if table and len(table) != len(prof.expert_tokens):
             raise ConfigError(f"hardware={hw.name}: profile.{name} has {len(table)} values for "
                               f"{len(prof.expert_tokens)} expert_tokens (fix: one per token count, or none)")
+
+
+def needs_weights(system: SystemConfig) -> bool:
+    """Whether ``system``'s decisions read the gate weights (HOBBIT's T1/T2 precision rule)."""
+    return system.precision.mode == "hobbit"
+
+
+def check_weights(trace: Trace, system: SystemConfig) -> None:
+    """A trace whose source carried no gate weights (``traces.interchange``) cannot drive the T1/T2 rule."""
+    if weights_absent(trace.meta) and needs_weights(system):
+        raise ConfigError(f"trace {trace.path} has no gate weights (its source format carries none; it holds "
+                          f"placeholders), so system={system.name}'s T1/T2 rule (system.precision.mode=hobbit) "
+                          f"cannot run on it (fix: a uniform-precision system, system.precision.mode=high or low, "
+                          f"e.g. system=on-demand, freetoken or tec)")
 
 
 def check_topology(trace: Trace, model: ModelConfig) -> None:
@@ -156,6 +171,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         check_knobs(cfg, prefix)
     check_system(system)
     check_topology(trace, model)
+    check_weights(trace, system)
     check_profile(model, hw)
     if engine not in ("simpy", "plain"):
         raise ConfigError(f"engine={engine} must be simpy or plain")

@@ -7,6 +7,9 @@
   ``{"type": "route", "token_idx", "layer", "topk_ids", "topk_weights"}`` lines; a new
   forward pass starts where ``token_idx`` returns to 0). See ``vllm_passes``.
 - ``jsonl``: the generic format documented in the README (``traces.jsonl_format``).
+- ``llamacpp_csv``: llama.cpp's ``moe-trace`` CSV (``traces.llamacpp_csv``): expert ids only, no
+  gate weights (the trace records ``weights: absent`` and the import warns).
+- ``tec``: TEC's ``RTRACE01`` router traces (``traces.tec_format``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import pyarrow.parquet as pq
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
 from hobbit.traces.io import write_trace
 from hobbit.traces.jsonl_format import read_generic_jsonl
+from hobbit.traces.llamacpp_csv import read_llamacpp_csv
 from hobbit.traces.schema import DECODE, INT16_MAX, INT32_MAX, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.tec_format import read_tec
 from hobbit.traces.validate import validate_source
 
 
@@ -34,12 +39,13 @@ from hobbit.traces.validate import validate_source
 class ConvertConfig:
     """Knobs of ``hobbit convert`` (model fields override what the source says or implies)."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"num_layers": ">=1", "num_experts": ">=1"}
+    LIMITS: ClassVar[dict[str, str]] = {"num_layers": ">=1", "num_experts": ">=1", "top_k": ">=1",
+                                        "prompt_tokens": ">=1"}
 
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"input": "in", "out": "out"}
 
-    format: str = "jsonl"  # flame | vllm | jsonl
+    format: str = "jsonl"  # flame | vllm | jsonl | llamacpp_csv | tec
     input: str = ""
     out: str = "trace.parquet"
     name: str | None = None
@@ -49,6 +55,8 @@ class ConvertConfig:
     warmup_passes: str = "auto"  # vllm: "auto" or how many leading forward passes to drop
     prefill: str = "keep"  # vllm: keep | drop the batched prefill pass
     teacher_forced_as: str = "prefill"  # flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)
+    top_k: int | None = None  # llamacpp_csv, tec: experts per token, where the file does not tell it
+    prompt_tokens: int = 1  # tec: how many leading tokens are the prompt (prefill); the rest are decode steps
 
 
 def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
@@ -145,9 +153,9 @@ def _flame_pt(folder: Path, cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]
 
 KNOWN_VLLM_MODELS: dict[str, dict[str, Any]] = {
     # Qwen1.5-MoE-A2.7B config.json: 24 layers, 60 experts, top-4, norm_topk_prob false, shared expert
-    "Qwen/Qwen1.5-MoE-A2.7B-Chat": dict(architecture="Qwen2MoeForCausalLM", num_layers=24, num_experts=60,
-                                        weight_rule="softmax", hidden_size=2048, moe_intermediate_size=1408,
-                                        shared_experts=1),
+    "Qwen/Qwen1.5-MoE-A2.7B-Chat": {"architecture": "Qwen2MoeForCausalLM", "num_layers": 24, "num_experts": 60,
+                                    "weight_rule": "softmax", "hidden_size": 2048, "moe_intermediate_size": 1408,
+                                    "shared_experts": 1},
 }
 KNOWN_VLLM_MODELS["Qwen/Qwen1.5-MoE-A2.7B"] = KNOWN_VLLM_MODELS["Qwen/Qwen1.5-MoE-A2.7B-Chat"]
 
@@ -264,7 +272,7 @@ def _vllm_arrays(layers: dict, order: list[int], first: int, cfg: ConvertConfig)
     ids = np.stack(ids_l, 1).reshape(-1, k)  # [N_tok * L, K], token-major
     w = np.stack(w_l, 1).reshape(-1, k)
     ids, w = sort_by_weight(ids, w)
-    rep = lambda x: np.repeat(np.concatenate(x), L)  # noqa: E731
+    rep = lambda x: np.repeat(np.concatenate(x), L)
     return TraceArrays(request_id=rep(req).astype(np.int32), phase=rep(phase).astype(np.int8),
                        step=rep(step).astype(np.int32), position=rep(pos).astype(np.int32),
                        layer=np.tile(np.array(order), ids.shape[0] // L).astype(np.int16), expert_ids=ids, gate_weights=w)
@@ -276,7 +284,16 @@ def convert_jsonl(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     return read_generic_jsonl(Path(cfg.input), cfg)
 
 
-CONVERTERS = {"flame": convert_flame, "vllm": convert_vllm, "jsonl": convert_jsonl}
+def convert_llamacpp_csv(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
+    return read_llamacpp_csv(Path(cfg.input), cfg)
+
+
+def convert_tec(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
+    return read_tec(Path(cfg.input), cfg)
+
+
+CONVERTERS = {"flame": convert_flame, "vllm": convert_vllm, "jsonl": convert_jsonl,
+              "llamacpp_csv": convert_llamacpp_csv, "tec": convert_tec}
 
 
 def convert(cfg: ConvertConfig) -> Path:
