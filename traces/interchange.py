@@ -1,19 +1,14 @@
 """What the readers and writers of foreign trace formats share (``traces.llamacpp_csv``,
 ``traces.tec_format``, ``traces.export``).
 
-Writes are atomic: a hidden temporary file next to the target, renamed over the final
-name only once complete. Both llama.cpp formats name a layer by its transformer block (``il``, dense blocks
+Writes are atomic (``traces.io.atomic_write``: a hidden temporary file next to the target, renamed
+over the final name only once complete). Both llama.cpp formats name a layer by its transformer block (``il``, dense blocks
 included); a trace names MoE layers 0..L-1. The readers keep the block of each MoE layer
 in ``meta.source["llamacpp_blocks"]`` and the writers use it, so a file read and written
 back keeps its block numbers.
 """
 
 from __future__ import annotations
-
-import os
-from collections.abc import Callable
-from pathlib import Path
-from typing import IO
 
 import numpy as np
 
@@ -22,22 +17,6 @@ from hobbit.traces.schema import TraceMeta
 
 WEIGHTS_ABSENT = "absent"  # meta.source["weights"] of a trace whose source had no gate weights
 BLOCKS_KEY = "llamacpp_blocks"
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
-    """Call ``write(file)`` on a hidden temporary file next to ``path``, then rename it into place:
-    the final name is complete or untouched, and no temporary file is left behind."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": "\n"})) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return p
 
 
 def blocks_of(meta: TraceMeta) -> list[int]:

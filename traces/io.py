@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -184,20 +185,26 @@ def empty_like_preds(n: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((n, d, k), -1, np.int16), np.full((n, d, k), np.nan, np.float32)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write a small text file (JSON, Markdown) so that the final name is complete or absent."""
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
+    """Call ``write(file)`` on a hidden temporary file next to ``path``, then rename it into place: the
+    final name is complete or absent (or, if it existed, untouched), and no temporary file is left."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": "\n"})) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
     finally:
         tmp.unlink(missing_ok=True)
     return p
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write a small text file (JSON, Markdown) so that the final name is complete or absent."""
+    return atomic_write(path, lambda f: f.write(text))
 
 
 def json_safe(obj: Any) -> Any:

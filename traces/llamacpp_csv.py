@@ -40,6 +40,7 @@ import numpy as np
 
 from hobbit.traces import interchange as ix
 from hobbit.traces.arrays import TraceArrays
+from hobbit.traces.io import atomic_write
 from hobbit.traces.schema import DECODE, INT16_MAX, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
 from hobbit.traces.validate import validate_source
 
@@ -216,7 +217,7 @@ def write_llamacpp_csv(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list
     def write(f: IO) -> None:
         f.write("\n".join(lines) + "\n")
 
-    ix.atomic_write(path, write)
+    atomic_write(path, write)
     dropped = []
     if not ix.weights_absent(meta):
         dropped.append("gate weights (the CSV has ids only; a re-import gets uniform 1/top_k placeholders)")

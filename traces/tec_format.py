@@ -36,7 +36,8 @@ from typing import IO, Any
 import numpy as np
 
 from hobbit.traces.arrays import TraceArrays
-from hobbit.traces.interchange import BLOCKS_KEY, atomic_write, block_columns, blocks_of, token_starts, weights_absent
+from hobbit.traces.interchange import BLOCKS_KEY, block_columns, blocks_of, token_starts, weights_absent
+from hobbit.traces.io import atomic_write
 from hobbit.traces.schema import DECODE, INT16_MAX, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
 from hobbit.traces.validate import validate_source
 
