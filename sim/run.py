@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hobbit.sim.bound import pass_bounds
-from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
+from hobbit.sim.config import CacheBase, ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
 from hobbit.sim.engine import Engine
@@ -116,7 +116,7 @@ def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max
     return CacheSizing(slots[HIGH], slots[LOW], high, low, free)
 
 
-def layer_cap(model: ModelConfig, c: object) -> int:
+def layer_cap(model: ModelConfig, c: CacheBase) -> int:
     """A pool's most slots per layer by ``layer_slots`` / ``layer_share`` (0: no cap), at most the layer's experts."""
     caps = []
     if c.layer_slots:
