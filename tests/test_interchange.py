@@ -190,3 +190,17 @@ def test_a_trace_without_weights_runs_what_can_run(sources, tmp_path, capsys):
     rows = json.loads((tmp_path / "c" / "compare.json").read_text())["systems"]
     assert {r["system"] for r in rows} == {"on-demand", "tec"}
     assert "hobbit not run" in s["note"] and "HOBBIT not tuned" in s["note"]
+
+
+def test_jsonl_keeps_the_mark_of_absent_weights(sources, tmp_path):
+    """A weightless trace exported to JSONL says so in its header and reads back weightless: its placeholders
+    never pass for gate weights."""
+    csv, jl = tmp_path / "t.csv", tmp_path / "t.jsonl"
+    export(ExportConfig(sources["bundled"], "llamacpp_csv", str(csv)))
+    blind = convert(ConvertConfig("llamacpp_csv", str(csv), str(tmp_path / "blind.parquet"), num_experts=8))
+    export(ExportConfig(str(blind), "jsonl", str(jl)))
+    back = read_trace(convert(ConvertConfig("jsonl", str(jl), str(tmp_path / "back.parquet"))))
+    assert back.meta.source.get("weights") == "absent"
+    export(ExportConfig(sources["bundled"], "jsonl", str(tmp_path / "w.jsonl")))
+    full = read_trace(convert(ConvertConfig("jsonl", str(tmp_path / "w.jsonl"), str(tmp_path / "w.parquet"))))
+    assert "weights" not in full.meta.source

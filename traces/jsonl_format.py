@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
+from hobbit.traces.interchange import WEIGHTS_ABSENT
+from hobbit.traces.io import atomic_write
 from hobbit.traces.schema import INT32_MAX, PHASE_NAMES, ModelSpec, TraceError, TraceMeta, now_iso
 from hobbit.traces.validate import validate_source
 
@@ -62,8 +64,10 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
             raise ValueError(f"recorded_layers must be layers in 0..{spec.num_layers - 1}, got {list(rec)}")
     except (TypeError, ValueError) as exc:
         raise TraceError(path, str(exc), row=1, unit="line", field="model") from exc
-    return TraceMeta(model=spec, lookahead_depth=depth, created=now_iso(), recorded_layers=layers,
-                     source={"kind": "converter", "format": "jsonl", "input": str(path)})
+    source = {"kind": "converter", "format": "jsonl", "input": str(path)}
+    if h.get("gate_weights") == WEIGHTS_ABSENT:  # placeholders: the T1/T2 rule must not read them
+        source["weights"] = WEIGHTS_ABSENT
+    return TraceMeta(model=spec, lookahead_depth=depth, created=now_iso(), recorded_layers=layers, source=source)
 
 
 def _whole(v: Any) -> Any:
@@ -161,14 +165,18 @@ def read_generic_jsonl(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceM
 
 
 def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> None:
-    """Export a trace in the generic format (what another tool would emit)."""
+    """Export a trace in the generic format (what another tool would emit), atomically. A trace whose
+    source had no gate weights says so in the header (``"gate_weights": "absent"``), and reads back so."""
     m = meta.model
     header = {"hobbit_trace_header": 1, "lookahead_depth": meta.lookahead_depth,
               "model": {"name": m.name, "num_layers": m.num_layers, "num_experts": m.num_experts, "top_k": m.top_k,
                         "weight_rule": m.weight_rule, "architecture": m.architecture}}
     if meta.recorded_layers is not None:
         header["recorded_layers"] = list(meta.recorded_layers)
-    with open(path, "w", encoding="utf-8") as f:
+    if meta.source.get("weights") == WEIGHTS_ABSENT:
+        header["gate_weights"] = WEIGHTS_ABSENT
+
+    def write(f: IO) -> None:
         f.write(json.dumps(header) + "\n")
         for i in range(len(arrays)):
             row = {"request_id": int(arrays.request_id[i]), "phase": PHASE_NAMES[int(arrays.phase[i])],
@@ -179,3 +187,5 @@ def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> Non
                 row["pred_weights"] = [p.tolist() if arrays.pred_ids[i][j][0] >= 0 else []
                                        for j, p in enumerate(arrays.pred_weights[i])]
             f.write(json.dumps(row) + "\n")
+
+    atomic_write(path, write)
