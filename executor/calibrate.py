@@ -67,15 +67,17 @@ def pick(values, statistic: str, axis: int | None = None, group: int = 0):
     """The rounds' ``min`` or ``median`` (``axis`` as numpy's). With ``group`` (axis 0 only), ``min`` is the
     fastest of ``group`` samples averaged over the groups the rounds make: the minimum of more samples is
     lower, so a profile must take the same number as the measurement it predicts (a replayed token's
-    minimum over the replays), or the comparison is biased by the statistic alone."""
+    minimum over the replays), or the comparison is biased by the statistic alone. A group takes every
+    n-th round, so that its samples spread over the whole calibration as the replays between its rounds
+    do (the minimum of samples close in time meets fewer of the machine's states)."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic} must be one of {STATISTICS}")
     if statistic == "median":
         return np.median(values, axis=axis)
     v = np.asarray(values)
     if group and axis == 0 and v.shape[0] >= 2 * group:
-        n = v.shape[0] // group
-        return np.mean(np.min(v[: n * group].reshape(n, group, *v.shape[1:]), axis=1), axis=0)
+        n = v.shape[0] // group  # groups of every n-th round: each spans the whole calibration, as the replays do
+        return np.mean(np.min(v[: n * group].reshape(group, n, *v.shape[1:]), axis=0), axis=0)
     return np.min(v, axis=axis)
 
 
@@ -266,13 +268,15 @@ ROUNDS = 15  # calibration rounds; each measures every shape of every part once,
 
 def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None] = print,
               copy_cpu: int | None = None, statistic: str = "min", rounds: int = ROUNDS,
-              group: int = SAMPLES) -> ProfileConfig:
+              group: int = SAMPLES, between: Callable[[int], None] | None = None) -> ProfileConfig:
     """Measure everything but the loop overhead (see ``loop_overhead``) in ``rounds`` rounds after a
     warm-up one. Each round goes through every part (link, experts, dense part and head,
     contention) and every shape in turn, so that each value's samples are spread over the whole
     calibration: on a shared machine whose speed moves between states, each value then meets
     each state (``statistic=min`` keeps the undisturbed one). Contention factors are the median
-    over the rounds of a ratio taken within one round (both sides in the same state)."""
+    over the rounds of a ratio taken within one round (both sides in the same state).
+    ``between(r)`` runs after round ``r`` (0-based): what must meet the machine in the states the
+    calibration meets (``executor.validate.full_profile``: the replays) runs there."""
     m = store.model
     with torch.no_grad():
         link = LinkProbe(store, copy_cpu)
@@ -284,8 +288,10 @@ def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None
             try:
                 experts.round(), dense.round(), contention.round()
                 samples = []
-                for _ in tqdm(range(rounds), desc="calibrate", unit="round", leave=False):
+                for r in tqdm(range(rounds), desc="calibrate", unit="round", leave=False):
                     samples.append((link.round(), experts.round(), dense.round(), contention.round()))
+                    if between is not None:
+                        between(r)
             finally:
                 contention.close()
         finally:

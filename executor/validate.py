@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from hobbit.executor.calibrate import SAMPLES, calibrate, pick
+from hobbit.executor.calibrate import ROUNDS, SAMPLES, calibrate, pick
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor.replay import Replayer
 from hobbit.executor.setup import pinned, prepare
@@ -26,8 +27,6 @@ from hobbit.sim.results import Results, summarise
 from hobbit.sim.run import CacheSizing, simulate
 from hobbit.sim.workload import build_workload
 from hobbit.traces.io import Trace
-
-OVERHEAD_RUNS = 5  # resident runs for the loop overhead; per pass their min (or median)
 
 
 def device_memory_bytes(device: torch.device) -> int:
@@ -44,13 +43,19 @@ def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[s
                           source=f"hobbit calibrate on {profile.device} for {profile.model}")
 
 
+def plan(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
+         engine: str = "simpy") -> tuple[Results, Any]:
+    """Simulate every request of ``trace`` (all timed) and build the workload a replay runs; (results, workload)."""
+    res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)
+    p = system.prefetch
+    return res, build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, np.random.default_rng(0))
+
+
 def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, store: HostStore,
              engine: str = "simpy", copy_cpu: int | None = None, replayers: list | None = None) -> tuple[Any, Any, Any]:
     """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline).
     ``replayers``: a list that receives the replayer, recording its schedule."""
-    res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)  # all timed
-    p = system.prefetch
-    wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, np.random.default_rng(0))
+    res, wl = plan(trace, model, hw, system, engine)
     rep = Replayer(wl, res.decisions, store, copy_cpu, record=replayers is not None)
     if replayers is not None:
         replayers.append(rep)
@@ -60,74 +65,96 @@ def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
 PARTS = ("dense", "issue", "expert", "stall", "cpu_expert", "head")  # the work the cost model charges
 
 
-def loop_overhead(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min",
-                  runs: int = OVERHEAD_RUNS) -> float:
-    """Seconds per layer the replay loop spends outside the parts the cost model charges (its
-    bookkeeping, the time between the parts): recorded replays with every expert resident (static
-    placement, no copies), per decode pass its latency less its recorded parts, per layer; the
-    median over the passes, the runs reduced by ``statistic``. Measured directly, not as what is
-    left of a model, so an error of the parts' model stays visible as the validation's error."""
+def resident(hw: HardwareConfig) -> tuple[SystemConfig, HardwareConfig]:
+    """The system and machine of the loop-overhead replays: every expert resident (static placement, no copies)."""
     system = SystemConfig(name="resident", placement="static", n_cpu_moe=0)
     system = dataclasses.replace(system, precision=dataclasses.replace(system.precision, mode="high"),
                                  prefetch=dataclasses.replace(system.prefetch, kind="none"))
-    model = store.model
-    big = dataclasses.replace(hw, device_memory_bytes=10**15)  # placement: everything fits
-    run_pair(trace, model, big, system, store, engine="plain")  # warm-up: first-call costs out of the way
-    per_run = []
-    for _ in range(runs):
-        reps: list = []
-        _, wl, tl = run_pair(trace, model, big, system, store, "plain", replayers=reps)
-        L = wl.num_layers
-        parts = np.zeros(len(wl.pass_start))
-        for i, kind, start, end, _ in reps[0].work:
-            if kind in PARTS:
-                parts[i // L] += end - start
-        decode = np.asarray(wl.pass_phase) == 1
-        per_run.append(float(np.median(((tl.pass_end - tl.pass_start) - parts)[decode])) / L)
-    return max(float(pick(np.array(per_run), statistic)), 0.0)
+    return system, dataclasses.replace(hw, device_memory_bytes=10**15)  # placement: everything fits
+
+
+def overhead_sample(store: HostStore, hw: HardwareConfig, trace: Trace) -> float:
+    """Seconds per layer the replay loop spends outside the parts the cost model charges (its bookkeeping,
+    the time between the parts), from one recorded replay with every expert resident (static placement, no
+    copies): per decode pass its latency less its recorded parts, per layer, the median over the passes.
+    Measured directly, not as what is left of a model, so an error of the parts' model stays visible as
+    the validation's error."""
+    system, big = resident(hw)
+    reps: list = []
+    _, wl, tl = run_pair(trace, store.model, big, system, store, "plain", replayers=reps)
+    L = wl.num_layers
+    parts = np.zeros(len(wl.pass_start))
+    for i, kind, start, end, _ in reps[0].work:
+        if kind in PARTS:
+            parts[i // L] += end - start
+    decode = np.asarray(wl.pass_phase) == 1
+    return float(np.median(((tl.pass_end - tl.pass_start) - parts)[decode])) / L
 
 
 COPY_PROBE_FRACTION = 0.35  # the pools of the replay that measures the cost of a copy to the compute stream
 
 
-def copy_cost(store: HostStore, hw: HardwareConfig, trace: Trace, statistic: str = "min",
-              copy_cpu: int | None = None, runs: int = OVERHEAD_RUNS) -> float:
-    """Seconds of the compute stream per copy in a replay: issuing it (``Replayer._issue``) and the cache's
-    bookkeeping for it after its layer (``_settle``), from recorded replays of HOBBIT on ``trace`` with pools
-    of ``COPY_PROBE_FRACTION`` of the experts. A layer's bookkeeping without copies (the median over such
-    layers) is the loop's own, counted by ``loop_overhead``, and taken out."""
+def copy_sample(store: HostStore, hw: HardwareConfig, trace: Trace, copy_cpu: int | None = None) -> float | None:
+    """One recorded replay of HOBBIT on ``trace`` with pools of ``COPY_PROBE_FRACTION`` of the experts: seconds
+    of the compute stream per copy (issuing it and the cache's bookkeeping for it after its layer, less a
+    layer's bookkeeping without copies, the loop's own, which ``overhead_sample`` counts); None without
+    copies."""
     system = cache_system(SystemConfig(), store, store.model, COPY_PROBE_FRACTION)
-    per_copy = []
-    for _ in range(runs):
-        reps: list = []
-        res, _, _ = run_pair(trace, store.model, hw, system, store, "plain", copy_cpu, reps)
-        steps = res.decisions.steps
-        copies = sum(len(s.loads) for s in steps)
-        issue = sum(end - start for _, kind, start, end, _ in reps[0].work if kind == "issue")
-        settle = {i: end - start for i, kind, start, end, _ in reps[0].work if kind == "settle"}
-        quiet = [settle[i] for i, s in enumerate(steps) if not (s.loads or s.evicted or s.kept or s.cancel)]
-        empty = float(np.median(quiet)) if quiet else 0.0
-        if copies:
-            per_copy.append((issue + sum(settle.values()) - empty * len(steps)) / copies)
-    return max(float(pick(np.array(per_copy), statistic)), 0.0) if per_copy else hw.profile.copy_issue_s
+    reps: list = []
+    res, _, _ = run_pair(trace, store.model, hw, system, store, "plain", copy_cpu, reps)
+    steps = res.decisions.steps
+    copies = sum(len(s.loads) for s in steps)
+    issue = sum(end - start for _, kind, start, end, _ in reps[0].work if kind == "issue")
+    settle = {i: end - start for i, kind, start, end, _ in reps[0].work if kind == "settle"}
+    quiet = [settle[i] for i, s in enumerate(steps) if not (s.loads or s.evicted or s.kept or s.cancel)]
+    empty = float(np.median(quiet)) if quiet else 0.0
+    return (issue + sum(settle.values()) - empty * len(steps)) / copies if copies else None
+
+
+def slots(rounds: int, samples: int) -> list[int]:
+    """How many interleaved samples follow each of ``rounds`` calibration rounds: ``samples`` in all,
+    spread evenly, the last after the last round."""
+    return [(r + 1) * samples // rounds - r * samples // rounds for r in range(rounds)]
 
 
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
                  progress=print, copy_cpu: int | None = None, statistic: str = "min",
-                 samples: int = SAMPLES) -> HardwareConfig:
-    """Calibrate the parts, then the loop overhead and the cost of a copy on ``trace``'s first request;
-    a minimum is taken over ``samples`` samples (``pick``), as many as a replayed token's."""
+                 samples: int = SAMPLES, replay: Callable[[HardwareConfig], None] | None = None,
+                 rounds: int = ROUNDS) -> HardwareConfig:
+    """Calibrate the parts, the loop overhead and the cost of a copy (on ``trace``'s first request) in
+    alternating rounds: ``samples`` times, spread evenly over the calibration's rounds, a replay with
+    every expert resident, a copy probe's replay and, when given, ``replay(rough)`` (validate's replays
+    of the measured decisions) run between two rounds, so that all of them meet the machine in the
+    states the calibration meets (this VM's speed moves between states seconds apart). A minimum is
+    taken over ``samples`` samples (``pick``), as many as a replayed token's. The replays' decisions
+    come from ``rough``, a one-round profile: without CPU misses they do not depend on the profile
+    (``validate`` checks)."""
     trace = first_layers(trace, store.model.num_layers)
-    hw = profile_hardware(calibrate(store, device.type, progress, copy_cpu, statistic, group=samples), device, pair)
-    progress("  replay loop overhead per layer")
     first = _requests(trace, 0, 1)
-    over = loop_overhead(store, hw, first, statistic, runs=samples)
-    progress(f"    {over * 1e6:.1f} us per layer")
-    hw = dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, layer_overhead_s=over))
-    per_copy = copy_cost(store, hw, first, statistic, copy_cpu, runs=samples)
-    progress(f"  a copy in a replay costs the compute stream {per_copy * 1e6:.1f} us (issuing it and the cache's "
-             f"bookkeeping; {hw.profile.copy_issue_s * 1e6:.1f} us to submit it alone)")
-    return dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, copy_issue_s=per_copy))
+    rough = profile_hardware(calibrate(store, device.type, lambda _: None, copy_cpu, statistic, rounds=1, group=0),
+                             device, pair)
+    system, big = resident(rough)
+    run_pair(first, store.model, big, system, store, engine="plain")  # warm-up: first-call costs out of the way
+    over: list[float] = []
+    per_copy: list[float] = []
+    after = slots(rounds, samples)
+
+    def between(r: int) -> None:
+        for _ in range(after[r]):
+            over.append(overhead_sample(store, rough, first))
+            c = copy_sample(store, rough, first, copy_cpu)
+            if c is not None:
+                per_copy.append(c)
+            if replay is not None:
+                replay(rough)
+
+    prof = calibrate(store, device.type, progress, copy_cpu, statistic, rounds=rounds, group=samples, between=between)
+    o = max(float(pick(np.array(over), statistic)), 0.0)
+    progress(f"  replay loop overhead per layer: {o * 1e6:.1f} us")
+    c = max(float(pick(np.array(per_copy), statistic)), 0.0) if per_copy else prof.copy_issue_s
+    progress(f"  a copy in a replay costs the compute stream {c * 1e6:.1f} us (issuing it and the cache's "
+             f"bookkeeping; {prof.copy_issue_s * 1e6:.1f} us to submit it alone)")
+    return profile_hardware(dataclasses.replace(prof, layer_overhead_s=o, copy_issue_s=c), device, pair)
 
 
 def cache_system(system: SystemConfig, store: HostStore, model: ModelConfig, fraction: float) -> SystemConfig:
@@ -194,35 +221,63 @@ class Validation:
     schedules: list[tuple[str, Schedule]] | None = None  # with cfg.timeline: simulated, then the median replay's
 
 
+def same_decisions(a: Any, b: Any) -> bool:
+    """Whether two decision logs replay identically (every step's copies, computations and evictions, the pools)."""
+    return a.slots == b.slots and a.staging == b.staging and a.steps == b.steps
+
+
 def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None, progress=print) -> Validation:
     """Calibrate (unless ``hw`` is a measured profile), simulate the trace's requests after a
     warm-up one, and replay the very decisions ``cfg.replays`` times; no I/O. Threads pinned
-    as ``cfg.pin_threads`` says."""
+    as ``cfg.pin_threads`` says. When calibrating, the replays run between the calibration's
+    rounds (``full_profile``), on the decisions of a one-round profile; the calibrated profile's
+    decisions must be the same (they are unless misses are computed on the CPU, a choice made on
+    the costs), or they are replayed again after the calibration."""
     if cfg.timeline:
         parse_window(cfg.timeline_tokens, 1)  # a bad range fails now, not after the calibration
     trace = first_layers(trace, cfg.layers)
     warm, measured = _requests(trace, 0, 1), _requests(trace, 1, cfg.requests)
     device, model, pair, store = prepare(cfg, cfg.cache_fraction)
+    system = cache_system(cfg.system, store, model, cfg.cache_fraction)
+    runs: list = []  # measured timelines of the same decisions; per token reduced as the calibration's rounds are
+    reps: list | None = [] if cfg.timeline else None
+    planned: list = []  # (results, workload) of the decisions the runs replay
+    spent = [0.0]  # seconds of replays
+
+    def replay(hw: HardwareConfig) -> None:
+        if not planned:
+            run_pair(warm, model, hw, system, store, cfg.engine, copy_cpu)  # warm-up request
+            planned.append(plan(measured, model, hw, system, cfg.engine))
+        res, wl = planned[0]
+        t0 = time.perf_counter()
+        rep = Replayer(wl, res.decisions, store, copy_cpu, record=cfg.timeline)
+        runs.append(rep.run())
+        spent[0] += time.perf_counter() - t0
+        if reps is not None:
+            reps.append(rep)
+
+    what = f"{measured.num_tokens} tokens ({cfg.requests} requests) {cfg.replays} times after a warm-up request"
     with pinned(cfg) as copy_cpu:
         if copy_cpu is not None:
             progress(f"compute pinned to core(s) {sorted(os.sched_getaffinity(0))}, the copy thread to core {copy_cpu}")
         if hw is None:
-            progress(f"calibrating {model.name} on {device}")
-            hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic, samples=cfg.replays)
-        system = cache_system(cfg.system, store, model, cfg.cache_fraction)
-        progress(f"replaying {measured.num_tokens} tokens ({cfg.requests} requests) {cfg.replays} times after a "
-                 f"warm-up request")
-        run_pair(warm, model, hw, system, store, cfg.engine, copy_cpu)
-        t0 = time.perf_counter()
-        reps: list | None = [] if cfg.timeline else None
-        res, wl, real = run_pair(measured, model, hw, system, store, cfg.engine, copy_cpu, reps)
-        # the same decisions again; per token, the runs reduced as the calibration's rounds are
-        runs = [real]
-        for _ in range(cfg.replays - 1):
-            rep = Replayer(wl, res.decisions, store, copy_cpu, record=cfg.timeline)
-            runs.append(rep.run())
+            progress(f"calibrating {model.name} on {device}, replaying {what} between its rounds")
+            hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic, samples=cfg.replays,
+                              replay=replay)
+        res, wl = plan(measured, model, hw, system, cfg.engine)
+        if planned and not same_decisions(res.decisions, planned[0][0].decisions):
+            progress("the calibrated profile changes the decisions (misses computed on the CPU are a choice made on "
+                     "the costs): replaying them again")
+            runs.clear()
+            planned.clear()
             if reps is not None:
-                reps.append(rep)
+                reps.clear()
+        if not runs:
+            progress(f"replaying {what}")
+            run_pair(warm, model, hw, system, store, cfg.engine, copy_cpu)
+            planned.append((res, wl))
+            for _ in range(cfg.replays):
+                replay(hw)
     spread = noise(wl, runs)
     schedules = None
     if reps is not None:  # before the runs are combined: the replay whose decode time is the median, as it ran
@@ -234,7 +289,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
                       build(wl, res.decisions, runs[k], reps[k].work, window, reps[k].copy_times))]
     real = _combine_runs(runs, cfg.statistic)
     replay = summarise(measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]),
-                       "replay", time.perf_counter() - t0)
+                       "replay", spent[0])
     e = errors(wl, res.timeline, real)
     v = {k: e[k] for k in ("mape", "bias", "p50_abs_ms", "p95_abs_ms", "tokens", "mean_simulated_ms",
                            "mean_measured_ms", "prefill_mape", "prefill_bias", "prefills")}

@@ -231,6 +231,50 @@ def test_validate_reports_the_error(tmp_path, capsys):
     _check_validation_timeline(run, pd.read_parquet(run / "sim" / "passes.parquet"))
 
 
+def test_replays_run_between_the_calibrations_rounds(four_layers, monkeypatch):
+    """The replays (resident, copy probe and validate's own) run between the calibration's rounds, spread
+    evenly, so that they meet the machine in the states the calibration meets; the profile carries the
+    loop overhead and the copy cost measured there."""
+    import hobbit.executor.validate as V
+
+    _, _, store, trace = four_layers
+    events: list = []
+    real = V.calibrate
+
+    def spy(*args, between=None, **kw):
+        def note(r):
+            events.append(("round", r))
+            if between is not None:
+                between(r)
+        return real(*args, between=note, **kw)
+
+    monkeypatch.setattr(V, "calibrate", spy)
+    hw = V.full_profile(store, CPU, ("bf16", "int4"), trace, lambda _: None, samples=2,
+                        replay=lambda rough: events.append(("replay", rough.profile.link_gbps > 0)), rounds=4)
+    assert V.slots(4, 2) == [0, 1, 0, 1] and V.slots(15, 5) == [0, 0, 1] * 5 and sum(V.slots(3, 7)) == 7
+    # the one-round profile the decisions come from, then four rounds with a replay after the 2nd and the 4th
+    assert events == [("round", 0), ("round", 0), ("round", 1), ("replay", True), ("round", 2), ("round", 3),
+                      ("replay", True)]
+    assert hw.profile.layer_overhead_s > 0 and hw.profile.copy_issue_s > 0
+
+
+def test_decisions_the_profile_changes_are_replayed_again(tmp_path, capsys, monkeypatch):
+    """Where the calibrated profile's decisions differ from those replayed between the rounds (a choice made
+    on the costs: misses computed on the CPU), they are replayed again after the calibration, and the replay
+    executes the decisions simulated with the calibrated profile."""
+    import hobbit.executor.validate as V
+
+    monkeypatch.setattr(V, "same_decisions", lambda a, b: False)
+    run = tmp_path / "val"
+    assert run_cli(["validate", "system=fiddler", "scale=32", "layers=4", "requests=1", "replays=2",
+                    f"hydra.run.dir={run}"]) == 0
+    out = capsys.readouterr().out
+    assert "between its rounds" in out and "replaying them again" in out
+    sim_r = json.loads((run / "sim" / "results.json").read_text())
+    rep_r = json.loads((run / "replay" / "results.json").read_text())
+    assert sim_r["served_mix"] == rep_r["served_mix"] and sim_r["served_mix"]["cpu"] > 0
+
+
 def _check_validation_timeline(run, sim_passes):
     """timeline.json of a validation: simulated (pid 1) and measured (pid 2), pass p starting at the same time in
     both; the simulated slices add up to the simulated latency, the measured layers and head to the measured."""
@@ -315,11 +359,15 @@ def test_calibration_fits_and_replay_statistics_drop_disturbances():
 
 def test_a_profiles_minimum_takes_as_many_samples_as_a_replayed_tokens():
     """The minimum of more samples is lower: 15 calibration rounds reduce to the mean of three minima of
-    five, what a token's minimum over five replays estimates."""
+    five, what a token's minimum over five replays estimates; a group takes every third round, so that
+    it spans the calibration as the replays between its rounds do."""
     from hobbit.executor.calibrate import pick
 
     rounds = np.array([[5, 4, 3, 2, 1, 9, 8, 7, 6, 6, 3, 3, 3, 3, 3.0]]).T * [1, 10]  # [rounds, values]
-    assert np.allclose(pick(rounds, "min", axis=0, group=5), [(1 + 6 + 3) / 3, (10 + 60 + 30) / 3])
+    # groups: rounds 0, 3, 6, 9, 12 (min 2), 1, 4, 7, 10, 13 (min 1), 2, 5, 8, 11, 14 (min 3)
+    assert np.allclose(pick(rounds, "min", axis=0, group=5), [(2 + 1 + 3) / 3, (20 + 10 + 30) / 3])
+    drift = np.array([2.0] * 5 + [1.0] * 10)  # a slow spell over the first third: every group meets the fast state
+    assert pick(drift, "min", axis=0, group=5) == 1.0
     assert np.allclose(pick(rounds, "min", axis=0), [1, 10])
     assert np.allclose(pick(rounds, "median", axis=0, group=5), [3, 30])
     assert pick(rounds[:7, 0], "min", axis=0, group=5) == 1  # fewer than two groups: the plain minimum
