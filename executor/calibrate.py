@@ -11,8 +11,8 @@
   and a low-precision expert while copies run, each against itself alone in the same
   round (``ContentionProbe``); the same step's calls alone, against the probes above, give
   what each part costs more per call inside a decode step (``step_*``);
-- the replay loop's own cost per layer: a run with every expert resident, minus what
-  the measured parts predict for it.
+- the replay loop's own cost per layer and what a copy costs the compute stream, from recorded
+  replays (``executor.validate.full_profile`` runs them between the rounds).
 Rounds after a warm-up, each going through every part and shape in turn (``calibrate``), reduced by
 ``statistic``: ``min`` (the default: the machine undisturbed, timeit's rule, for a shared
 machine whose speed moves between states) or ``median``; writes a hardware profile
@@ -269,8 +269,8 @@ ROUNDS = 15  # calibration rounds; each measures every shape of every part once,
 def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None] = print,
               copy_cpu: int | None = None, statistic: str = "min", rounds: int = ROUNDS,
               group: int = SAMPLES, between: Callable[[int], None] | None = None) -> ProfileConfig:
-    """Measure everything but the loop overhead (see ``loop_overhead``) in ``rounds`` rounds after a
-    warm-up one. Each round goes through every part (link, experts, dense part and head,
+    """Measure everything but the loop overhead and the cost of a copy (``validate.overhead_sample`` and
+    ``copy_sample``) in ``rounds`` rounds after a warm-up one. Each round goes through every part (link, experts, dense part and head,
     contention) and every shape in turn, so that each value's samples are spread over the whole
     calibration: on a shared machine whose speed moves between states, each value then meets
     each state (``statistic=min`` keeps the undisturbed one). Contention factors are the median
