@@ -24,7 +24,7 @@ from torch.nn import functional as nnf
 from hobbit.executor.cache import DeviceCache
 from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.weights import HostStore, kv_width
-from hobbit.sim.decide import Decisions, LayerStep
+from hobbit.sim.decide import Decisions, LayerStep, LogEntry
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
 
@@ -85,7 +85,7 @@ class Replayer:
         self.dense = Dense(store, max(wl.pass_context))
         # the decisions' pools, and the staging slots in the high pool's memory, allocated up front
         self.cache = DeviceCache(store, dec.slots, staging=dec.staging)
-        self.log: list[tuple] = []  # (pass, layer, expert, action, precision) as executed
+        self.log: list[LogEntry] = []  # as executed
         self.by_tid: dict[int, tuple[tuple[int, int, int], torch.Tensor]] = {}
         self.inflight: list[tuple[int, int, torch.Tensor]] = []  # dropped copies not done: (tid, class, buffer)
         self.views = {cls: {} for cls in store.kernels}  # id(buffer) -> typed views
@@ -103,7 +103,7 @@ class Replayer:
         link.cancel(step.cancel)
         copies = []
         for (tid, _, demand), (layer, e, cls) in zip(step.loads, step.load_keys):
-            self.log.append((step.pass_index, layer, e, "load" if demand else "prefetch", cls))
+            self.log.append(LogEntry(step.pass_index, layer, e, "load" if demand else "prefetch", cls))
             buf = self.cache.take(cls)
             self.by_tid[tid] = ((layer, e, cls), buf)
             copies.append(Copy(tid, self.store.experts[(layer, e, cls)], buf, demand))
@@ -123,16 +123,16 @@ class Replayer:
         stall = 0.0
         timed = self.work is not None
         while todo:
-            ready = [j for j in todo if link.done(step.gpu[j][0])]
+            ready = [j for j in todo if link.done(step.gpu[j].tid)]
             if not ready:
                 t0 = time.perf_counter()
-                link.wait(min((step.gpu[j][0] for j in todo), key=lambda tid: self._queue_rank(link, tid)))
+                link.wait(min((step.gpu[j].tid for j in todo), key=lambda tid: self._queue_rank(link, tid)))
                 stall += self._note(i, "stall", t0) - t0
                 continue
             for j in ready:
                 tid, cls, n = step.gpu[j]
                 layer, e = step.gpu_keys[j]
-                self.log.append((step.pass_index, layer, e, "compute", cls))
+                self.log.append(LogEntry(step.pass_index, layer, e, "compute", cls))
                 buf = self.by_tid[tid][1] if tid in self.by_tid else self.cache.get((layer, e, cls))
                 t0 = time.perf_counter() if timed else 0.0
                 self.store.kernels[cls].forward(self.x[: max(n, 1)], self._views(cls, buf))
@@ -178,9 +178,9 @@ class Replayer:
                 if (key in self.cache.resident) + step.kept.count(key) - out[key] > 0}
         for key in out:
             if self.cache.evict(key) or key in loaded_here:
-                self.log.append((step.pass_index, key[0], key[1], "evict", key[2]))
-        used = {g[0] for g in step.gpu} | set(step.cancel)
-        for tid in [*used, *(t for t, _, _ in step.loads if t not in used)]:
+                self.log.append(LogEntry(step.pass_index, key.layer, key.expert, "evict", key.precision))
+        used = {g.tid for g in step.gpu} | set(step.cancel)
+        for tid in [*used, *(ld.tid for ld in step.loads if ld.tid not in used)]:
             if tid not in self.by_tid:
                 continue
             key, buf = self.by_tid[tid]

@@ -19,46 +19,95 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable
+from enum import IntEnum
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from hobbit.sim.config import SystemConfig, policy_knobs
-from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs, PrefetchContext
+from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs, Precision, PrefetchContext
 from hobbit.sim.policies.cache import ExpertCache
 from hobbit.sim.policies.precision import classes_for
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.workload import Workload
 
+
 # served kinds (results.json served_mix)
-HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
-SERVED_NAMES = ("high_hit", "low_hit", "high_load", "low_load", "skipped", "cpu")
+class Served(IntEnum):
+    """How a selection was served (the index of ``Decisions.served``; results.json ``served_mix``)."""
+
+    HIGH_HIT = 0
+    LOW_HIT = 1
+    HIGH_LOAD = 2
+    LOW_LOAD = 3
+    SKIPPED = 4
+    CPU = 5
+
+
+HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = Served
+PRECISION = tuple(Precision)  # a class index -> its enum member, without the enum's slower constructor
+SERVED_NAMES = tuple(s.name.lower() for s in Served)
+
+
+class Load(NamedTuple):
+    """A copy the decisions issue when the router has run."""
+
+    tid: int  # transfer id
+    nbytes: int
+    demand: bool  # a computation of this step waits for it (else a prefetch)
+
+
+class Compute(NamedTuple):
+    """An expert computed on the device."""
+
+    tid: int  # the transfer it waits for; -1 when the copy is resident
+    precision: Precision
+    tokens: int
+
+
+class LogEntry(NamedTuple):
+    """One action of the decision log (``Decisions.log``), as the executor's replay logs what it executes."""
+
+    pass_index: int
+    layer: int
+    expert: int
+    action: str  # hit | cpu | skip | load | prefetch | evict (the replay: load | prefetch | compute | evict)
+    precision: Precision
+
+
+class CopyKey(NamedTuple):
+    """A copy of an expert: what a ``Load`` copies, or what the cache evicted or kept."""
+
+    layer: int
+    expert: int
+    precision: Precision
 
 
 @dataclass
 class LayerStep:
     """One MoE layer of one forward pass, as the timing engines replay it.
 
-    ``loads``: (transfer id, bytes, is_demand) issued when the router has run, in order;
-    ``gpu``: (transfer id to wait for or -1, precision, tokens) computed on the device;
-    ``cpu``: tokens of each expert computed on the host CPU; ``cancel``: transfer ids of
-    prefetches found useless here (dropped from the link queue if not started). For the
-    executor, parallel lists name the experts: ``load_keys`` (layer, expert, precision) of
-    each load, ``gpu_keys`` / ``cpu_keys`` (layer, expert) of each computation, and
-    ``evicted`` (layer, expert, precision) the copies this step pushed out of the cache.
+    ``loads``: the copies (``Load``) issued when the router has run, in order; ``gpu``: the
+    experts computed on the device (``Compute``: the transfer to wait for or -1, precision,
+    tokens); ``cpu``: tokens of each expert computed on the host CPU; ``cancel``: transfer ids
+    of prefetches found useless here (dropped from the link queue if not started). For the
+    executor, parallel lists name the experts: ``load_keys`` (``CopyKey``) of each load,
+    ``gpu_keys`` / ``cpu_keys`` (layer, expert) of each computation, and ``evicted`` the copies
+    this step pushed out of the cache. Named records, so that the engines, the executor and
+    the timelines read fields by name; precisions are ``Precision``, served kinds ``Served``.
     """
 
     pass_index: int
     layer: int
-    loads: list[tuple[int, int, bool]] = field(default_factory=list)
-    gpu: list[tuple[int, int, int]] = field(default_factory=list)
+    loads: list[Load] = field(default_factory=list)
+    gpu: list[Compute] = field(default_factory=list)
     cpu: list[int] = field(default_factory=list)
     cancel: list[int] = field(default_factory=list)
-    load_keys: list[tuple[int, int, int]] = field(default_factory=list)
+    load_keys: list[CopyKey] = field(default_factory=list)
     gpu_keys: list[tuple[int, int]] = field(default_factory=list)
     cpu_keys: list[tuple[int, int]] = field(default_factory=list)
-    evicted: list[tuple[int, int, int]] = field(default_factory=list)
-    kept: list[tuple[int, int, int]] = field(default_factory=list)  # copies the cache took in this step
+    evicted: list[CopyKey] = field(default_factory=list)
+    kept: list[CopyKey] = field(default_factory=list)  # copies the cache took in this step
 
 
 @dataclass(frozen=True)
@@ -82,7 +131,7 @@ class Decisions:
     bytes_requested: int = 0  # demand + prefetch copies decided (cancelled ones included)
     mass: np.ndarray = field(default_factory=lambda: np.zeros(3))  # gate mass served [high, low, skipped]
     evictions: int = 0
-    log: list[tuple] | None = None  # (pass, layer, expert, action, precision) when asked for
+    log: list[LogEntry] | None = None  # when asked for
     slots: tuple[int, int] = (0, 0)  # the cache's pools, in experts (high, low)
     staging: int = 0  # staging slots for prefetched experts, carved from the high pool's memory
     prefetch_dropped: int = 0  # prefetches not issued: no slot (every one pinned) or no free staging slot
@@ -155,14 +204,14 @@ class Decider:
 
     def _log(self, p: int, layer: int, e: int, action: str, prec: int) -> None:
         if self.out.log is not None:
-            self.out.log.append((p, layer, e, action, prec))
+            self.out.log.append(LogEntry(p, layer, e, action, PRECISION[prec]))
 
     def _transfer(self, step: LayerStep, key: tuple[int, int], prec: int, demand: bool) -> int:
         tid = self.next_tid
         self.next_tid += 1
         nbytes = self.expert_bytes[prec]
-        step.loads.append((tid, nbytes, demand))
-        step.load_keys.append((key[0], key[1], prec))
+        step.loads.append(Load(tid, nbytes, demand))
+        step.load_keys.append(CopyKey(key[0], key[1], PRECISION[prec]))
         self.out.bytes_requested += nbytes
         return tid
 
@@ -171,11 +220,11 @@ class Decider:
         slot, victim = self.cache.admit(key, prec, layer_now, tid)
         if victim is not None:
             self.out.evictions += 1
-            step.evicted.append((victim[0], victim[1], prec))
+            step.evicted.append(CopyKey(victim[0], victim[1], PRECISION[prec]))
             self._log(p, victim[0], victim[1], "evict", prec)
         if slot >= 0:
             self.cache.use(prec, slot, token, hit=False)
-            step.kept.append((key[0], key[1], prec))
+            step.kept.append(CopyKey(key[0], key[1], PRECISION[prec]))
         else:  # used once, not kept: the request's records still count it
             self.cache.note_use(key, prec, token)
 
@@ -206,7 +255,7 @@ class Decider:
         key = (layer, e)
         if key in self.resident:
             self.out.served[HIGH_HIT] += 1
-            step.gpu.append((-1, HIGH, n))
+            step.gpu.append(Compute(-1, HIGH, n))
             step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", HIGH)
             return HIGH
@@ -224,7 +273,7 @@ class Decider:
             if self.prefetched.pop(key, None) is not None:
                 self.out.prefetch_used += 1
             self.out.served[HIGH_HIT if pool == HIGH else LOW_HIT] += 1
-            step.gpu.append((self.cache.transfer(pool, slot), pool, n))
+            step.gpu.append(Compute(self.cache.transfer(pool, slot), PRECISION[pool], n))
             step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", pool)
             return pool
@@ -232,7 +281,7 @@ class Decider:
         if staged is not None and (staged.precision == HIGH or need == LOW or self.any_prec):
             self.out.prefetch_used += 1
             self.out.served[HIGH_HIT if staged.precision == HIGH else LOW_HIT] += 1
-            step.gpu.append((staged.tid, staged.precision, n))
+            step.gpu.append(Compute(staged.tid, PRECISION[staged.precision], n))
             step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", staged.precision)
             self._admit(p, key, staged.precision, layer, staged.tid, token, step)
@@ -265,7 +314,7 @@ class Decider:
         tid = self._transfer(step, key, prec, True)
         self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
         self._log(p, layer, e, "load", prec)
-        step.gpu.append((tid, prec, n))
+        step.gpu.append(Compute(tid, PRECISION[prec], n))
         step.gpu_keys.append(key)
         self._admit(p, key, prec, layer, tid, token, step)
         return prec
@@ -279,9 +328,9 @@ class Decider:
         self.cache.pools[prec].transfer[slot] = self._transfer(step, key, prec, False)
         if victim is not None:
             self.out.evictions += 1
-            step.evicted.append((victim[0], victim[1], prec))
+            step.evicted.append(CopyKey(victim[0], victim[1], PRECISION[prec]))
             self._log(p, victim[0], victim[1], "evict", prec)
-        step.kept.append((key[0], key[1], prec))
+        step.kept.append(CopyKey(key[0], key[1], PRECISION[prec]))
         return True
 
     def _drop_stale(self, p: int, layer: int, step: LayerStep) -> None:

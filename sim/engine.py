@@ -163,8 +163,8 @@ class Engine:
     def _layer(self, step: LayerStep, dense: float) -> Generator:
         env, cost, link = self.env, self.cost, self.link
         if (self.shared is None and not step.loads and not step.cpu and not step.cancel
-                and all(self._ready(g[0]) for g in step.gpu)):
-            yield env.timeout(dense + sum(cost.cached("expert_s", prec, n) for _, prec, n in step.gpu))
+                and all(self._ready(g.tid) for g in step.gpu)):
+            yield env.timeout(dense + sum(cost.cached("expert_s", g.precision, g.tokens) for g in step.gpu))
             return 0.0
         yield self._work(dense, self.f.dense)
         routed = env.now
@@ -173,15 +173,15 @@ class Engine:
         if step.cancel:
             link.cancel(step.cancel)
         if step.loads:
-            link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
-            link.submit([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads])
+            link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
+            link.submit([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads])
         todo = list(enumerate(step.gpu))
         stall = 0.0
         while todo:
-            ready = [(-1.0 if g[0] < 0 else link.done_at[g[0]], j, g) for j, g in todo if self._ready(g[0])]
+            ready = [(-1.0 if g.tid < 0 else link.done_at[g.tid], j, g) for j, g in todo if self._ready(g.tid)]
             if not ready:
                 t0 = env.now
-                yield link.events[link.first_done([g[0] for _, g in todo])]
+                yield link.events[link.first_done([g.tid for _, g in todo])]
                 stall += env.now - t0
                 continue
             ready.sort(key=lambda r: (r[0], r[1]))

@@ -162,20 +162,21 @@ def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
                 if rec is not None:
                     rec.append((i, "issue", routed, link.now, -1))
             if step.loads or step.cancel:
-                link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
-                link.enqueue([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads], step.cancel)
+                link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
+                link.enqueue([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads],
+                             step.cancel)
             todo, stall = list(range(len(step.gpu))), 0.0
             while todo:  # the experts whose weights are resident, in arrival order; then wait for the next
-                ready = sorted((-1.0 if step.gpu[j][0] < 0 else link.done[step.gpu[j][0]], j) for j in todo
-                               if step.gpu[j][0] < 0 or step.gpu[j][0] in link.done)
+                ready = sorted((-1.0 if step.gpu[j].tid < 0 else link.done[step.gpu[j].tid], j) for j in todo
+                               if step.gpu[j].tid < 0 or step.gpu[j].tid in link.done)
                 if not ready:
                     t0 = link.now
-                    stall += link.wait_first([step.gpu[j][0] for j in todo]) - t0
+                    stall += link.wait_first([step.gpu[j].tid for j in todo]) - t0
                     if rec is not None:
                         rec.append((i, "stall", t0, link.now, -1))
                     continue
                 for _, j in ready:
-                    _, prec, n = step.gpu[j]
+                    _, prec, n = step.gpu[j]  # Compute(tid, precision, tokens)
                     t0 = link.now
                     link.compute(cost.cached("expert_s", prec, n), f.expert(prec))
                     if rec is not None:
@@ -241,9 +242,10 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
                     rec.append((i, "issue", t, t + issue * len(step.loads), -1))
                 t += issue * len(step.loads)
             if step.loads or step.cancel:
-                link.nbytes.update((tid, nb) for tid, nb, _ in step.loads)
-                link.enqueue([(tid, cost.cached("transfer_s", nb), dm) for tid, nb, dm in step.loads], t, step.cancel)
-            ready = [(-1.0 if tid < 0 else link.done_at(tid), j) for j, (tid, _, _) in enumerate(step.gpu)]
+                link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
+                link.enqueue([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], t,
+                             step.cancel)
+            ready = [(-1.0 if g.tid < 0 else link.done_at(g.tid), j) for j, g in enumerate(step.gpu)]
             stall = 0.0
             for r, j in sorted(ready):
                 if r > t:
@@ -251,7 +253,7 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
                         rec.append((i, "stall", t, r, -1))
                     stall += r - t
                     t = r
-                _, prec, n = step.gpu[j]
+                _, prec, n = step.gpu[j]  # Compute(tid, precision, tokens)
                 if rec is not None:
                     rec.append((i, "expert", t, t + cost.cached("expert_s", prec, n), j))
                 t += cost.cached("expert_s", prec, n)

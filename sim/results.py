@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
-from hobbit.sim.decide import SERVED_NAMES, Decisions
+from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SERVED_NAMES, SKIPPED, Decisions
 from hobbit.sim.policies.precision import hobbit_classes, rule_mix
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
@@ -100,8 +100,8 @@ def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, .
     L = wl.num_layers
     decode = np.repeat(np.asarray(wl.pass_phase) == 1, L)
     stall = tl.step_stall.reshape(-1, L)
-    loads = np.array([sum(1 for x in s.loads if x[2]) for s in dec.steps]).reshape(-1, L)
-    prefetches = np.array([sum(1 for x in s.loads if not x[2]) for s in dec.steps]).reshape(-1, L)
+    loads = np.array([sum(1 for x in s.loads if x.demand) for s in dec.steps]).reshape(-1, L)
+    prefetches = np.array([sum(1 for x in s.loads if not x.demand) for s in dec.steps]).reshape(-1, L)
     n_dec = max(int(decode.reshape(-1, L)[:, 0].sum()), 1)
     return pd.DataFrame({
         "layer": list(layers),
@@ -120,8 +120,8 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
     pre_rows = passes[passes.phase == 0]
     served = dec.served.astype(float)
     uses = served.sum()
-    not_skipped = uses - served[4]
-    hits = served[0] + served[1]
+    not_skipped = uses - served[SKIPPED]
+    hits = served[HIGH_HIT] + served[LOW_HIT]
     makespan = tl.makespan
     summary = {
         "tokens": {"total": int(passes.tokens.sum()), "prefill": int(pre_rows.tokens.sum()),

@@ -97,6 +97,34 @@ def test_runs_are_deterministic(small):
     assert a == b
 
 
+def test_the_decision_log_is_typed(small):
+    """Every record of the decision log names its fields: copies (``Load``, ``CopyKey``), computations
+    (``Compute``), log entries (``LogEntry``); precisions are ``Precision`` and served kinds ``Served``;
+    and the fields agree with each other (a demand load is waited for by a computation of its step)."""
+    from hobbit.sim.decide import SERVED_NAMES, Compute, CopyKey, Load, LogEntry, Served
+    from hobbit.sim.policies.base import Precision
+
+    cfg = compose_sim("system=hobbit")
+    res = simulate(small, cfg.model, cfg.hardware, cfg.system, keep_log=True)
+    steps = res.decisions.steps
+    assert any(s.loads for s in steps) and any(s.evicted for s in steps)
+    for s in steps:
+        assert all(type(x) is Load for x in s.loads) and all(type(x) is Compute for x in s.gpu)
+        assert all(type(k) is CopyKey for k in (*s.load_keys, *s.evicted, *s.kept))
+        assert all(isinstance(g.precision, Precision) and g.precision != Precision.SKIP for g in s.gpu)
+        waited = {g.tid for g in s.gpu}
+        assert all(ld.tid in waited for ld in s.loads if ld.demand)
+        assert all(k.precision == Precision.HIGH and ld.nbytes == res.cost.expert_bytes(Precision.HIGH)
+                   or k.precision == Precision.LOW and ld.nbytes == res.cost.expert_bytes(Precision.LOW)
+                   for ld, k in zip(s.loads, s.load_keys))
+    log = res.decisions.log
+    assert log and all(type(x) is LogEntry and isinstance(x.precision, Precision) for x in log)
+    assert SERVED_NAMES == tuple(k.name.lower() for k in Served) == tuple(res.summary["served_mix"])
+    counts = {a: sum(x.action == a for x in log) for a in ("skip", "load")}
+    assert counts["skip"] == res.decisions.served[Served.SKIPPED] > 0
+    assert counts["load"] == res.decisions.served[Served.HIGH_LOAD] + res.decisions.served[Served.LOW_LOAD]
+
+
 def test_more_bandwidth_is_never_slower(small):
     times = []
     for gbps in (8, 25, 64, 256):

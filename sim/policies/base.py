@@ -7,11 +7,21 @@ An expert is identified by its key ``(layer, expert)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
-HIGH, LOW, SKIP = 0, 1, 2  # precision classes; also the pool index of a cached copy
+
+class Precision(IntEnum):
+    """A selection's precision class; HIGH and LOW are also the pool index of a cached copy."""
+
+    HIGH = 0
+    LOW = 1
+    SKIP = 2
+
+
+HIGH, LOW, SKIP = Precision.HIGH, Precision.LOW, Precision.SKIP
 Key = tuple[int, int]
 
 
