@@ -89,7 +89,9 @@ class ValidateConfig(ExecConfig):
     tuned: str | None = None  # a hobbit tune run directory or its experiment/tuned.yaml: its system replaces system
     profile: str | None = None  # a hardware YAML from hobbit calibrate; None: calibrate now
     requests: int = 3  # the trace's first N requests are replayed (after one more as warm-up)
-    replays: int = 5  # replays of the same decisions, reduced per token by ``statistic``; their spread is noise_mape
+    # replays of the same decisions, reduced per token by ``statistic``; their spread is noise_mape; the
+    # calibration takes three rounds per replay (at least 15), so its minimum takes as many samples
+    replays: int = 5
     cache_fraction: float = 0.35  # the pools hold this share of all experts' high-precision bytes
     engine: str = "simpy"
     timeline: bool = False  # also write timeline.json (simulated and measured, passes aligned) and gantt.png/.svg

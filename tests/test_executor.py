@@ -252,6 +252,12 @@ def test_replays_run_between_the_calibrations_rounds(four_layers, monkeypatch):
     hw = V.full_profile(store, CPU, ("bf16", "int4"), trace, lambda _: None, samples=2,
                         replay=lambda rough: events.append(("replay", rough.profile.link_gbps > 0)), rounds=4)
     assert V.slots(4, 2) == [0, 1, 0, 1] and V.slots(15, 5) == [0, 0, 1] * 5 and sum(V.slots(3, 7)) == 7
+    # more replays, more rounds: the grouped minimum keeps three groups of as many samples as a token's
+    assert V.calibration_rounds(5) == 15 and V.calibration_rounds(2) == 15 and V.calibration_rounds(10) == 30
+    from hobbit.executor.calibrate import pick
+
+    r = np.arange(30.0)[::-1]  # 30 rounds, 10 replays: groups of every third round, the mean of their minima
+    assert pick(r, "min", axis=0, group=10) == np.mean([r[j::3].min() for j in range(3)])
     # the one-round profile the decisions come from, then four rounds with a replay after the 2nd and the 4th
     assert events == [("round", 0), ("round", 0), ("round", 1), ("replay", True), ("round", 2), ("round", 3),
                       ("replay", True)]
