@@ -1,13 +1,24 @@
-"""Simulation speed: token-layers per second of ``system=hobbit`` on a 10,000-token Mixtral-topology trace.
+"""Simulation speed: token-layers per second of the whole run (decisions + timing + summary), trace loaded.
 
-    python benchmarks/sim_speed.py [--tokens 10000] [--system hobbit] [--repeats 2]
+    python benchmarks/sim_speed.py [--tokens 10000] [--system hobbit] [--qwen-tokens 2000]
+                                   [--scale 10000,100000,1000000] [--repeats 3]
 
-The trace is the bundled model's (real routing, Mixtral topology), its requests repeated
-under new ids until it holds --tokens tokens; the model is mixtral-8x7b on rtx4090-pcie4.
-Timed side by side in one process: the decision walk (policies), the simpy engine, and a
-plain Python replay of the same decisions (``sim.plain``). Ends with one line
-``token_layers_per_s=<f> ratio_vs_plain=<f>``: the first is the whole simpy run
-(decisions + engine), the second that throughput divided by the plain run's.
+1. Mixtral topology (32 layers, 8 experts, top-2): the bundled model's trace (real routing),
+   its requests repeated under new ids until it holds --tokens tokens, model mixtral-8x7b on
+   rtx4090-pcie4. ``simulate(engine="fast")`` (the compiled core) and ``engine="plain"`` (the
+   Python reference walk and timing) run side by side on the same trace; both must give the
+   same times.
+2. Qwen3.5-397B topology (60 layers, 512 experts, top-10): a synthetic trace
+   (``traces.synthetic``) on h200-pcie5; the reference runs on its first 160 tokens only
+   (it takes ~30 s for those), the compiled core on all --qwen-tokens.
+3. Scale: the compiled core on 10^4, 10^5 and 10^6 tokens of the repeated Mixtral trace:
+   seconds, token-layers/s and the peak of memory allocated during the run (tracemalloc:
+   numpy's arrays included) next to the trace's own arrays.
+
+Each rate is the median of --repeats runs after a warm-up (numba loads its compiled code
+from its on-disk cache, or compiles it once). Ends with one line
+``token_layers_per_s=<f> ratio_vs_reference=<f>`` for part 1 (targets: 1,000,000 on one
+core; the reference is ~30,000), after one ``qwen_token_layers_per_s=<f>`` line (target 300,000).
 """
 
 from __future__ import annotations
@@ -15,77 +26,117 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import tracemalloc
 
 import numpy as np
 
 
 def repeated_trace(tokens: int):
-    from hobbit.traces.arrays import concat
+    """The bundled trace's requests repeated under new ids (whole requests) until it holds ``tokens`` tokens."""
+    from hobbit.traces.arrays import TraceArrays
     from hobbit.traces.io import Trace, read_trace
     from hobbit.traces.tiny import bundled_trace
 
     tr = read_trace(bundled_trace())
-    L = len(tr.meta.layers)
-    parts, n, shift = [], 0, 0
-    n_req = int(tr.arrays.request_id.max()) + 1
-    while n < tokens:
-        for r in range(n_req):
-            part = tr.arrays.take(np.flatnonzero(tr.arrays.request_id == r))
-            part.request_id = part.request_id + shift
-            parts.append(part)
-            n += len(part) // L
-            if n >= tokens:
-                break
-        shift += n_req
-    return Trace(tr.meta, concat(parts), "bundled x repeated")
+    a, L = tr.arrays, len(tr.meta.layers)
+    req = a.request_id
+    n_req = int(req.max()) + 1
+    per_req = np.bincount(req, minlength=n_req) // L  # tokens of each request
+    reps = -(-tokens // int(per_req.sum()))
+    cum = np.cumsum(np.tile(per_req, reps))
+    keep_reqs = int(np.searchsorted(cum, tokens)) + 1  # whole requests, at least ``tokens`` tokens
+    full, part = divmod(keep_reqs, n_req)
+    rows = np.concatenate([np.arange(len(a))] * full + [np.flatnonzero(req < part)] if part else
+                          [np.arange(len(a))] * full)
+    shift = np.repeat(np.arange(full + (1 if part else 0)) * n_req,
+                      [len(a)] * full + ([int((req < part).sum())] if part else []))
+    out = a.take(rows)
+    out = TraceArrays(**{f: getattr(out, f) for f in TraceArrays.__dataclass_fields__})
+    out.request_id = (out.request_id + shift).astype(a.request_id.dtype)
+    return Trace(tr.meta, out, "bundled x repeated")
+
+
+def qwen_trace(tokens: int):
+    from hobbit.traces.io import Trace
+    from hobbit.traces.synthetic import SyntheticConfig, generate
+
+    requests = max(tokens // 160, 1)
+    arrays, meta = generate(SyntheticConfig(name="synthetic-qwen3.5-397b", num_layers=60, num_experts=512, top_k=10,
+                                            requests=requests, prompt_tokens=32, decode_tokens=128,
+                                            lookahead_depth=2, seed=0))
+    return Trace(meta, arrays, "synthetic qwen3.5-397b topology")
+
+
+def first_tokens(trace, tokens: int):
+    from hobbit.traces.io import Trace
+
+    L = len(trace.meta.layers)
+    return Trace(trace.meta, trace.arrays.take(np.arange(min(tokens * L, len(trace.arrays)))), trace.path)
+
+
+def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, object]:
+    """Median token-layers/s of ``simulate`` (after one warm-up run) and the last run's results."""
+    from hobbit.sim.run import simulate
+
+    n = len(trace.arrays)
+    res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
+        times.append(time.perf_counter() - t0)
+    return n / statistics.median(times), res
 
 
 def main() -> None:
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
-    import hobbit.sim_commands  # noqa: F401
-    from hobbit.sim.cost import CostModel
-    from hobbit.sim.decide import Decider
-    from hobbit.sim.engine import Engine
-    from hobbit.sim.plain import replay
-    from hobbit.sim.policies.base import HIGH, LOW
-    from hobbit.sim.run import place, size_cache
-    from hobbit.sim.workload import build_workload
+    from hobbit.glue import compose
+    from hobbit.sim.config import SimConfig
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=10_000)
     ap.add_argument("--system", default="hobbit")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--qwen-tokens", type=int, default=2000)
+    ap.add_argument("--scale", default="10000,100000,1000000", help="token counts of the scale runs ('' for none)")
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+
+    cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}"])
     trace = repeated_trace(args.tokens)
-    with initialize_config_module(config_module="hobbit.conf", version_base="1.3"):
-        cfg = OmegaConf.to_object(compose("sim", overrides=["out_dir=.", f"system={args.system}"]))
     n = len(trace.arrays)
-    print(f"trace: {n // 32} tokens x 32 layers = {n} token-layers; system={args.system}")
-    times: dict[str, list[float]] = {"decide": [], "simpy": [], "plain": []}
-    for _ in range(args.repeats):
+    print(f"mixtral topology: {n // 32} tokens x 32 layers = {n} token-layers; system={args.system}")
+    fast, a = rate(trace, cfg, "fast", args.repeats)
+    ref, b = rate(trace, cfg, "plain", 1)
+    assert np.allclose(a.timeline.pass_end, b.timeline.pass_end, rtol=1e-9, atol=0), "the engines disagree"
+    print(f"  fast  {fast:12,.0f} token-layers/s\n  plain {ref:12,.0f} token-layers/s (reference)")
+
+    qcfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", "model=qwen3.5-397b-a17b",
+                                      "hardware=h200-pcie5"])
+    q = qwen_trace(args.qwen_tokens)
+    nq = len(q.arrays)
+    q_fast, _ = rate(q, qcfg, "fast", args.repeats)
+    q_ref, _ = rate(first_tokens(q, 160), qcfg, "plain", 1)
+    print(f"qwen3.5-397b topology: {nq // 60} tokens x 60 layers = {nq} token-layers")
+    print(f"  fast  {q_fast:12,.0f} token-layers/s\n  plain {q_ref:12,.0f} token-layers/s (reference, first 160 tokens)")
+
+    scale = [int(x) for x in args.scale.split(",") if x]
+    if scale:
+        print("scale (compiled core, whole run):")
+    for tokens in scale:
+        tr = repeated_trace(tokens)
+        own = sum(v.nbytes for v in vars(tr.arrays).values() if isinstance(v, np.ndarray))
+        from hobbit.sim.run import simulate
+
+        simulate(first_tokens(tr, 100), cfg.model, cfg.hardware, cfg.system, profile_share=0.0)  # warm
+        tracemalloc.start()
         t0 = time.perf_counter()
-        wl = build_workload(trace, "oracle", 0.9, cfg.system.prefetch.max_depth, np.random.default_rng(0))
-        sizing = size_cache(cfg.model, cfg.hardware, cfg.system, max(wl.pass_context))
-        cost = CostModel(cfg.model, cfg.hardware)
-        slots = (sizing.high_slots - cfg.system.prefetch.max_depth * 2, sizing.low_slots)
-        dec = Decider(wl, cfg.system, slots, (cost.expert_bytes(HIGH), cost.expert_bytes(LOW)),
-                      place(wl, cfg.model, cfg.hardware, cfg.system, sizing)).run()
-        t1 = time.perf_counter()
-        a = Engine(wl, dec, cost, cfg.system.demand_first).run()
-        t2 = time.perf_counter()
-        b = replay(wl, dec, cost, cfg.system.demand_first)
-        t3 = time.perf_counter()
-        assert np.allclose(a.pass_end, b.pass_end, rtol=1e-9)
-        for k, v in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
-            times[k].append(v)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    for k, v in med.items():
-        print(f"{k:<7} {v:7.2f} s  ({n / v:,.0f} token-layers/s)")
-    simpy_rate = n / (med["decide"] + med["simpy"])
-    plain_rate = n / (med["decide"] + med["plain"])
-    print(f"token_layers_per_s={simpy_rate:.0f} ratio_vs_plain={simpy_rate / plain_rate:.3f}")
+        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
+        dt = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"  {tokens:>9,} tokens: {dt:8.2f} s  {len(tr.arrays) / dt:12,.0f} token-layers/s  "
+              f"peak {peak / 2**20:8.0f} MiB allocated (trace arrays {own / 2**20:.0f} MiB)")
+    print(f"qwen_token_layers_per_s={q_fast:.0f} qwen_ratio_vs_reference={q_fast / q_ref:.1f}")
+    print(f"token_layers_per_s={fast:.0f} ratio_vs_reference={fast / ref:.1f}")
 
 
 if __name__ == "__main__":

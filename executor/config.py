@@ -93,6 +93,6 @@ class ValidateConfig(ExecConfig):
     # calibration takes three rounds per replay (at least 15), so its minimum takes as many samples
     replays: int = 5
     cache_fraction: float = 0.35  # the pools hold this share of all experts' high-precision bytes
-    engine: str = "simpy"
+    engine: str = "fast"
     timeline: bool = False  # also write timeline.json (simulated and measured, passes aligned) and gantt.png/.svg
     timeline_tokens: str = "0:64"  # the passes the timeline keeps, A:B over the replayed requests (':' for all)

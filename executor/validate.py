@@ -44,7 +44,7 @@ def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[s
 
 
 def plan(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
-         engine: str = "simpy") -> tuple[Results, Any]:
+         engine: str = "fast") -> tuple[Results, Any]:
     """Simulate every request of ``trace`` (all timed) and build the workload a replay runs; (results, workload)."""
     res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)
     p = system.prefetch
@@ -52,7 +52,7 @@ def plan(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemCon
 
 
 def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, store: HostStore,
-             engine: str = "simpy", copy_cpu: int | None = None, replayers: list | None = None) -> tuple[Any, Any, Any]:
+             engine: str = "fast", copy_cpu: int | None = None, replayers: list | None = None) -> tuple[Any, Any, Any]:
     """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline).
     ``replayers``: a list that receives the replayer, recording its schedule."""
     res, wl = plan(trace, model, hw, system, engine)
@@ -140,7 +140,7 @@ def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], 
     rough = profile_hardware(calibrate(store, device.type, lambda _: None, copy_cpu, statistic, rounds=1, group=0),
                              device, pair)
     system, big = resident(rough)
-    run_pair(first, store.model, big, system, store, engine="plain")  # warm-up: first-call costs out of the way
+    run_pair(first, store.model, big, system, store, engine="fast")  # warm-up: first-call costs out of the way
     over: list[float] = []
     per_copy: list[float] = []
     after = slots(rounds, samples)

@@ -55,7 +55,7 @@ def _knob(key: str, value: Any) -> str:
 def configure(model: str | ModelConfig | None = None, hardware: str | HardwareConfig | None = None,
               system: str | SystemConfig | None = None, *, overrides: Sequence[str] = (), **knobs: Any) -> SimConfig:
     """The typed ``SimConfig`` of a run: group names (conf/model, conf/hardware, conf/system) or
-    typed configs, plus knobs by path (``system__cache__high_fraction=0.5``, ``engine="plain"``)
+    typed configs, plus knobs by path (``system__cache__high_fraction=0.5``, ``engine="simpy"``)
     and Hydra ``overrides`` as the command line takes them."""
     given = {"model": model, "hardware": hardware, "system": system}
     names = [f"{g}={v}" for g, v in given.items() if isinstance(v, str)]

@@ -124,7 +124,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     note = "; ".join(notes)
     rows = []
     for system in tqdm(systems, desc="compare", unit="system"):
-        res = simulate(timed, cfg.model, hw, system, np.random.default_rng(cfg.seed), engine="plain",
+        res = simulate(timed, cfg.model, hw, system, np.random.default_rng(cfg.seed), engine="fast",
                        profile=profile, profile_share=0.0)
         write_results(res, out / "systems" / system.name)
         rows.append(res.summary)

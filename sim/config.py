@@ -337,7 +337,7 @@ class SimConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
-    engine: str = "simpy"  # simpy | plain (the same times, computed without simpy)
+    engine: str = "fast"  # fast (the compiled core) | plain (the Python reference) | simpy (the discrete-event reference): the same decisions and times
     seed: int = 0  # for fallback predictions when the trace has none
     out_dir: str = "."
     # What systems learn offline (Fiddler's popular experts, MoE-Infinity's activation matrices) comes from a

@@ -18,9 +18,10 @@ Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, T tokens in a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Callable, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -120,11 +121,106 @@ class Placement:
     static: bool = False
 
 
+class DecisionTables:
+    """The decision log as tables of int64, one row per record in the order the walk made it, steps ascending
+    (the compiled walk's output, ``sim.fast``). A column by name: ``tables.column("loads", "layer")``.
+
+    ``loads`` (row = transfer id): step, demand (1) or prefetch (0), layer, expert, precision;
+    ``gpu``: step, tid (-1: resident), precision, tokens, expert; ``cpu``: step, tokens, expert;
+    ``cancel``: step, tid; ``evicted`` and ``kept``: step, layer, expert, precision.
+    """
+
+    COLUMNS: ClassVar[dict[str, tuple[str, ...]]] = {"loads": ("step", "demand", "layer", "expert", "precision"),
+               "gpu": ("step", "tid", "precision", "tokens", "expert"),
+               "cpu": ("step", "tokens", "expert"), "cancel": ("step", "tid"),
+               "evicted": ("step", "layer", "expert", "precision"), "kept": ("step", "layer", "expert", "precision")}
+
+    def __init__(self, num_layers: int, n_steps: int, expert_bytes: tuple[int, int], **tables: np.ndarray) -> None:
+        self.num_layers, self.n_steps, self.expert_bytes = num_layers, n_steps, expert_bytes
+        for name, cols in self.COLUMNS.items():
+            t = tables.get(name)
+            setattr(self, name, t if t is not None else np.zeros((0, len(cols)), np.int64))
+
+    def column(self, table: str, name: str) -> np.ndarray:
+        return getattr(self, table)[:, self.COLUMNS[table].index(name)]
+
+    def per_step(self, table: str) -> np.ndarray:
+        """Rows of ``table`` in each step: [n_steps]."""
+        return np.bincount(getattr(self, table)[:, 0], minlength=self.n_steps)
+
+    def steps(self) -> Steps:
+        return Steps(self)
+
+    def layer_steps(self) -> list[LayerStep]:
+        """The tables as ``LayerStep`` records (what the reference walk builds)."""
+        L, eb = self.num_layers, self.expert_bytes
+        out = [LayerStep(i // L, i % L) for i in range(self.n_steps)]
+        for tid, (i, demand, layer, e, prec) in enumerate(self.loads.tolist()):
+            s = out[i]
+            s.loads.append(Load(tid, eb[prec], bool(demand)))
+            s.load_keys.append(CopyKey(layer, e, PRECISION[prec]))
+        for i, tid, prec, n, e in self.gpu.tolist():
+            out[i].gpu.append(Compute(tid, PRECISION[prec], n))
+            out[i].gpu_keys.append((i % L, e))
+        for i, n, e in self.cpu.tolist():
+            out[i].cpu.append(n)
+            out[i].cpu_keys.append((i % L, e))
+        for i, tid in self.cancel.tolist():
+            out[i].cancel.append(tid)
+        for i, layer, e, prec in self.evicted.tolist():
+            out[i].evicted.append(CopyKey(layer, e, PRECISION[prec]))
+        for i, layer, e, prec in self.kept.tolist():
+            out[i].kept.append(CopyKey(layer, e, PRECISION[prec]))
+        return out
+
+
+class Steps(Sequence):
+    """``Decisions.steps`` of a compiled walk: its tables, laid out as ``LayerStep`` records on first use."""
+
+    def __init__(self, tables: DecisionTables) -> None:
+        self.tables, self._steps = tables, None
+
+    def _all(self) -> list[LayerStep]:
+        if self._steps is None:
+            self._steps = self.tables.layer_steps()
+        return self._steps
+
+    def __len__(self) -> int:
+        return self.tables.n_steps
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None
+
+
+def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTables:
+    """The reference walk's ``LayerStep`` records as ``DecisionTables`` (for the compiled timing)."""
+    if isinstance(steps, Steps):
+        return steps.tables
+    rows: dict[str, list] = {name: [] for name in DecisionTables.COLUMNS}
+    eb = [0, 0]
+    for i, s in enumerate(steps):
+        for ld, k in zip(s.loads, s.load_keys):
+            rows["loads"].append((i, int(ld.demand), k.layer, k.expert, int(k.precision)))
+            eb[int(k.precision)] = ld.nbytes
+        rows["gpu"] += [(i, g.tid, int(g.precision), g.tokens, e) for g, (_, e) in zip(s.gpu, s.gpu_keys)]
+        rows["cpu"] += [(i, n, e) for n, (_, e) in zip(s.cpu, s.cpu_keys)]
+        rows["cancel"] += [(i, tid) for tid in s.cancel]
+        rows["evicted"] += [(i, k.layer, k.expert, int(k.precision)) for k in s.evicted]
+        rows["kept"] += [(i, k.layer, k.expert, int(k.precision)) for k in s.kept]
+    arrays = {name: np.array(r, np.int64).reshape(-1, len(DecisionTables.COLUMNS[name])) for name, r in rows.items()}
+    return DecisionTables(num_layers, len(steps), (eb[0], eb[1]), **arrays)
+
+
 @dataclass
 class Decisions:
     """Everything the policies decided, plus counters for results.json."""
 
-    steps: list[LayerStep]
+    steps: Sequence[LayerStep]  # a list, or the compiled walk's tables laid out on first use (``Steps``)
     served: np.ndarray  # [6] counts by served kind
     prefetch_issued: int = 0
     prefetch_used: int = 0
@@ -135,6 +231,17 @@ class Decisions:
     slots: tuple[int, int] = (0, 0)  # the cache's pools, in experts (high, low)
     staging: int = 0  # staging slots for prefetched experts, carved from the high pool's memory
     prefetch_dropped: int = 0  # prefetches not issued: no slot (every one pinned) or no free staging slot
+    tables: DecisionTables | None = None  # the log as tables (the compiled walk's; None from the reference walk)
+
+    def loads_per_step(self) -> tuple[np.ndarray, np.ndarray]:
+        """(demand loads, prefetches) issued in each step."""
+        if self.tables is not None:
+            demand = self.tables.column("loads", "demand")
+            steps = self.tables.column("loads", "step")
+            n = self.tables.n_steps
+            return (np.bincount(steps[demand == 1], minlength=n), np.bincount(steps[demand == 0], minlength=n))
+        return (np.array([sum(1 for x in s.loads if x.demand) for s in self.steps], np.int64),
+                np.array([sum(1 for x in s.loads if not x.demand) for s in self.steps], np.int64))
 
 
 @dataclass

@@ -100,8 +100,7 @@ def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, .
     L = wl.num_layers
     decode = np.repeat(np.asarray(wl.pass_phase) == 1, L)
     stall = tl.step_stall.reshape(-1, L)
-    loads = np.array([sum(1 for x in s.loads if x.demand) for s in dec.steps]).reshape(-1, L)
-    prefetches = np.array([sum(1 for x in s.loads if not x.demand) for s in dec.steps]).reshape(-1, L)
+    loads, prefetches = (x.reshape(-1, L) for x in dec.loads_per_step())
     n_dec = max(int(decode.reshape(-1, L)[:, 0].sum()), 1)
     return pd.DataFrame({
         "layer": list(layers),

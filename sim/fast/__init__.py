@@ -1,0 +1,187 @@
+"""The compiled core: the decision walk and the timing of ``sim.decide`` / ``sim.plain`` in numba.
+
+``engine=fast`` (the default) runs a simulation here: ``decide`` makes the decisions of
+``sim.decide.Decider`` and ``time_decisions`` the times of ``sim.plain.replay``, exactly (the
+differential tests, tests/test_fast.py, hold every registered system to the reference's
+decisions and to its times within 1e-9 relative). What the compiled walk does not implement
+(``unsupported`` names it: the hooked policies, MoE-Infinity's matrices, a kept log) is
+decided by the reference walk and timed here. The log comes out as tables
+(``DecisionTables``); ``Decisions.steps`` lays them out as ``LayerStep`` records on first
+use, for the simpy engine, the executor and the timelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from hobbit.sim.config import SystemConfig, policy_knobs
+from hobbit.sim.cost import CostModel
+from hobbit.sim.decide import Decider, Decisions, DecisionTables, Placement, tables_from_steps
+from hobbit.sim.fast import bound, timing, walk
+from hobbit.sim.policies.base import HIGH, LOW, PolicyInputs
+from hobbit.sim.policies.precision import classes_for
+from hobbit.sim.policies.registry import eviction_class, prefetcher_class
+from hobbit.sim.timeline import Timeline
+from hobbit.sim.workload import Workload
+
+
+def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
+    """Why the compiled walk cannot decide for ``system`` (the reference walk then does), or None."""
+    if keep_log:
+        return "a kept decision log (keep_log)"
+    if system.cache.policy not in walk.POLICIES:
+        return f"cache policy {system.cache.policy}"
+    if system.prefetch.kind not in walk.PREFETCHERS:
+        return f"prefetcher {system.prefetch.kind}"
+    return None
+
+
+def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """``Workload.future_uses`` as CSR arrays: key layer * E + expert -> its (pass, layer) steps in order."""
+    L, E = wl.num_layers, wl.num_experts
+    n_steps = len(wl.pass_start) * L
+    pass_of = np.repeat(np.arange(len(wl.pass_start)), np.asarray(wl.pass_end) - np.asarray(wl.pass_start))
+    step = (pass_of[:, None] * L + np.arange(L)[None, :])[:, :, None]
+    key = np.arange(L)[None, :, None] * E + wl.ids
+    code = np.unique((key * n_steps + step).ravel())
+    keys, steps = code // n_steps, code % n_steps
+    off = np.searchsorted(keys, np.arange(L * E + 1))
+    return off.astype(np.int64), steps.astype(np.int64)
+
+
+def _tables(wl: Workload) -> tuple[int, np.ndarray]:
+    """(the most tokens one expert can serve in a pass: the size of the per-token-count cost tables, each pass's tokens)."""
+    sizes = np.asarray(wl.pass_end, np.int64) - np.asarray(wl.pass_start, np.int64)
+    return (int(sizes.max()) if len(sizes) else 1) * wl.top_k, sizes
+
+
+def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
+           placement: Placement | None = None, cpu_faster: Callable[[int, int], bool] | None = None,
+           miss_costs: Callable[[int, int], tuple[float, float]] | None = None) -> Decisions:
+    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled."""
+    why = unsupported(system)
+    if why is not None:
+        raise ValueError(f"the compiled walk does not implement {why}")
+    p, pf, ev = system.precision, system.prefetch, system.cache
+    L = wl.num_layers
+    E = wl.num_experts
+    max_t, sizes = _tables(wl)
+    placement = placement or Placement()
+    resident = np.zeros((L, E), np.bool_)
+    for layer, e in placement.resident:
+        resident[layer, e] = True
+    cpu_layer = np.zeros(L, np.bool_)
+    cpu_layer[list(placement.cpu_layers)] = True
+    w = wl.weights.astype(np.float64)
+    wn = w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None)
+    cls = classes_for(wl.weights, p.mode, p.t1, p.t2)
+    pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
+    needs = pf_cls.needs | ev_cls.needs
+    depth = pf.max_depth
+    if wl.pred_ids is not None and "predictions" in needs:
+        pred = np.ascontiguousarray(wl.pred_ids[:, :, :depth], np.int64)
+        pred_cls = np.ascontiguousarray(classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2), np.int8)
+    else:
+        pred, pred_cls = np.zeros((1, 1, 0, 1), np.int64), np.zeros((1, 1, 0, 1), np.int8)
+    policy = walk.POLICIES.index(ev.policy)
+    wts, fw = np.zeros(4), np.zeros((1, 1))
+    if ev.policy == "multidim":
+        pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
+        wts = np.array(pol.w, np.float64)
+        fw = np.array([pol._fld_weights(c, L) for c in range(L)], np.float64)
+    fut_off, fut_steps = future_csr(wl) if ev.policy == "belady" else (np.zeros(1, np.int64), np.zeros(1, np.int64))
+    mixed = p.mode == "hobbit"
+    uniform = LOW if p.mode == "low" else HIGH
+    prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if mixed else uniform
+    prefetching = pf_cls.loads_ahead and system.cpu_misses != "always"
+    cpu_faster = cpu_faster or (lambda prec, n: True)
+    miss_costs = miss_costs or (lambda prec, n: (1.0, 1.0))
+    faster = np.zeros((2, max_t + 1), np.bool_)
+    copy_s, cpu_s = np.ones(2), np.ones(max_t + 1)
+    if system.cpu_misses == "faster":
+        for prec in (HIGH, LOW):
+            faster[prec, 1:] = [cpu_faster(prec, n) for n in range(1, max_t + 1)]
+    if system.cpu_misses == "split":
+        copy_s = np.array([miss_costs(prec, 1)[0] for prec in (HIGH, LOW)])
+        cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
+    per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
+    out = walk.walk(
+        np.ascontiguousarray(wl.ids, np.int64), np.ascontiguousarray(cls, np.int8), np.ascontiguousarray(wn),
+        pred, pred_cls, np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
+        np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
+        np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps,
+        walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
+        bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
+        walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
+        float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64))
+    loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _ = out
+    tables = DecisionTables(num_layers=L, n_steps=len(wl.pass_start) * L, expert_bytes=tuple(expert_bytes),
+                            loads=loads, gpu=gpu, cpu=cpu, cancel=cancel, evicted=evicted, kept=kept)
+    return Decisions(steps=tables.steps(), served=served, prefetch_issued=int(st[walk.ISSUED]),
+                     prefetch_used=int(st[walk.USED]), bytes_requested=int(st[walk.BYTES]), mass=mass,
+                     evictions=int(st[walk.EVICTIONS]), slots=(int(slots[HIGH]), int(slots[LOW])),
+                     staging=int(pf.staging_slots) if prefetching else 0, prefetch_dropped=int(st[walk.DROPPED]),
+                     tables=tables)
+
+
+def decide_or_refer(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
+                    placement: Placement | None = None, keep_log: bool = False, **kw) -> Decisions:
+    """The compiled walk where it implements ``system``, else the reference's (same decisions either way)."""
+    if unsupported(system, keep_log) is None:
+        return decide(wl, system, slots, expert_bytes, placement, kw.get("cpu_faster"), kw.get("miss_costs"))
+    return Decider(wl, system, slots, expert_bytes, placement, keep_log=keep_log, **kw).run()
+
+
+def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True,
+                   shared: bool | None = None) -> Timeline:
+    """``sim.plain.replay`` compiled: the same times (``shared``: as there)."""
+    tab = dec.tables if dec.tables is not None else tables_from_steps(dec.steps, wl.num_layers)
+    max_t, sizes = _tables(wl)
+    dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
+    other = np.array([cost.cached("other_s", int(n)) for n in sizes])
+    top = max(max_t, int(tab.gpu[:, 3].max(initial=0)), int(tab.cpu[:, 1].max(initial=0)))
+    expert = np.zeros((2, top + 1))
+    cpu_s = np.zeros(top + 1)
+    for n in range(1, top + 1):
+        expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
+    if len(tab.cpu):
+        cpu_s[1:] = [cost.cached("cpu_expert_s", n) for n in range(1, top + 1)]
+    nbytes_of = np.array(tab.expert_bytes, np.int64)
+    prec = tab.loads[:, 4]
+    nbytes = nbytes_of[prec]
+    dur = np.array([cost.cached("transfer_s", int(b)) for b in nbytes_of])[prec]
+    f = cost.contention
+    args = (tab.n_steps, wl.num_layers, tab.loads, tab.gpu, tab.cpu, tab.cancel, dur, nbytes, dense, other, expert,
+            cpu_s, float(cost.issue_s()), bool(demand_first))
+    if shared if shared is not None else f.active:
+        out = timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
+    else:
+        out = timing.replay(*args)
+    ps, pe, stall, end, started, done, busy, moved, cancelled = out
+    tl = Timeline(ps, pe, stall, end, link_busy_s=float(busy), bytes_moved=int(moved), cancelled=int(cancelled))
+    for name, at in (("transfer_start", started), ("transfer_done", done)):
+        ran = np.flatnonzero(~np.isnan(at))
+        ran = ran[np.argsort(at[ran], kind="stable")]
+        setattr(tl, name, dict(zip(ran.tolist(), at[ran].tolist())))
+    return tl
+
+
+def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarray:
+    """``sim.bound.pass_bounds`` compiled: the same bound."""
+    p = system.precision
+    precisions = {"hobbit": (HIGH, LOW), "high": (HIGH,), "low": (LOW,)}[p.mode]
+    uses_cpu = system.cpu_misses != "never" or system.placement == "static"
+    max_t, sizes = _tables(wl)
+    top = max_t
+    expert_min, cpu_s = np.zeros(top + 1), np.zeros(top + 1)
+    for n in range(1, top + 1):
+        expert_min[n] = min(cost.cached("expert_s", q, n) for q in precisions)
+        if uses_cpu:
+            cpu_s[n] = cost.cached("cpu_expert_s", n)
+    dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
+    other = np.array([cost.cached("other_s", int(n)) for n in sizes])
+    return bound.pass_bounds(np.ascontiguousarray(wl.ids, np.int64), classes_for(wl.weights, p.mode, p.t1, p.t2),
+                             np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense, other,
+                             expert_min, cpu_s, wl.num_experts, uses_cpu)

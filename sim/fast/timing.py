@@ -1,0 +1,271 @@
+"""The timing of ``sim.plain`` compiled with numba: the same rules (``sim.timeline``), the same floats.
+
+Reads the decision log as tables (``sim.fast.walk``'s ``loads``, ``gpu``, ``cpu``, ``cancel``,
+rows in step order) and per-size costs looked up in arrays built once per run: ``dense_s[P]``,
+``other_s[P]``, ``expert_s[precision, tokens]``, ``cpu_s[tokens]``, ``dur`` and ``nbytes`` per
+transfer. ``shared``: the link and the compute stream slow each other (``plain._SharedLink``).
+The link's state lives in ``fs`` (floats: free_at or now, busy, the copy in flight's seconds
+left and its start) and ``ls`` (ints: queue head and tail, bytes moved, cancelled, the copy in
+flight); the queue holds transfer ids not yet started.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+FREE_AT, BUSY, LEFT, CUR_START = range(4)  # fs (FREE_AT is ``now`` for the shared link)
+HEAD, TAIL, MOVED, CANCELLED, CUR = range(5)  # ls
+
+
+@njit(cache=True)
+def _offsets(step_col, n_steps):
+    return np.searchsorted(step_col, np.arange(n_steps + 1))
+
+
+@njit(cache=True)
+def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first):
+    """``plain.requeue``: drop the cancelled copies not started, then the loads ``lo:hi`` join."""
+    if cancel_tids.shape[0]:
+        for x in range(cancel_tids.shape[0]):
+            dropped[cancel_tids[x]] = True
+        w = ls[HEAD]
+        for r in range(ls[HEAD], ls[TAIL]):
+            if dropped[q[r]]:
+                ls[CANCELLED] += 1
+            else:
+                q[w] = q[r]
+                w += 1
+        ls[TAIL] = w
+        for x in range(cancel_tids.shape[0]):
+            dropped[cancel_tids[x]] = False
+    for tid in range(lo, hi):
+        at = ls[TAIL]
+        if demand[tid] and demand_first:
+            for r in range(ls[HEAD], ls[TAIL]):
+                if not demand[q[r]]:
+                    at = r
+                    break
+        for r in range(ls[TAIL], at, -1):
+            q[r] = q[r - 1]
+        q[at] = tid
+        ls[TAIL] += 1
+
+
+@njit(cache=True)
+def _start_next(q, fs, ls, dur, nbytes, started, done):
+    tid = q[ls[HEAD]]
+    ls[HEAD] += 1
+    started[tid] = fs[FREE_AT]
+    fs[FREE_AT] += dur[tid]
+    fs[BUSY] += dur[tid]
+    ls[MOVED] += nbytes[tid]
+    done[tid] = fs[FREE_AT]
+
+
+@njit(cache=True)
+def _finish(q, fs, ls, dur, nbytes, started, done):
+    tid = ls[CUR]
+    fs[BUSY] += fs[FREE_AT] - fs[CUR_START]
+    ls[MOVED] += nbytes[tid]
+    done[tid] = fs[FREE_AT]
+    ls[CUR] = -1
+    _start(q, fs, ls, dur, started)
+
+
+@njit(cache=True)
+def _start(q, fs, ls, dur, started):
+    if ls[CUR] < 0 and ls[TAIL] > ls[HEAD]:
+        tid = q[ls[HEAD]]
+        ls[HEAD] += 1
+        ls[CUR] = tid
+        fs[LEFT] = dur[tid]
+        fs[CUR_START] = fs[FREE_AT]
+        started[tid] = fs[FREE_AT]
+
+
+@njit(cache=True)
+def _compute(q, fs, ls, dur, nbytes, started, done, solo, factor, f_link):
+    """``_SharedLink.compute``: ``solo`` seconds of compute, ``factor`` slower while a copy runs."""
+    while solo > 0.0:
+        if ls[CUR] < 0:
+            fs[FREE_AT] += solo
+            break
+        copy_left, compute_left = fs[LEFT] * f_link, solo * factor
+        if compute_left <= copy_left:
+            fs[FREE_AT] += compute_left
+            fs[LEFT] -= compute_left / f_link
+            break
+        fs[FREE_AT] += copy_left
+        solo -= copy_left / factor
+        _finish(q, fs, ls, dur, nbytes, started, done)
+    return fs[FREE_AT]
+
+
+@njit(cache=True)
+def _setup(n_steps, loads, gpu, cpu, cancel):
+    lo_l, lo_g = _offsets(loads[:, 0], n_steps), _offsets(gpu[:, 0], n_steps)
+    lo_c, lo_x = _offsets(cpu[:, 0], n_steps), _offsets(cancel[:, 0], n_steps)
+    max_g = 1
+    for i in range(n_steps):
+        max_g = max(max_g, lo_g[i + 1] - lo_g[i])
+    return lo_l, lo_g, lo_c, lo_x, max_g
+
+
+@njit(cache=True)
+def _cpu_end(cpu, cpu_s, c0, c1, start):
+    """``plain._cpu_work``: the layer's CPU experts one after another from ``start``."""
+    s = 0.0
+    for r in range(c0, c1):
+        s += cpu_s[cpu[r, 1]]
+    return start + s
+
+
+@njit(cache=True)
+def replay(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
+           demand_first):
+    """``plain.replay`` without contention: (pass_start, pass_end, step_stall, step_end, started, done, busy, moved,
+    cancelled); ``started`` / ``done`` NaN for a copy that never ran."""
+    L = num_layers
+    P = n_steps // L
+    lo_l, lo_g, lo_c, lo_x, max_g = _setup(n_steps, loads, gpu, cpu, cancel)
+    n_loads = loads.shape[0]
+    demand = loads[:, 1] == 1
+    q = np.zeros(n_loads + 1, np.int64)
+    dropped = np.zeros(n_loads + 1, np.bool_)
+    started, done = np.full(n_loads, np.nan), np.full(n_loads, np.nan)
+    fs, ls = np.zeros(4), np.zeros(5, np.int64)
+    pass_start, pass_end = np.zeros(P), np.zeros(P)
+    step_stall, step_end = np.zeros(n_steps), np.zeros(n_steps)
+    ready = np.zeros(max_g)
+    t = cpu_free = 0.0
+    for p in range(P):
+        pass_start[p] = t
+        dense = dense_s[p]
+        for layer in range(L):
+            i = p * L + layer
+            g0, g1 = lo_g[i], lo_g[i + 1]
+            nl = lo_l[i + 1] - lo_l[i]
+            t += dense
+            routed = t
+            if nl and issue:
+                t += issue * nl
+            if nl or lo_x[i + 1] > lo_x[i]:  # _Link.enqueue at t
+                while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
+                    _start_next(q, fs, ls, dur, nbytes, started, done)
+                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], lo_l[i], lo_l[i + 1], demand_first)
+                if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
+                    fs[FREE_AT] = t
+                    _start_next(q, fs, ls, dur, nbytes, started, done)
+            ng = g1 - g0
+            for j in range(ng):
+                tid = gpu[g0 + j, 1]
+                if tid < 0:
+                    ready[j] = -1.0
+                else:
+                    while np.isnan(done[tid]):  # done_at
+                        _start_next(q, fs, ls, dur, nbytes, started, done)
+                    ready[j] = done[tid]
+            order = np.argsort(ready[:ng], kind="mergesort")
+            stall = 0.0
+            for j in range(ng):
+                r = ready[order[j]]
+                if r > t:
+                    stall += r - t
+                    t = r
+                row = g0 + order[j]
+                t += expert_s[gpu[row, 2], gpu[row, 3]]
+            if lo_c[i + 1] > lo_c[i]:
+                cpu_free = _cpu_end(cpu, cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))
+                t = max(t, cpu_free)
+            step_stall[i] = stall
+            step_end[i] = t
+        t += other_s[p]
+        pass_end[p] = t
+    return pass_start, pass_end, step_stall, step_end, started, done, fs[BUSY], ls[MOVED], ls[CANCELLED]
+
+
+@njit(cache=True)
+def replay_shared(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
+                  demand_first, f_link, f_dense, f_high, f_low):
+    """``plain._replay_shared``: ``replay`` with the overlap of copies and compute charged (``Contention``)."""
+    L = num_layers
+    P = n_steps // L
+    lo_l, lo_g, lo_c, lo_x, max_g = _setup(n_steps, loads, gpu, cpu, cancel)
+    n_loads = loads.shape[0]
+    demand = loads[:, 1] == 1
+    q = np.zeros(n_loads + 1, np.int64)
+    dropped = np.zeros(n_loads + 1, np.bool_)
+    started, done = np.full(n_loads, np.nan), np.full(n_loads, np.nan)
+    fs, ls = np.zeros(4), np.zeros(5, np.int64)
+    ls[CUR] = -1
+    pass_start, pass_end = np.zeros(P), np.zeros(P)
+    step_stall, step_end = np.zeros(n_steps), np.zeros(n_steps)
+    ready = np.zeros(max_g)
+    rows = np.zeros(max_g, np.int64)
+    todo = np.zeros(max_g, np.int64)
+    cpu_free = 0.0
+    for p in range(P):
+        pass_start[p] = fs[FREE_AT]
+        dense = dense_s[p]
+        for layer in range(L):
+            i = p * L + layer
+            g0, g1 = lo_g[i], lo_g[i + 1]
+            nl = lo_l[i + 1] - lo_l[i]
+            routed = _compute(q, fs, ls, dur, nbytes, started, done, dense, f_dense, f_link)
+            if nl and issue:
+                _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)
+            if nl or lo_x[i + 1] > lo_x[i]:
+                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], lo_l[i], lo_l[i + 1], demand_first)
+                _start(q, fs, ls, dur, started)
+            nt = g1 - g0
+            for j in range(nt):
+                todo[j] = g0 + j
+            stall = 0.0
+            while nt:  # the experts whose weights are resident, in arrival order; then wait for the next
+                nr = keep = 0
+                for j in range(nt):
+                    tid = gpu[todo[j], 1]
+                    if tid < 0 or not np.isnan(done[tid]):
+                        rows[nr] = todo[j]
+                        ready[nr] = -1.0 if tid < 0 else done[tid]
+                        nr += 1
+                    else:
+                        todo[keep] = todo[j]
+                        keep += 1
+                if nr == 0:
+                    t0 = fs[FREE_AT]
+                    while True:  # wait_first: copies run alone until one of these lands
+                        landed = False
+                        for j in range(nt):
+                            if not np.isnan(done[gpu[todo[j], 1]]):
+                                landed = True
+                                break
+                        if landed:
+                            break
+                        fs[FREE_AT] += fs[LEFT]
+                        _finish(q, fs, ls, dur, nbytes, started, done)
+                    stall += fs[FREE_AT] - t0
+                    continue
+                order = np.argsort(ready[:nr], kind="mergesort")
+                picked = rows[:nr][order]
+                for r in range(nr):
+                    row = picked[r]
+                    prec = gpu[row, 2]
+                    _compute(q, fs, ls, dur, nbytes, started, done, expert_s[prec, gpu[row, 3]],
+                             f_high if prec == 0 else f_low, f_link)
+                nt = keep
+            if lo_c[i + 1] > lo_c[i]:
+                cpu_free = _cpu_end(cpu, cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))
+                t = cpu_free  # idle_until: copies run alone until the CPU is done
+                if t > fs[FREE_AT]:
+                    while ls[CUR] >= 0 and fs[FREE_AT] + fs[LEFT] <= t:
+                        fs[FREE_AT] += fs[LEFT]
+                        _finish(q, fs, ls, dur, nbytes, started, done)
+                    if ls[CUR] >= 0:
+                        fs[LEFT] -= t - fs[FREE_AT]
+                    fs[FREE_AT] = t
+            step_stall[i] = stall
+            step_end[i] = fs[FREE_AT]
+        pass_end[p] = _compute(q, fs, ls, dur, nbytes, started, done, other_s[p], f_dense, f_link)
+    return pass_start, pass_end, step_stall, step_end, started, done, fs[BUSY], ls[MOVED], ls[CANCELLED]

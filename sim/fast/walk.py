@@ -1,0 +1,562 @@
+"""The decision walk of ``sim.decide`` compiled with numba: the same rules, step for step.
+
+``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
+differential tests in tests/test_fast.py hold it to that) for the eviction policies that
+score slots (lru, lfu, fifo, mru, multidim, belady) and the prefetchers that read the trace
+(hobbit, next_layer, oracle, none), with every knob of the walk: mixed precision, skips,
+staging slots, per-layer pools, resident and CPU placements, cpu_misses (never, always,
+faster, split) and cpu_insert. Policies that keep their own order of the entries (hooked)
+and MoE-Infinity's matrices stay on the reference (``sim.fast.supported``).
+
+State lives in arrays: ``pool[field, precision, slot]`` (fields ``LAYER`` .. ``PINNED``, as
+``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
+expert, (R, F, H)]``, and scalars in ``st`` (``CLOCK`` ..). The log is appended to
+``out.*`` tables, one row per record, in the order the reference appends them.
+Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+HIGH, LOW, SKIP = 0, 1, 2
+HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
+
+# pool fields
+LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, INSERTED, TRANSFER, PINNED = range(10)
+N_FIELDS = 10
+# scalars of st
+CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS = range(10)
+N_ST = 10
+# eviction policies, prefetchers, cpu_misses
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady")
+PREFETCHERS = ("none", "hobbit", "next_layer", "oracle")
+CPU_MISSES = ("never", "always", "faster", "split")
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY = range(6)
+PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE = range(4)
+CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
+NEVER = 1 << 62
+
+@njit(cache=True)
+def _grow(a, need):
+    if need <= a.shape[0]:
+        return a
+    b = np.empty((max(need, 2 * a.shape[0]), a.shape[1]), a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+@njit(cache=True)
+def _region(size, per_layer, num_layers, key_layer):
+    if not per_layer:
+        return 0, size
+    per = size // num_layers
+    return key_layer * per, (key_layer + 1) * per
+
+
+@njit(cache=True)
+def _next_use(fut_off, fut_steps, key_id, step):
+    lo, hi = fut_off[key_id], fut_off[key_id + 1]
+    while lo < hi:  # bisect_left
+        mid = (lo + hi) // 2
+        if fut_steps[mid] < step:
+            lo = mid + 1
+        else:
+            hi = mid
+    return fut_steps[lo] if lo < fut_off[key_id + 1] else NEVER
+
+
+@njit(cache=True)
+def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off, fut_steps, num_experts):
+    """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties."""
+    lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
+    best = -1
+    if policy == MULTIDIM:
+        inv_t = 1.0 / max(tokens, 1)
+        a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
+        lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
+        bs, bt = 0.0, 0
+        for s in range(r0, r1):
+            if lay[s] < 0 or pin[s]:
+                continue
+            k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
+            if best < 0 or k < bs or (k == bs and touched[s] < bt):
+                best, bs, bt = s, k, touched[s]
+        return best
+    if policy == BELADY:
+        ex = pool[EXPERT, pr]
+        bn, bt = 0, 0
+        for s in range(r0, r1):
+            if lay[s] < 0 or pin[s]:
+                continue
+            nu = _next_use(fut_off, fut_steps, lay[s] * num_experts + ex[s], step)
+            if best < 0 or nu > bn or (nu == bn and touched[s] < bt):
+                best, bn, bt = s, nu, touched[s]
+        return best
+    if policy == LFU:
+        au = pool[ALL_USES, pr]
+        ba, bt = 0, 0
+        for s in range(r0, r1):
+            if lay[s] < 0 or pin[s]:
+                continue
+            if best < 0 or au[s] < ba or (au[s] == ba and touched[s] < bt):
+                best, ba, bt = s, au[s], touched[s]
+        return best
+    score = pool[INSERTED, pr] if policy == FIFO else touched
+    bv = 0
+    for s in range(r0, r1):
+        if lay[s] < 0 or pin[s]:
+            continue
+        v = score[s]
+        if best < 0 or (v > bv if policy == MRU else v < bv):
+            best, bv = s, v
+    return best
+
+
+@njit(cache=True)
+def _note_use(pool, index, rec, layer, e, precision, token):
+    rec[layer, e, 0] = token
+    rec[layer, e, 1] += 1
+    if precision == HIGH:
+        rec[layer, e, 2] += 1
+    for pr in range(2):
+        s = index[pr, layer, e]
+        if s >= 0:
+            pool[LAST_USE, pr, s] = rec[layer, e, 0]
+            pool[USES, pr, s] = rec[layer, e, 1]
+            pool[HIGH_USES, pr, s] = rec[layer, e, 2]
+
+
+@njit(cache=True)
+def _use(pool, index, rec, st, pr, slot, token):
+    st[CLOCK] += 1
+    pool[TOUCHED, pr, slot] = st[CLOCK]
+    pool[ALL_USES, pr, slot] += 1
+    _note_use(pool, index, rec, pool[LAYER, pr, slot], pool[EXPERT, pr, slot], pr, token)
+
+
+@njit(cache=True)
+def _admit(pool, size, nfree, index, rec, st, layer, e, pr, layer_now, transfer, pinned, per_layer, num_layers,
+           policy, w, fw, fut_off, fut_steps, num_experts):
+    """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1)."""
+    if size[pr] == 0:
+        return -1, -1
+    st[CLOCK] += 1
+    r0, r1 = _region(size[pr], per_layer, num_layers, layer)
+    slot, victim = -1, -1
+    if per_layer:
+        for s in range(r0, r1):
+            if pool[LAYER, pr, s] < 0:
+                slot = s
+                break
+    elif nfree[pr] < size[pr]:
+        slot = nfree[pr]
+        nfree[pr] += 1
+    if slot < 0:
+        slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
+                         num_experts)
+        if slot < 0:
+            return -1, -1
+        vl, ve = pool[LAYER, pr, slot], pool[EXPERT, pr, slot]
+        victim = vl * num_experts + ve
+        index[pr, vl, ve] = -1
+    pool[LAYER, pr, slot], pool[EXPERT, pr, slot] = layer, e
+    pool[LAST_USE, pr, slot], pool[USES, pr, slot], pool[HIGH_USES, pr, slot] = rec[layer, e, 0], rec[layer, e, 1], \
+        rec[layer, e, 2]
+    pool[ALL_USES, pr, slot] = 0
+    pool[TOUCHED, pr, slot] = st[CLOCK]
+    pool[INSERTED, pr, slot] = st[CLOCK]
+    pool[TRANSFER, pr, slot] = transfer
+    pool[PINNED, pr, slot] = 1 if pinned else 0
+    index[pr, layer, e] = slot
+    return slot, victim
+
+
+@njit(cache=True)
+def _wanted(ids, cls, rows, want, order):
+    """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and classes): experts in first-appearance order
+    into ``order``, their best class into ``want`` (reset to SKIP by the caller); the count."""
+    n = 0
+    for t in range(rows):
+        for k in range(ids.shape[1]):
+            e, c = ids[t, k], cls[t, k]
+            if e >= 0 and c != SKIP and c < want[e]:
+                if want[e] == SKIP:
+                    order[n] = e
+                    n += 1
+                want[e] = c
+    return n
+
+
+@njit(cache=True)
+def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
+         slots, per_layer, policy, w, fw, fut_off, fut_steps, prefetcher, max_depth, history, top_k, mixed, uniform,
+         any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
+         split_threshold, split_max_fetch, per_expert, expert_bytes):
+    L, K = ids.shape[1], ids.shape[2]
+    E = resident.shape[1]
+    P = pass_start.shape[0]
+    D = pred.shape[2]
+    size = np.zeros(2, np.int64)
+    size[0], size[1] = slots[0], slots[1]
+    if per_layer:
+        size[0], size[1] = slots[0] // L * L, slots[1] // L * L
+    pool = np.zeros((N_FIELDS, 2, max(size[0], size[1], 1)), np.int64)
+    pool[LAYER] = -1
+    pool[EXPERT] = -1
+    pool[TRANSFER] = -1
+    nfree = np.zeros(2, np.int64)
+    index = np.full((2, L, E), -1, np.int64)
+    rec = np.zeros((L, E, 3), np.int64)
+    counts = np.zeros((L, E), np.int64)
+    st = np.zeros(N_ST, np.int64)
+    served = np.zeros(6, np.int64)
+    mass = np.zeros(3)
+    # staged prefetches (insertion order), pins (target layer, pool, layer, expert), prefetched flags
+    stg_tid = np.full((L, E), -1, np.int64)
+    stg_prec = np.zeros((L, E), np.int64)
+    stg_list = np.zeros((max(staging, 1), 3), np.int64)  # layer, expert, target; in insertion order
+    n_stg = 0
+    pins = np.zeros((16, 4), np.int64)
+    n_pins = 0
+    prefetched = np.zeros((L, E), np.bool_)
+    # need of one (pass, layer): expert -> class, tokens, mass, in first-appearance order
+    need_c = np.full(E, SKIP, np.int64)
+    need_n = np.zeros(E, np.int64)
+    need_m = np.zeros(E)
+    order = np.zeros(E, np.int64)
+    on_cpu = np.zeros(E, np.bool_)
+    want = np.full(E, SKIP, np.int64)
+    worder = np.zeros(E, np.int64)
+    props = np.zeros((max_depth * E + 1, 3), np.int64)  # proposals: layer, expert, precision
+    m_e = np.zeros(E, np.int64)
+    m_c = np.zeros(E, np.int64)
+    m_key = np.zeros(E, np.int64)
+    hist = np.zeros(E, np.int64)
+    # log tables
+    loads = np.zeros((1024, 5), np.int64)
+    gpu = np.zeros((1024, 5), np.int64)
+    cpu = np.zeros((256, 3), np.int64)
+    cancel = np.zeros((64, 2), np.int64)
+    evicted = np.zeros((1024, 4), np.int64)
+    kept = np.zeros((1024, 4), np.int64)
+    nl = ng = nc = nx = nv = nk = 0
+    for p in range(P):
+        a, b = pass_start[p], pass_end[p]
+        if p > 0 and pass_request[p] != pass_request[p - 1]:
+            rec[:] = 0
+            pool[LAST_USE] = 0
+            pool[USES] = 0
+            pool[HIGH_USES] = 0
+            counts[:] = 0
+        token = token_in_request[b - 1] + 1
+        st[TOKENS] = token
+        T = b - a
+        bound = min(E, T * K)
+        for layer in range(L):
+            i = p * L + layer
+            st[STEP] = i
+            # room for this step's records, at most
+            room = (3 + max_depth) * bound + staging + 2
+            loads = _grow(loads, nl + room)
+            gpu = _grow(gpu, ng + room)
+            cpu = _grow(cpu, nc + room)
+            cancel = _grow(cancel, nx + room)
+            evicted = _grow(evicted, nv + room)
+            kept = _grow(kept, nk + room)
+            # ---- _needed
+            n_need = 0
+            for t in range(a, b):
+                for k in range(K):
+                    e, c = ids[t, layer, k], cls[t, layer, k]
+                    if need_n[e] == 0:
+                        order[n_need] = e
+                        n_need += 1
+                        need_c[e] = c
+                        need_m[e] = wn[t, layer, k]
+                    else:
+                        need_c[e] = min(need_c[e], c)
+                        need_m[e] += wn[t, layer, k]
+                    need_n[e] += 1
+            if T > 1 and multi_high:
+                for j in range(n_need):
+                    e = order[j]
+                    if need_c[e] != SKIP:
+                        need_c[e] = HIGH
+            st[INSERTS] = 0
+            # ---- FreeToken's split
+            if cpu_misses == CM_SPLIT:
+                nm, maxn = 0, 0
+                for j in range(n_need):
+                    e = order[j]
+                    c = need_c[e]
+                    if c == SKIP or resident[layer, e]:
+                        continue
+                    if index[HIGH, layer, e] >= 0 or ((c == LOW or any_prec) and index[LOW, layer, e] >= 0):
+                        continue
+                    m_e[nm] = e
+                    m_c[nm] = c if mixed else uniform
+                    maxn = max(maxn, need_n[e])
+                    nm += 1
+                if nm:
+                    cs, us = copy_s[m_c[0]], cpu_s[maxn]
+                    frac = us / cs if cs > 0 else 1.0
+                    if not frac * split_threshold >= 1.0:
+                        lo = int(nm * frac)
+                        v0 = max(lo * (1 - frac), (nm - lo) * frac)
+                        v1 = max((lo + 1) * (1 - frac), (nm - lo - 1) * frac)
+                        F = lo + 1 if v1 < v0 else lo
+                        if split_max_fetch >= 0:
+                            F = min(F, split_max_fetch)
+                        for j in range(nm):
+                            m_key[j] = -rec[layer, m_e[j], 0] * (E + 1) + m_e[j]
+                        srt = np.argsort(m_key[:nm], kind="mergesort")
+                        for j in range(F, nm):
+                            on_cpu[m_e[srt[j]]] = True
+            # ---- serve each expert
+            for j in range(n_need):
+                e = order[j]
+                c, n = need_c[e], need_n[e]
+                got = -1
+                if resident[layer, e]:
+                    served[HIGH_HIT] += 1
+                    gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, -1, HIGH, n, e
+                    ng += 1
+                    got = HIGH
+                elif cpu_layer[layer]:
+                    served[CPU] += 1
+                    cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
+                    nc += 1
+                    got = HIGH
+                need = LOW if c == SKIP else c
+                if got < 0:
+                    hp = -1
+                    if index[HIGH, layer, e] >= 0:
+                        hp = HIGH
+                    elif (need == LOW or any_prec) and index[LOW, layer, e] >= 0:
+                        hp = LOW
+                    if hp >= 0:
+                        slot = index[hp, layer, e]
+                        _use(pool, index, rec, st, hp, slot, token)
+                        if prefetched[layer, e]:
+                            prefetched[layer, e] = False
+                            st[USED] += 1
+                        served[HIGH_HIT if hp == HIGH else LOW_HIT] += 1
+                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, pool[TRANSFER, hp, slot], hp, n, e
+                        ng += 1
+                        got = hp
+                if got < 0 and stg_tid[layer, e] >= 0:
+                    stid, sprec = stg_tid[layer, e], stg_prec[layer, e]
+                    stg_tid[layer, e] = -1
+                    for q in range(n_stg):  # out of the insertion-ordered list
+                        if stg_list[q, 0] == layer and stg_list[q, 1] == e:
+                            stg_list[q:n_stg - 1] = stg_list[q + 1:n_stg]
+                            n_stg -= 1
+                            break
+                    if sprec == HIGH or need == LOW or any_prec:
+                        st[USED] += 1
+                        served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
+                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
+                        ng += 1
+                        slot, victim = _admit(pool, size, nfree, index, rec, st, layer, e, sprec, layer, stid, False,
+                                              per_layer, L, policy, w, fw, fut_off, fut_steps, E)
+                        if victim >= 0:
+                            st[EVICTIONS] += 1
+                            evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, \
+                                victim % E, sprec
+                            nv += 1
+                        if slot >= 0:
+                            _use(pool, index, rec, st, sprec, slot, token)
+                            kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, sprec
+                            nk += 1
+                        else:
+                            _note_use(pool, index, rec, layer, e, sprec, token)
+                        got = sprec
+                    else:
+                        cancel[nx, 0], cancel[nx, 1] = i, stid
+                        nx += 1
+                if got < 0 and c == SKIP:
+                    served[SKIPPED] += 1
+                    got = SKIP
+                if got < 0:
+                    prec = c if mixed else uniform
+                    if cpu_misses == CM_ALWAYS or (cpu_misses == CM_FASTER and cpu_faster[prec, n]) or on_cpu[e]:
+                        served[CPU] += 1
+                        cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
+                        nc += 1
+                        mode = 0  # 1: cpu_insert's copy behind the CPU, 2: an empty slot filled (faster)
+                        if st[INSERTS] < cpu_insert:
+                            mode = 1
+                        elif cpu_misses == CM_FASTER:
+                            if per_layer:
+                                r0, r1 = _region(size[prec], per_layer, L, layer)
+                                for s in range(r0, r1):
+                                    if pool[LAYER, prec, s] < 0:
+                                        mode = 2
+                                        break
+                            elif nfree[prec] < size[prec]:
+                                mode = 2
+                        if mode:  # _copy_ahead, not pinned
+                            slot, victim = _admit(pool, size, nfree, index, rec, st, layer, e, prec, layer, -1, False,
+                                                  per_layer, L, policy, w, fw, fut_off, fut_steps, E)
+                            if slot >= 0:
+                                tid = st[NEXT_TID]
+                                st[NEXT_TID] += 1
+                                loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, \
+                                    prec
+                                nl += 1
+                                st[BYTES] += expert_bytes[prec]
+                                pool[TRANSFER, prec, slot] = tid
+                                if victim >= 0:
+                                    st[EVICTIONS] += 1
+                                    evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, \
+                                        victim % E, prec
+                                    nv += 1
+                                kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, prec
+                                nk += 1
+                                if mode == 1:
+                                    st[INSERTS] += 1
+                            if slot >= 0 or mode == 2:
+                                st[ISSUED] += 1
+                        got = HIGH
+                    else:  # a demand load
+                        tid = st[NEXT_TID]
+                        st[NEXT_TID] += 1
+                        loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, prec
+                        nl += 1
+                        st[BYTES] += expert_bytes[prec]
+                        served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
+                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
+                        ng += 1
+                        slot, victim = _admit(pool, size, nfree, index, rec, st, layer, e, prec, layer, tid, False,
+                                              per_layer, L, policy, w, fw, fut_off, fut_steps, E)
+                        if victim >= 0:
+                            st[EVICTIONS] += 1
+                            evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, \
+                                victim % E, prec
+                            nv += 1
+                        if slot >= 0:
+                            _use(pool, index, rec, st, prec, slot, token)
+                            kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, prec
+                            nk += 1
+                        else:
+                            _note_use(pool, index, rec, layer, e, prec, token)
+                        got = prec
+                mass[got] += need_m[e]
+                counts[layer, e] += n
+            for j in range(n_need):  # reset the need for the next step
+                e = order[j]
+                need_n[e] = 0
+                need_c[e] = SKIP
+                on_cpu[e] = False
+            # ---- _drop_stale
+            q = 0
+            while q < n_pins:
+                if pins[q, 0] == layer:
+                    pr, pl, pe = pins[q, 1], pins[q, 2], pins[q, 3]
+                    s = index[pr, pl, pe]
+                    if s >= 0:
+                        pool[PINNED, pr, s] = 0
+                    prefetched[pl, pe] = False
+                    pins[q:n_pins - 1] = pins[q + 1:n_pins]
+                    n_pins -= 1
+                else:
+                    q += 1
+            q = 0
+            while q < n_stg:
+                if stg_list[q, 2] == layer:
+                    sl, se = stg_list[q, 0], stg_list[q, 1]
+                    cancel[nx, 0], cancel[nx, 1] = i, stg_tid[sl, se]
+                    nx += 1
+                    stg_tid[sl, se] = -1
+                    stg_list[q:n_stg - 1] = stg_list[q + 1:n_stg]
+                    n_stg -= 1
+                else:
+                    q += 1
+            # ---- prefetch
+            if not prefetching or prefetcher == PF_NONE:
+                continue
+            n_props = 0
+            last_d = max_depth if prefetcher != PF_NEXT else 1
+            for d in range(1, last_d + 1):
+                target = layer + d
+                if target >= L:
+                    break
+                nw = 0
+                if prefetcher == PF_ORACLE:
+                    nw = _wanted(ids[a:b, target], cls[a:b, target], T, want, worder)
+                elif d <= D:
+                    nw = _wanted(pred[a:b, layer, d - 1], pred_cls[a:b, layer, d - 1], T, want, worder)
+                elif history and counts[target].max() > 0:
+                    hist[:] = counts[target]
+                    for k in range(min(top_k, E)):  # argsort(-counts, stable)[:top_k]
+                        best = 0
+                        for x in range(1, E):
+                            if hist[x] > hist[best]:
+                                best = x
+                        if uniform < want[best]:
+                            if want[best] == SKIP:
+                                worder[nw] = best
+                                nw += 1
+                            want[best] = uniform
+                        hist[best] = -1
+                found = 0
+                for q in range(nw):
+                    e = worder[q]
+                    present = stg_tid[target, e] >= 0 or resident[target, e] or cpu_layer[target] or \
+                        index[HIGH, target, e] >= 0 or index[LOW, target, e] >= 0
+                    if not present:
+                        props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
+                        n_props += 1
+                        found += 1
+                    want[e] = SKIP
+                if found and prefetcher != PF_ORACLE:
+                    break
+            for q in range(n_props):
+                tl, te = props[q, 0], props[q, 1]
+                if stg_tid[tl, te] >= 0 or resident[tl, te] or cpu_layer[tl] or index[HIGH, tl, te] >= 0 or \
+                        index[LOW, tl, te] >= 0:
+                    continue
+                prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
+                if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[p]]:
+                    continue
+                if staging:
+                    if n_stg >= staging:
+                        st[DROPPED] += 1
+                        continue
+                    tid = st[NEXT_TID]
+                    st[NEXT_TID] += 1
+                    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, tl, te, prec
+                    nl += 1
+                    st[BYTES] += expert_bytes[prec]
+                    stg_tid[tl, te], stg_prec[tl, te] = tid, prec
+                    stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
+                    n_stg += 1
+                else:
+                    slot, victim = _admit(pool, size, nfree, index, rec, st, tl, te, prec, layer, -1, True,
+                                          per_layer, L, policy, w, fw, fut_off, fut_steps, E)
+                    if slot < 0:
+                        st[DROPPED] += 1
+                        continue
+                    tid = st[NEXT_TID]
+                    st[NEXT_TID] += 1
+                    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, tl, te, prec
+                    nl += 1
+                    st[BYTES] += expert_bytes[prec]
+                    pool[TRANSFER, prec, slot] = tid
+                    if victim >= 0:
+                        st[EVICTIONS] += 1
+                        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, victim % E, \
+                            prec
+                        nv += 1
+                    kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, tl, te, prec
+                    nk += 1
+                    if n_pins == pins.shape[0]:
+                        pins = _grow(pins, 2 * n_pins)
+                    pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
+                    n_pins += 1
+                    prefetched[tl, te] = True
+                st[ISSUED] += 1
+    return (loads[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted[:nv].copy(),
+            kept[:nk].copy(), served, mass, st, size)

@@ -1,0 +1,186 @@
+"""The compiled core (``sim.fast``) against the reference walk and timing (``sim.decide``, ``sim.plain``).
+
+Every registered system, every pairing of a registered cache policy with a registered
+prefetcher, and Hypothesis-generated traces and knobs (topologies, prefill and decode,
+tiny to huge caches, staging, per-layer pools, CPU placements, every cpu_misses mode,
+cpu_insert, contention): the compiled core must make exactly the reference's decisions,
+step by step and counter by counter, and time them within 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from hobbit.sim import fast
+from hobbit.sim.config import ConfigError, ModelConfig, check_system
+from hobbit.sim.decide import DecisionTables, tables_from_steps
+from hobbit.sim.policies.registry import EVICTION, PREFETCH
+from hobbit.sim.run import simulate
+from hobbit.traces.io import Trace
+from hobbit.traces.synthetic import SyntheticConfig, generate
+
+from sim_helpers import bundled, compose_sim, without_predictions
+
+SYSTEMS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "system").glob("*.yaml"))
+COUNTERS = ("prefetch_issued", "prefetch_used", "bytes_requested", "evictions", "slots", "staging",
+            "prefetch_dropped")
+
+
+def assert_same(got, ref, compiled: bool | None = None) -> None:
+    """``got`` (engine=fast) made ``ref``'s (engine=plain) decisions and times; ``compiled``: whether the
+    compiled walk (not the reference's, where it does not implement the system) must have decided."""
+    a, b = got.decisions, ref.decisions
+    if compiled is not None:
+        assert (a.tables is not None) == compiled
+    assert len(a.steps) == len(b.steps)
+    for i, (x, y) in enumerate(zip(a.steps, b.steps)):
+        assert x == y, f"step {i} differs:\n fast {x}\n ref  {y}"
+    for name in COUNTERS:
+        assert getattr(a, name) == getattr(b, name), name
+    np.testing.assert_array_equal(a.served, b.served)
+    np.testing.assert_array_equal(a.mass, b.mass)
+    for name in ("pass_start", "pass_end", "step_stall", "step_end"):
+        np.testing.assert_allclose(getattr(got.timeline, name), getattr(ref.timeline, name), rtol=1e-9, atol=1e-15,
+                                   err_msg=name)
+    ta, tb = got.timeline, ref.timeline
+    assert (ta.bytes_moved, ta.cancelled) == (tb.bytes_moved, tb.cancelled)
+    assert ta.link_busy_s == pytest.approx(tb.link_busy_s, rel=1e-9, abs=1e-15)
+    assert ta.transfer_done.keys() == tb.transfer_done.keys()
+    assert ta.transfer_start.keys() == tb.transfer_start.keys()
+    for tid, t in tb.transfer_done.items():
+        assert ta.transfer_done[tid] == pytest.approx(t, rel=1e-9, abs=1e-15)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    """The bundled trace's first six requests (the golden test holds the whole trace to the simpy engine's numbers)."""
+    return bundled(6)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_every_registered_system_decides_and_times_as_the_reference(trace, system):
+    cfg = compose_sim(f"system={system}")
+    ref = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
+    got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
+    assert_same(got, ref, compiled=fast.unsupported(cfg.system) is None)
+    assert got.summary["engine"] == "fast"
+
+
+@pytest.mark.parametrize("policy", sorted(EVICTION))
+def test_every_policy_with_every_prefetcher(trace, policy):
+    """Each registered cache policy under each registered prefetcher, with staging slots for one in two."""
+    small = Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id < 1)), trace.path)
+    for i, kind in enumerate(sorted(PREFETCH)):
+        cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", f"system.prefetch.kind={kind}",
+                          "system.cache.high_bytes=2000000000", "system.cache.low_bytes=700000000",
+                          f"system.prefetch.staging_slots={2 * (i % 2)}")
+        ref = simulate(small, cfg.model, cfg.hardware, cfg.system, engine="plain")
+        got = simulate(small, cfg.model, cfg.hardware, cfg.system, engine="fast")
+        assert_same(got, ref, compiled=fast.unsupported(cfg.system) is None)
+
+
+def test_what_the_compiled_walk_leaves_to_the_reference():
+    """Only the policies that keep their own order of the entries, MoE-Infinity's matrices and a kept log."""
+    cfg = compose_sim("system=hobbit")
+    left = {p for p in EVICTION
+            if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))}
+    assert left == {"arc", "s3fifo", "sieve", "lirs", "lfru", "eam_priority"}
+    kinds = {k for k in PREFETCH
+             if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch,
+                                                                                              kind=k)))}
+    assert kinds == {"eam"}
+    assert fast.unsupported(cfg.system, keep_log=True)
+
+
+def test_a_trace_without_predictions_falls_back_alike(trace):
+    bare = without_predictions(Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id < 4)),
+                                     trace.path))
+    for fallback in ("oracle", "history", "none"):
+        cfg = compose_sim("system=hobbit", f"system.prefetch.fallback={fallback}", "system.cache.high_bytes=3000000000",
+                          "system.cache.low_bytes=1000000000")
+        assert_same(simulate(bare, cfg.model, cfg.hardware, cfg.system, engine="fast"),
+                    simulate(bare, cfg.model, cfg.hardware, cfg.system, engine="plain"), compiled=True)
+
+
+def test_the_tables_and_the_records_are_one_log(trace):
+    """``DecisionTables`` laid out as ``LayerStep`` records and back are the same tables."""
+    cfg = compose_sim("system=hobbit-cpu", "system.cache.high_bytes=3000000000")
+    dec = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast").decisions
+    back = tables_from_steps(list(dec.steps), dec.tables.num_layers)
+    for name in DecisionTables.COLUMNS:
+        np.testing.assert_array_equal(getattr(back, name), getattr(dec.tables, name), err_msg=name)
+    assert back.expert_bytes == dec.tables.expert_bytes
+    demand, ahead = dec.loads_per_step()
+    assert demand.sum() == sum(1 for s in dec.steps for ld in s.loads if ld.demand)
+    assert ahead.sum() == sum(1 for s in dec.steps for ld in s.loads if not ld.demand)
+
+
+POLICIES = [p for p in fast.walk.POLICIES]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(seed=st.integers(0, 10_000), layers=st.integers(1, 6), experts=st.integers(1, 24), k=st.integers(1, 6),
+       prompt=st.integers(1, 9), decode=st.integers(0, 8), requests=st.integers(1, 3),
+       policy=st.sampled_from(POLICIES), kind=st.sampled_from(fast.walk.PREFETCHERS),
+       mode=st.sampled_from(["hobbit", "high", "low"]), t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+       high=st.sampled_from([0, 1, 2, 5, 17, 1000]), low=st.sampled_from([0, 1, 3, 9, 1000]),
+       staging=st.sampled_from([0, 0, 1, 3]), per_layer=st.booleans(),
+       cpu_misses=st.sampled_from(fast.walk.CPU_MISSES), cpu_insert=st.sampled_from([0, 0, 1, 3]),
+       any_cached=st.booleans(), multi=st.sampled_from(["max", "high"]), depth=st.integers(1, 4),
+       fallback=st.sampled_from(["oracle", "history", "none"]), predictions=st.booleans(),
+       pf_precision=st.sampled_from(["rule", "high", "low"]), weights=st.tuples(*[st.integers(0, 3)] * 4),
+       gbps=st.sampled_from([0.5, 25.0, 1e4]), contention=st.sampled_from([(1.0, 1.0), (1.4, 1.0), (1.0, 2.0),
+                                                                          (1.3, 1.7)]),
+       demand_first=st.booleans(), split_max=st.sampled_from([-1, 0, 1]), split_threshold=st.sampled_from([0.0, 2.0, 1e9]))
+def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, requests, policy, kind, mode, t, high, low,
+                                 staging, per_layer, cpu_misses, cpu_insert, any_cached, multi, depth, fallback,
+                                 predictions, pf_precision, weights, gbps, contention, demand_first, split_max,
+                                 split_threshold):
+    assume(sum(weights) > 0)
+    k = min(k, experts)
+    arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests + 1,
+                                            prompt_tokens=prompt, decode_tokens=decode, lookahead_depth=2, seed=seed))
+    tr = Trace(meta, arrays, "synthetic")
+    if not predictions:
+        tr = without_predictions(tr)
+    model = ModelConfig(name="m", num_layers=layers, num_experts=experts, top_k=k, hidden_size=256, expert_ffn=512,
+                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    cfg = compose_sim("system=hobbit")
+    hw = dataclasses.replace(cfg.hardware, link_gbps=gbps, contention_compute=contention[0],
+                             contention_link=contention[1])
+    s = cfg.system
+    eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
+    md = dataclasses.replace(s.cache.multidim, w_lru=weights[0], w_lfu=weights[1], w_lhu=weights[2], w_fld=weights[3])
+    system = dataclasses.replace(
+        s, demand_first=demand_first, cpu_misses=cpu_misses, cpu_insert=cpu_insert, split_max_fetch=split_max,
+        split_threshold=split_threshold,
+        precision=dataclasses.replace(s.precision, mode=mode, t1=min(t), t2=max(t), serve_any_cached=any_cached,
+                                      multi_token=multi),
+        prefetch=dataclasses.replace(s.prefetch, kind=kind, max_depth=depth, fallback=fallback, staging_slots=staging,
+                                     precision=pf_precision),
+        cache=dataclasses.replace(s.cache, policy=policy, per_layer=per_layer, high_bytes=high * eb[0],
+                                  low_bytes=low * eb[1], multidim=md))
+    try:
+        check_system(system)
+    except ConfigError:
+        assume(False)
+    ref = simulate(tr, model, hw, system, engine="plain")
+    got = simulate(tr, model, hw, system, engine="fast")
+    assert_same(got, ref, compiled=True)
+
+
+def test_the_compiled_bound_is_the_reference_bound(trace):
+    from hobbit.sim.bound import pass_bounds
+
+    for system in ("hobbit", "fiddler", "llama-cpp", "on-demand"):
+        cfg = compose_sim(f"system={system}")
+        res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
+        np.testing.assert_allclose(fast.pass_bounds(res.workload, res.cost, cfg.system),
+                                   pass_bounds(res.workload, res.cost, cfg.system), rtol=1e-12, atol=0)
