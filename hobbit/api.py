@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,9 +43,26 @@ from hobbit.traces.tiny import bundled_trace
 GROUPS = {"model": ModelConfig, "hardware": HardwareConfig, "system": SystemConfig}
 
 
+_READ: OrderedDict[tuple, Trace] = OrderedDict()  # the last few traces read, by file and version
+
+
 def read_trace(path: str | Path | None = None) -> Trace:
-    """A schema-v1 trace, validated; None: the bundled model's trace."""
-    return trace_io.read_trace(bundled_trace() if path is None else path)
+    """A schema-v1 trace, validated; None: the bundled model's trace. A file read before in this process
+    and unchanged since (same size and modification time) is not read again: a sweep's jobs in one worker
+    share the trace object, and with it its layout for replay (``sim.run.prepare``)."""
+    p = Path(bundled_trace() if path is None else path)
+    try:
+        st = p.resolve().stat()
+        key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return trace_io.read_trace(p)  # the reader names what is wrong
+    if key in _READ:
+        _READ.move_to_end(key)
+        return _READ[key]
+    tr = _READ[key] = trace_io.read_trace(p)
+    while len(_READ) > 2:
+        _READ.popitem(last=False)
+    return tr
 
 
 def _knob(key: str, value: Any) -> str:
@@ -103,14 +123,19 @@ def _point(trace: Trace, cfg: SimConfig, out: Path | None, overrides: list[str])
     return res.summary
 
 
+def _points(trace: Trace, items: list[tuple[SimConfig, Path | None, list[str]]]) -> list[dict[str, Any]]:
+    """A chunk of sweep points in one worker: the trace arrives and is laid out once for all of them."""
+    return [_point(trace, cfg, out, over) for cfg, out, over in items]
+
+
 def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *, n_jobs: int = 1,
           out: str | Path | None = None, progress: bool = True, **base: Any) -> pd.DataFrame:
     """Simulate every point of ``grid`` (``{override path: values}``, e.g. ``{"system.precision.t1":
     [0.4, 0.6], "system": ["hobbit", "on-demand"]}``) over ``base`` knobs (as ``configure`` takes them,
-    default engine plain). One row per point: its knobs (``knob.<path>``) and results.json flattened.
+    default engine fast). One row per point: its knobs (``knob.<path>``) and results.json flattened.
     With ``out``, each point's run directory (``out/<i>``) is written for ``hobbit report``."""
     tr = trace if isinstance(trace, Trace) else read_trace(trace)
-    base = {"engine": "plain", **base}
+    base = {"engine": "fast", **base}
     names = {g: base.pop(g, None) for g in GROUPS}
     points = grid_points(grid)
     cfgs = []
@@ -118,12 +143,18 @@ def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *
         groups = {g: v for g, v in names.items() if not any(o.startswith(g + "=") for o in over)}
         cfgs.append(configure(**groups, overrides=over, **base))
     root = Path(out) if out is not None else None
-    jobs = (delayed(_point)(tr, c, None if root is None else root / str(i), over)
-            for i, (c, over) in enumerate(zip(cfgs, points)))
-    summaries = Parallel(n_jobs=n_jobs, return_as="generator")(jobs)
-    rows = []
-    for s, over in zip(tqdm(summaries, total=len(points), desc="sweep", unit="run", disable=not progress), points):
-        rows.append({**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)})
+    items = [(c, None if root is None else root / str(i), over) for i, (c, over) in enumerate(zip(cfgs, points))]
+    workers = max(n_jobs if n_jobs > 0 else (os.cpu_count() or 1), 1)
+    size = max(1, -(-len(items) // (4 * workers)))  # four chunks per worker: one trace layout per chunk
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    done = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
+    summaries = []
+    with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:
+        for part in done:
+            summaries += part
+            bar.update(len(part))
+    rows = [{**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)}
+            for s, over in zip(summaries, points)]
     return pd.DataFrame(rows)
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import hydra
 import yaml
@@ -26,6 +27,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import hobbit.sweeper  # registers hydra/sweeper=hobbit, which conf/sim.yaml names
 from hobbit.guard import guard
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
 from hobbit.traces.io import atomic_write_text
@@ -93,8 +95,12 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
             except OSError as exc:  # the file system refused (full, gone, permissions): name the path
                 fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
-        main.__doc__ = task.__doc__
-        return main
+        def entry() -> None:
+            hobbit.sweeper.register()  # Hydra builds its plugin registry anew after a run: the sweeper joins it again
+            main()
+
+        entry.__doc__ = task.__doc__
+        return entry
 
     return deco
 
@@ -103,6 +109,7 @@ def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
     """The typed config Hydra composes from conf/<config_name>.yaml and ``overrides``, inside a
     running Hydra app or outside one; a bad override raises ``ConfigError`` naming it."""
     register_schema(config_name, schema)
+    hobbit.sweeper.register()
     try:
         if GlobalHydra.instance().is_initialized():
             return OmegaConf.to_object(hydra.compose(config_name, overrides=overrides))
@@ -115,6 +122,50 @@ def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
 def load_typed(schema: type[T], data: Any) -> T:
     """``data`` (a mapping) checked against a frozen dataclass ``schema``."""
     return OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(schema)), data))
+
+
+def set_values(config: T, overrides: list[str]) -> T:
+    """``with_overrides`` without OmegaConf where every override sets a knob that holds a bool, an int, a
+    float or a string to a value of that type (what a sweep's points do; ~100x faster); else ``with_overrides``."""
+    fast: list[tuple[list[str], Any]] = []
+    for o in overrides:
+        path, sep, text = o.partition("=")
+        node, keys = config, path.split(".")
+        for k in keys[:-1]:
+            node = getattr(node, k, None)
+        old = getattr(node, keys[-1], None) if dataclasses.is_dataclass(node) and keys[-1] in {
+            f.name for f in dataclasses.fields(node)} else None
+        value = _typed(text, old) if sep else None
+        if value is None:
+            return with_overrides(config, overrides)
+        fast.append((keys, value))
+    for keys, value in fast:
+        config = _replace_path(config, keys, value)
+    return config
+
+
+def _typed(text: str, old: Any) -> Any:
+    """``text`` as the type of ``old`` (bool, int, float, str), or None where that is not plain."""
+    low = text.strip().lower()
+    if isinstance(old, bool):
+        return {"true": True, "false": False}.get(low)
+    if isinstance(old, int):
+        return int(text) if text.strip().lstrip("+-").isdigit() else None
+    if isinstance(old, float):
+        try:
+            v = float(text)
+        except ValueError:
+            return None
+        return v if low not in ("nan", "inf", "-inf", "+inf") else None
+    if isinstance(old, str) and text and not any(c in text for c in "${}[]'\",") and low not in ("null", "none"):
+        return text
+    return None
+
+
+def _replace_path(node: Any, keys: list[str], value: Any) -> Any:
+    if len(keys) == 1:
+        return dataclasses.replace(node, **{keys[0]: value})
+    return dataclasses.replace(node, **{keys[0]: _replace_path(getattr(node, keys[0]), keys[1:], value)})
 
 
 def with_overrides(config: T, overrides: list[str]) -> T:

@@ -52,12 +52,23 @@ def config_key(cfg: SimConfig, trace_path: Path) -> str:
     """What determines a run's results: the trace's bytes and every knob of the run."""
     digest = _sha256(trace_path)
     knobs = {k: v for k, v in dataclasses.asdict(cfg).items()
-             if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens")}
+             if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens", "sweep_chunk")}
     blob = json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 def _sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _DIGESTS:  # a sweep asks for its trace's digest once per point
+        _DIGESTS[key] = _file_sha256(path)
+    return _DIGESTS[key]
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

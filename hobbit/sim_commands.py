@@ -2,23 +2,57 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import yaml
 from hydra.experimental.callback import Callback
+from omegaconf.errors import OmegaConfBaseException
 
 from hobbit.api import read_trace, simulate_config
-from hobbit.glue import CONF, hydra_command
+from hobbit.glue import CONF, hydra_command, set_values
+from hobbit.guard import guard
 from hobbit.results_io import CACHED_MARK, cache_root, config_key, from_cache, to_cache, write_results
-from hobbit.sim.config import SimConfig
+from hobbit.sim.config import ConfigError, SimConfig
 from hobbit.sim.tune import TuneConfig, tune
 from hobbit.timelines import write_sim_timeline
+from hobbit.traces.io import atomic_write_text
+from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
 
 
 @hydra_command(CONF, "sim", SimConfig)
 def sim_main(cfg: SimConfig) -> None:
     """Simulate a system replaying a trace on a modelled machine."""
+    if cfg.sweep_chunk:
+        run_chunk(cfg)
+        return
+    run_one(cfg)
+
+
+def run_chunk(cfg: SimConfig) -> None:
+    """The sweep points of one multirun job (``hobbit.sweeper``): each point's values applied to the job's
+    composed config, each point's run directory written as a job of its own would be."""
+    chunk = Path(cfg.sweep_chunk)
+    spec = json.loads(chunk.read_text())
+    sweep_dir = chunk.parent.parent
+    base = dataclasses.replace(cfg, sweep_chunk=None)
+    for point in spec["points"]:
+        out = sweep_dir / str(point["index"])
+        try:
+            pcfg = set_values(base, [*point["values"], f"out_dir={out}"])
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"sweep point {' '.join(point['overrides'])}: {exc}".replace("\n", " ")) from exc
+        pcfg = guard(pcfg, Path.cwd(), say=lambda _: None)
+        check_knobs(pcfg)
+        run_one(pcfg)
+        atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
+        atomic_write_text(out / ".hydra" / "config.yaml", yaml.safe_dump(dataclasses.asdict(pcfg), sort_keys=False))
+
+
+def run_one(cfg: SimConfig) -> None:
+    """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``."""
     trace_path = Path(cfg.trace) if cfg.trace else bundled_trace()
     trace = read_trace(trace_path)
     out = Path(cfg.out_dir)

@@ -349,3 +349,4 @@ class SimConfig:
     use_cache: bool = True  # skip a configuration already simulated (an interrupted sweep resumes)
     timeline: bool = False  # also write timeline.json (Chrome Trace Event format) and gantt.png/.svg
     timeline_tokens: str = "0:64"  # the passes the timeline keeps, A:B (a decode token is a pass; ':' for all)
+    sweep_chunk: str | None = None  # set by the hobbit sweeper (hobbit/sweeper.py): a file of sweep points to run

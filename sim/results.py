@@ -128,7 +128,8 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "requests": int(len(set(wl.pass_request))),
         "decode_ms_per_token": _stats(dec_rows.latency_ms.to_numpy() / dec_rows.tokens.clip(lower=1).to_numpy()),
         "prefill_ms_per_request": _stats(pre_rows.latency_ms.to_numpy()),
-        "precision_rule_mix": rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
+        "precision_rule_mix": dict(wl.derived(("rule_mix", system.precision.t1, system.precision.t2), lambda: rule_mix(
+            hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)))),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
         "bound": {"decode_ms_per_token": _mean(dec_rows.bound_ms / dec_rows.tokens.clip(lower=1)),

@@ -7,6 +7,7 @@ place static experts, decide (policies), time (simpy or plain), summarise.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,6 +162,33 @@ def pinned_per_layer(system: SystemConfig, sizing: CacheSizing, num_layers: int)
     return int(system.cache.layer_pinned * (sizing.high_slots // max(num_layers, 1)))
 
 
+_PREPARED: OrderedDict[tuple, tuple] = OrderedDict()  # the last few prepared traces, most recent last
+PREPARED_KEPT = 4
+
+
+def prepare(trace: Trace, profile: Trace | None, profile_share: float, fallback: str, accuracy: float, depth: int,
+            rng: np.random.Generator) -> tuple[Trace, Workload, Workload | None]:
+    """(the timed trace, its workload, the profiling requests' workload or None): the profile split off
+    (``split_requests``, unless a ``profile`` trace is given) and both laid out for replay. Remembered for the
+    last ``PREPARED_KEPT`` (trace object, knobs, generator state) asked for, so that a sweep or a study that
+    simulates many configurations of one loaded trace lays it out once (its arrays are never changed)."""
+    key = (id(trace), id(trace.arrays), id(profile), profile_share, fallback, accuracy, depth,
+           str(rng.bit_generator.state))
+    hit = _PREPARED.get(key)
+    if hit is not None:
+        _PREPARED.move_to_end(key)
+        return hit[2:]
+    timed = trace
+    if profile is None:
+        profile, timed = split_requests(trace, profile_share)
+    wl = build_workload(timed, fallback, accuracy, depth, rng)
+    prof = build_workload(profile, "none") if profile is not None else None
+    _PREPARED[key] = (trace, profile, timed, wl, prof)  # the objects the key's ids name stay alive with it
+    while len(_PREPARED) > PREPARED_KEPT:
+        _PREPARED.popitem(last=False)
+    return timed, wl, prof
+
+
 def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
              rng: np.random.Generator | None = None, engine: str = "fast", keep_log: bool = False,
              profile: Trace | None = None, profile_share: float = 0.25) -> Results:
@@ -184,10 +212,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     p = system.prefetch
     if profile is not None:
         check_topology(profile, model)
-    else:
-        profile, trace = split_requests(trace, profile_share)
-    wl = build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, rng)
-    prof = build_workload(profile, "none") if profile is not None else None
+    trace, wl, prof = prepare(trace, profile, profile_share, p.fallback, p.fallback_accuracy, p.max_depth, rng)
     sizing = size_cache(model, hw, system, max(wl.pass_context), wl.num_layers / wl.layers_total)
     cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers,
                      cpu_efficiency=system.cpu_kernel_efficiency)

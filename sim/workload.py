@@ -10,7 +10,10 @@ Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +38,20 @@ class Workload:
     pass_context: list[int]  # [P] sequence length after the pass (attention span)
     token_in_request: np.ndarray  # [N] 0-based index of the token in its request
     layers_total: int  # the model's MoE layers (> num_layers when only some were recorded)
+    memo: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)  # ``derived``'s
+
+    MEMO_KEPT = 16
+
+    def derived(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per ``key`` for this workload (its arrays are never changed; the last
+        ``MEMO_KEPT`` kept): the layouts and precision classes each configuration of a sweep would derive again."""
+        if key in self.memo:
+            self.memo.move_to_end(key)
+            return self.memo[key]
+        value = self.memo[key] = make()
+        while len(self.memo) > self.MEMO_KEPT:
+            self.memo.popitem(last=False)
+        return value
 
     @property
     def num_tokens(self) -> int:

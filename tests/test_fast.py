@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -65,11 +66,30 @@ def trace():
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_every_registered_system_decides_and_times_as_the_reference(trace, system):
+    """multidim's systems twice: their pools (under ``fast.PRUNE_MIN_SLOTS`` here) scanned, and evicting layer by
+    layer as large pools do."""
     cfg = compose_sim(f"system={system}")
     ref = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
     assert_same(got, ref, compiled=fast.unsupported(cfg.system) is None)
     assert got.summary["engine"] == "fast"
+    if cfg.system.cache.policy == "multidim":
+        with mock.patch.object(fast, "PRUNE_MIN_SLOTS", 0):
+            assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
+
+
+def test_large_pools_evict_layer_by_layer_as_the_reference():
+    """A Qwen3.5-397B-topology trace (60 layers, 512 experts, top-10) on an H200: thousands of slots per pool."""
+    from hobbit.traces.synthetic import SyntheticConfig, generate
+
+    arrays, meta = generate(SyntheticConfig(name="synthetic-qwen3.5-397b", num_layers=60, num_experts=512, top_k=10,
+                                            requests=2, prompt_tokens=8, decode_tokens=24, lookahead_depth=2, seed=3))
+    tr = Trace(meta, arrays, "synthetic")
+    cfg = compose_sim("system=hobbit", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5")
+    ref = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="plain", profile_share=0.0)
+    got = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="fast", profile_share=0.0)
+    assert min(got.decisions.slots) >= fast.PRUNE_MIN_SLOTS and got.decisions.evictions > 1000
+    assert_same(got, ref, compiled=True)
 
 
 @pytest.mark.parametrize("policy", sorted(EVICTION))
@@ -138,11 +158,13 @@ POLICIES = [p for p in fast.walk.POLICIES]
        pf_precision=st.sampled_from(["rule", "high", "low"]), weights=st.tuples(*[st.integers(0, 3)] * 4),
        gbps=st.sampled_from([0.5, 25.0, 1e4]), contention=st.sampled_from([(1.0, 1.0), (1.4, 1.0), (1.0, 2.0),
                                                                           (1.3, 1.7)]),
-       demand_first=st.booleans(), split_max=st.sampled_from([-1, 0, 1]), split_threshold=st.sampled_from([0.0, 2.0, 1e9]))
+       demand_first=st.booleans(), split_max=st.sampled_from([-1, 0, 1]), split_threshold=st.sampled_from([0.0, 2.0, 1e9]),
+       prune=st.sampled_from([0, fast.PRUNE_MIN_SLOTS]))
 def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, requests, policy, kind, mode, t, high, low,
                                  staging, per_layer, cpu_misses, cpu_insert, any_cached, multi, depth, fallback,
                                  predictions, pf_precision, weights, gbps, contention, demand_first, split_max,
-                                 split_threshold):
+                                 split_threshold, prune):
+    """``prune`` 0: multidim evicts layer by layer in every pool (``fast.PRUNE_MIN_SLOTS``), as large pools do."""
     assume(sum(weights) > 0)
     k = min(k, experts)
     arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests + 1,
@@ -172,7 +194,8 @@ def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, reque
     except ConfigError:
         assume(False)
     ref = simulate(tr, model, hw, system, engine="plain")
-    got = simulate(tr, model, hw, system, engine="fast")
+    with mock.patch.object(fast, "PRUNE_MIN_SLOTS", prune):
+        got = simulate(tr, model, hw, system, engine="fast")
     assert_same(got, ref, compiled=True)
 
 

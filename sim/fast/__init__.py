@@ -12,7 +12,7 @@ use, for the simpy engine, the executor and the timelines.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -51,16 +51,36 @@ def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     return off.astype(np.int64), steps.astype(np.int64)
 
 
+def _normalised(weights: np.ndarray) -> np.ndarray:
+    """Gate mass per selection: the weights normalised per token (as ``Decider`` has them)."""
+    w = weights.astype(np.float64)
+    return np.ascontiguousarray(w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None))
+
+
+def classes(wl: Workload, mode: str, t1: float, t2: float) -> np.ndarray:
+    """``classes_for(wl.weights, ...)``, once per workload and rule."""
+    return wl.derived(("cls", mode, t1, t2), lambda: np.ascontiguousarray(classes_for(wl.weights, mode, t1, t2), np.int8))
+
+
+def ids64(wl: Workload) -> np.ndarray:
+    return wl.derived(("ids",), lambda: np.ascontiguousarray(wl.ids, np.int64))
+
+
 def _tables(wl: Workload) -> tuple[int, np.ndarray]:
     """(the most tokens one expert can serve in a pass: the size of the per-token-count cost tables, each pass's tokens)."""
     sizes = np.asarray(wl.pass_end, np.int64) - np.asarray(wl.pass_start, np.int64)
     return (int(sizes.max()) if len(sizes) else 1) * wl.top_k, sizes
 
 
+PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
+
+
 def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
            placement: Placement | None = None, cpu_faster: Callable[[int, int], bool] | None = None,
            miss_costs: Callable[[int, int], tuple[float, float]] | None = None) -> Decisions:
-    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled."""
+    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
+    of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
+    victim; ``walk._pruned_evict``)."""
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
@@ -74,15 +94,15 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         resident[layer, e] = True
     cpu_layer = np.zeros(L, np.bool_)
     cpu_layer[list(placement.cpu_layers)] = True
-    w = wl.weights.astype(np.float64)
-    wn = w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None)
-    cls = classes_for(wl.weights, p.mode, p.t1, p.t2)
+    wn = wl.derived(("wn",), lambda: _normalised(wl.weights))
+    cls = classes(wl, p.mode, p.t1, p.t2)
     pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
     needs = pf_cls.needs | ev_cls.needs
     depth = pf.max_depth
     if wl.pred_ids is not None and "predictions" in needs:
-        pred = np.ascontiguousarray(wl.pred_ids[:, :, :depth], np.int64)
-        pred_cls = np.ascontiguousarray(classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2), np.int8)
+        pred = wl.derived(("pred", depth), lambda: np.ascontiguousarray(wl.pred_ids[:, :, :depth], np.int64))
+        pred_cls = wl.derived(("pred_cls", depth, p.mode, p.t1, p.t2), lambda: np.ascontiguousarray(
+            classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2), np.int8))
     else:
         pred, pred_cls = np.zeros((1, 1, 0, 1), np.int64), np.zeros((1, 1, 0, 1), np.int8)
     policy = walk.POLICIES.index(ev.policy)
@@ -91,7 +111,7 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
         fw = np.array([pol._fld_weights(c, L) for c in range(L)], np.float64)
-    fut_off, fut_steps = future_csr(wl) if ev.policy == "belady" else (np.zeros(1, np.int64), np.zeros(1, np.int64))
+    fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl)) if ev.policy == "belady" else (np.zeros(1, np.int64), np.zeros(1, np.int64))
     mixed = p.mode == "hobbit"
     uniform = LOW if p.mode == "low" else HIGH
     prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if mixed else uniform
@@ -108,14 +128,15 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     out = walk.walk(
-        np.ascontiguousarray(wl.ids, np.int64), np.ascontiguousarray(cls, np.int8), np.ascontiguousarray(wn),
+        ids64(wl), cls, wn,
         pred, pred_cls, np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
         np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
         np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps,
         walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
         bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
         walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
-        float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64))
+        float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64),
+        int(PRUNE_MIN_SLOTS))
     loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _ = out
     tables = DecisionTables(num_layers=L, n_steps=len(wl.pass_start) * L, expert_bytes=tuple(expert_bytes),
                             loads=loads, gpu=gpu, cpu=cpu, cancel=cancel, evicted=evicted, kept=kept)
@@ -161,11 +182,32 @@ def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
         out = timing.replay(*args)
     ps, pe, stall, end, started, done, busy, moved, cancelled = out
     tl = Timeline(ps, pe, stall, end, link_busy_s=float(busy), bytes_moved=int(moved), cancelled=int(cancelled))
-    for name, at in (("transfer_start", started), ("transfer_done", done)):
-        ran = np.flatnonzero(~np.isnan(at))
-        ran = ran[np.argsort(at[ran], kind="stable")]
-        setattr(tl, name, dict(zip(ran.tolist(), at[ran].tolist())))
+    tl.transfer_start, tl.transfer_done = Times(started), Times(done)
     return tl
+
+
+class Times(Mapping):
+    """transfer id -> seconds, for the copies that ran (``Timeline.transfer_start`` / ``transfer_done``), in the
+    order they did; from the compiled timing's array (NaN: never ran), laid out as a dict on first use."""
+
+    def __init__(self, at: np.ndarray) -> None:
+        self.at, self._d = at, None
+
+    def _dict(self) -> dict[int, float]:
+        if self._d is None:
+            ran = np.flatnonzero(~np.isnan(self.at))
+            ran = ran[np.argsort(self.at[ran], kind="stable")]
+            self._d = dict(zip(ran.tolist(), self.at[ran].tolist()))
+        return self._d
+
+    def __getitem__(self, tid: int) -> float:
+        return self._dict()[tid]
+
+    def __iter__(self):
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
 
 
 def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarray:
@@ -182,6 +224,6 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
             cpu_s[n] = cost.cached("cpu_expert_s", n)
     dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
     other = np.array([cost.cached("other_s", int(n)) for n in sizes])
-    return bound.pass_bounds(np.ascontiguousarray(wl.ids, np.int64), classes_for(wl.weights, p.mode, p.t1, p.t2),
+    return bound.pass_bounds(ids64(wl), classes(wl, p.mode, p.t1, p.t2),
                              np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense, other,
                              expert_min, cpu_s, wl.num_experts, uses_cpu)

@@ -114,6 +114,64 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off,
     return best
 
 
+
+# multidim on a large pool (``prune_min_slots``): slots are listed per layer of their expert, and each layer keeps a
+# lower bound on w_lru * R + w_lfu * F + w_lhu * H over its slots (records only grow within a request; a new copy
+# lowers it to its own). An eviction scans the layers in order of their bound on the score, bound * (1/T) +
+# w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
+# first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
+G_SLOTS, G_N, G_POS, G_ON = range(4)
+MARGIN = 1.0 - 1e-9
+
+
+@njit(cache=True)
+def _group_move(gp, pr, s, old_layer, new_layer):
+    slots, n, pos, qlb, on = gp
+    if not on[pr]:
+        return
+    if old_layer >= 0:
+        i, last = pos[pr, s], n[pr, old_layer] - 1
+        moved = slots[pr, old_layer, last]
+        slots[pr, old_layer, i] = moved
+        pos[pr, moved] = i
+        n[pr, old_layer] = last
+    slots[pr, new_layer, n[pr, new_layer]] = s
+    pos[pr, s] = n[pr, new_layer]
+    n[pr, new_layer] += 1
+
+
+@njit(cache=True)
+def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
+    """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound."""
+    slots, n, pos, qlb, on = gp
+    lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
+    lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
+    lb = np.empty(num_layers)
+    for g in range(num_layers):
+        lb[g] = (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN if n[pr, g] else np.inf
+    best, bk, bt = -1, 0.0, 0
+    for _ in range(num_layers):
+        g = 0
+        for x in range(1, num_layers):
+            if lb[x] < lb[g]:
+                g = x
+        if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
+            break
+        lb[g] = np.inf
+        q_min = np.inf
+        for j in range(n[pr, g]):
+            s = slots[pr, g, j]
+            q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
+            if q < q_min:
+                q_min = q
+            if pin[s]:
+                continue
+            k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
+            if best < 0 or k < bk or (k == bk and touched[s] < bt):
+                best, bk, bt = s, k, touched[s]
+        qlb[pr, g] = q_min
+    return best
+
 @njit(cache=True)
 def _note_use(pool, index, rec, layer, e, precision, token):
     rec[layer, e, 0] = token
@@ -137,7 +195,7 @@ def _use(pool, index, rec, st, pr, slot, token):
 
 
 @njit(cache=True)
-def _admit(pool, size, nfree, index, rec, st, layer, e, pr, layer_now, transfer, pinned, per_layer, num_layers,
+def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, transfer, pinned, per_layer, num_layers,
            policy, w, fw, fut_off, fut_steps, num_experts):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1)."""
     if size[pr] == 0:
@@ -154,13 +212,23 @@ def _admit(pool, size, nfree, index, rec, st, layer, e, pr, layer_now, transfer,
         slot = nfree[pr]
         nfree[pr] += 1
     if slot < 0:
-        slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
-                         num_experts)
+        if gp[4][pr]:
+            inv_t = 1.0 / max(st[TOKENS], 1)
+            slot = _pruned_evict(pool, gp, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t, inv_t, fw, layer_now,
+                                 num_layers)
+        else:
+            slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
+                             num_experts)
         if slot < 0:
             return -1, -1
         vl, ve = pool[LAYER, pr, slot], pool[EXPERT, pr, slot]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
+    if gp[4][pr]:
+        _group_move(gp, pr, slot, pool[LAYER, pr, slot], layer)
+        q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
+        if q < gp[3][pr, layer]:
+            gp[3][pr, layer] = q
     pool[LAYER, pr, slot], pool[EXPERT, pr, slot] = layer, e
     pool[LAST_USE, pr, slot], pool[USES, pr, slot], pool[HIGH_USES, pr, slot] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
@@ -193,7 +261,7 @@ def _wanted(ids, cls, rows, want, order):
 def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
          slots, per_layer, policy, w, fw, fut_off, fut_steps, prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
-         split_threshold, split_max_fetch, per_expert, expert_bytes):
+         split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots):
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     P = pass_start.shape[0]
@@ -207,6 +275,13 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
     pool[EXPERT] = -1
     pool[TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
+    S = pool.shape[2]
+    g_on = np.zeros(2, np.bool_)
+    for pr in range(2):
+        g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
+    gS = S if g_on.any() else 1
+    gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
+          np.zeros((2, L)), g_on)
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -250,6 +325,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
             pool[USES] = 0
             pool[HIGH_USES] = 0
             counts[:] = 0
+            gp[3][:] = 0.0  # records reset: every bound is 0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -359,7 +435,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
-                        slot, victim = _admit(pool, size, nfree, index, rec, st, layer, e, sprec, layer, stid, False,
+                        slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, sprec, layer, stid, False,
                                               per_layer, L, policy, w, fw, fut_off, fut_steps, E)
                         if victim >= 0:
                             st[EVICTIONS] += 1
@@ -398,7 +474,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                             elif nfree[prec] < size[prec]:
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
-                            slot, victim = _admit(pool, size, nfree, index, rec, st, layer, e, prec, layer, -1, False,
+                            slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, prec, layer, -1, False,
                                                   per_layer, L, policy, w, fw, fut_off, fut_steps, E)
                             if slot >= 0:
                                 tid = st[NEXT_TID]
@@ -429,7 +505,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
-                        slot, victim = _admit(pool, size, nfree, index, rec, st, layer, e, prec, layer, tid, False,
+                        slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, prec, layer, tid, False,
                                               per_layer, L, policy, w, fw, fut_off, fut_steps, E)
                         if victim >= 0:
                             st[EVICTIONS] += 1
@@ -534,7 +610,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                     stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
                     n_stg += 1
                 else:
-                    slot, victim = _admit(pool, size, nfree, index, rec, st, tl, te, prec, layer, -1, True,
+                    slot, victim = _admit(pool, size, nfree, index, rec, gp, st, tl, te, prec, layer, -1, True,
                                           per_layer, L, policy, w, fw, fut_off, fut_steps, E)
                     if slot < 0:
                         st[DROPPED] += 1

@@ -1,0 +1,80 @@
+"""``hobbit sim -m`` through the hobbit sweeper: chunks of configurations, one run directory per point."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from hobbit.api import simulate_config
+from hobbit.glue import compose, set_values
+from hobbit.results_io import CACHED_MARK
+from hobbit.sim.config import SimConfig
+from hobbit.traces.io import read_trace
+
+from conftest import run_cli
+from sim_helpers import write_first_requests
+
+
+def _runs(root):
+    return {int(p.parent.name): p.parent for p in root.glob("*/results.json")}
+
+
+def test_points_run_in_chunks_and_write_their_own_run_directories(tmp_path):
+    trace = write_first_requests(tmp_path, 2)
+    root = tmp_path / "sweep"
+    args = ["sim", "-m", f"trace={trace}", "system=hobbit,on-demand", "system.precision.t1=0.4,0.5,0.6",
+            "use_cache=false", "hydra.sweeper.chunk_size=2", "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={root}"]
+    assert run_cli(args) == 0
+    runs = _runs(root)
+    assert sorted(runs) == list(range(6))
+    # one chunk per two points of one system: the group choice is composed per chunk, the values applied in the job
+    chunks = [json.loads(p.read_text()) for p in sorted((root / ".chunks").glob("*.json"))]
+    assert [len(c["points"]) for c in chunks] == [2, 1, 2, 1]
+    seen = set()
+    for run in runs.values():
+        over = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
+        knobs = dict(o.split("=", 1) for o in over)
+        res = json.loads((run / "results.json").read_text())
+        config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+        assert res["system"] == knobs["system"] == config["system"]["name"]
+        assert res["system_config"]["precision"]["t1"] == float(knobs["system.precision.t1"])
+        assert config["out_dir"] == str(run)
+        seen.add((knobs["system"], knobs["system.precision.t1"]))
+    assert len(seen) == 6
+    # a point's results are those of the same configuration run alone
+    run = runs[4]
+    over = [o for o in yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text()) if not o.startswith("use_cache")]
+    alone = simulate_config(read_trace(trace), compose("sim", SimConfig, ["out_dir=.", *over]))
+    assert json.loads((run / "results.json").read_text())["decode_ms_per_token"] == alone.summary["decode_ms_per_token"]
+
+
+def test_an_interrupted_sweep_resumes_from_the_result_cache(tmp_path):
+    trace = write_first_requests(tmp_path, 1)
+    args = ["sim", "-m", f"trace={trace}", "system.precision.t1=0.4,0.6", f"cache_dir={tmp_path / 'cache'}",
+            "hydra.launcher.n_jobs=1"]
+    assert run_cli([*args, f"hydra.sweep.dir={tmp_path / 'a'}"]) == 0
+    assert run_cli([*args, f"hydra.sweep.dir={tmp_path / 'b'}"]) == 0
+    again = _runs(tmp_path / "b")
+    assert len(again) == 2 and all((r / CACHED_MARK).exists() for r in again.values())
+    first = _runs(tmp_path / "a")
+    for i in again:
+        assert json.loads((again[i] / "results.json").read_text())["hit_rate"] == json.loads(
+            (first[i] / "results.json").read_text())["hit_rate"]
+
+
+def test_a_bad_value_in_a_sweep_is_named(tmp_path, capsys):
+    trace = write_first_requests(tmp_path, 1)
+    code = run_cli(["sim", "-m", f"trace={trace}", "system.prefetch.max_depth=2,deep", "use_cache=false",
+                    "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={tmp_path / 's'}"])
+    assert code == 2
+    assert "system.prefetch.max_depth=deep" in capsys.readouterr().err
+
+
+def test_values_are_set_with_their_types():
+    cfg = compose("sim", SimConfig, ["out_dir=."])
+    got = set_values(cfg, ["system.precision.t1=0.45", "system.prefetch.max_depth=3", "use_cache=false",
+                           "system.cache.policy=lru"])
+    assert (got.system.precision.t1, got.system.prefetch.max_depth, got.use_cache, got.system.cache.policy) == (
+        0.45, 3, False, "lru")
+    assert got.system.precision.t2 == cfg.system.precision.t2
