@@ -126,8 +126,8 @@ MARGIN = 1.0 - 1e-9
 
 @njit(cache=True)
 def _group_move(gp, pr, s, old_layer, new_layer):
-    slots, n, pos, qlb, on = gp
-    if not on[pr]:
+    slots, n, pos = gp[0], gp[1], gp[2]
+    if not gp[4][pr]:
         return
     if old_layer >= 0:
         i, last = pos[pr, s], n[pr, old_layer] - 1
@@ -143,7 +143,7 @@ def _group_move(gp, pr, s, old_layer, new_layer):
 @njit(cache=True)
 def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound."""
-    slots, n, pos, qlb, on = gp
+    slots, n, qlb = gp[0], gp[1], gp[3]
     lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
     lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
     lb = np.empty(num_layers)
@@ -162,8 +162,7 @@ def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
         for j in range(n[pr, g]):
             s = slots[pr, g, j]
             q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
-            if q < q_min:
-                q_min = q
+            q_min = min(q_min, q)
             if pin[s]:
                 continue
             k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
@@ -227,8 +226,7 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
     if gp[4][pr]:
         _group_move(gp, pr, slot, pool[LAYER, pr, slot], layer)
         q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
-        if q < gp[3][pr, layer]:
-            gp[3][pr, layer] = q
+        gp[3][pr, layer] = min(gp[3][pr, layer], q)
     pool[LAYER, pr, slot], pool[EXPERT, pr, slot] = layer, e
     pool[LAST_USE, pr, slot], pool[USES, pr, slot], pool[HIGH_USES, pr, slot] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
