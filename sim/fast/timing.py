@@ -113,6 +113,16 @@ def _setup(n_steps, loads, gpu, cpu, cancel):
 
 
 @njit(cache=True)
+def _link(loads):
+    """The link's state: which loads are demand, the queue, cancel marks, start and end times, ``fs`` and ``ls``."""
+    n_loads = loads.shape[0]
+    fs, ls = np.zeros(4), np.zeros(5, np.int64)
+    ls[CUR] = -1
+    return (loads[:, 1] == 1, np.zeros(n_loads + 1, np.int64), np.zeros(n_loads + 1, np.bool_),
+            np.full(n_loads, np.nan), np.full(n_loads, np.nan), fs, ls)
+
+
+@njit(cache=True)
 def _cpu_end(cpu, cpu_s, c0, c1, start):
     """``plain._cpu_work``: the layer's CPU experts one after another from ``start``."""
     s = 0.0
@@ -129,15 +139,9 @@ def replay(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, o
     L = num_layers
     P = n_steps // L
     lo_l, lo_g, lo_c, lo_x, max_g = _setup(n_steps, loads, gpu, cpu, cancel)
-    n_loads = loads.shape[0]
-    demand = loads[:, 1] == 1
-    q = np.zeros(n_loads + 1, np.int64)
-    dropped = np.zeros(n_loads + 1, np.bool_)
-    started, done = np.full(n_loads, np.nan), np.full(n_loads, np.nan)
-    fs, ls = np.zeros(4), np.zeros(5, np.int64)
-    pass_start, pass_end = np.zeros(P), np.zeros(P)
-    step_stall, step_end = np.zeros(n_steps), np.zeros(n_steps)
-    ready = np.zeros(max_g)
+    demand, q, dropped, started, done, fs, ls = _link(loads)
+    pass_start, pass_end, step_stall, step_end, ready = np.zeros(P), np.zeros(P), np.zeros(n_steps), \
+        np.zeros(n_steps), np.zeros(max_g)
     t = cpu_free = 0.0
     for p in range(P):
         pass_start[p] = t
@@ -192,16 +196,9 @@ def replay_shared(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, den
     L = num_layers
     P = n_steps // L
     lo_l, lo_g, lo_c, lo_x, max_g = _setup(n_steps, loads, gpu, cpu, cancel)
-    n_loads = loads.shape[0]
-    demand = loads[:, 1] == 1
-    q = np.zeros(n_loads + 1, np.int64)
-    dropped = np.zeros(n_loads + 1, np.bool_)
-    started, done = np.full(n_loads, np.nan), np.full(n_loads, np.nan)
-    fs, ls = np.zeros(4), np.zeros(5, np.int64)
-    ls[CUR] = -1
-    pass_start, pass_end = np.zeros(P), np.zeros(P)
-    step_stall, step_end = np.zeros(n_steps), np.zeros(n_steps)
-    ready = np.zeros(max_g)
+    demand, q, dropped, started, done, fs, ls = _link(loads)
+    pass_start, pass_end, step_stall, step_end, ready = np.zeros(P), np.zeros(P), np.zeros(n_steps), \
+        np.zeros(n_steps), np.zeros(max_g)
     rows = np.zeros(max_g, np.int64)
     todo = np.zeros(max_g, np.int64)
     cpu_free = 0.0

@@ -240,6 +240,51 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
 
 
 @njit(cache=True)
+def _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, pr, tid, token, per_layer, num_layers, policy, w,
+                fw, fut_off, fut_steps, num_experts, evicted, nv, kept, nk):
+    """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
+    kept; the new row counts of ``evicted`` and ``kept``."""
+    slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer, tid, False, per_layer,
+                          num_layers, policy, w, fw, fut_off, fut_steps, num_experts)
+    if victim >= 0:
+        st[EVICTIONS] += 1
+        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
+            victim % num_experts, pr
+        nv += 1
+    if slot >= 0:
+        _use(pool, index, rec, st, pr, slot, token)
+        kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
+        nk += 1
+    else:
+        _note_use(pool, index, rec, layer, e, pr, token)
+    return nv, nk
+
+
+@njit(cache=True)
+def _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer_now, layer, e, pr, pinned, per_layer, num_layers,
+                policy, w, fw, fut_off, fut_steps, num_experts, expert_bytes, loads, nl, evicted, nv, kept, nk):
+    """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
+    has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``)."""
+    slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, -1, pinned, per_layer,
+                          num_layers, policy, w, fw, fut_off, fut_steps, num_experts)
+    if slot < 0:
+        return slot, nl, nv, nk
+    pool[TRANSFER, pr, slot] = st[NEXT_TID]
+    st[NEXT_TID] += 1
+    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, pr
+    nl += 1
+    st[BYTES] += expert_bytes[pr]
+    if victim >= 0:
+        st[EVICTIONS] += 1
+        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
+            victim % num_experts, pr
+        nv += 1
+    kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
+    nk += 1
+    return slot, nl, nv, nk
+
+
+@njit(cache=True)
 def _wanted(ids, cls, rows, want, order):
     """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and classes): experts in first-appearance order
     into ``order``, their best class into ``want`` (reset to SKIP by the caller); the count."""
@@ -433,19 +478,8 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
-                        slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, sprec, layer, stid, False,
-                                              per_layer, L, policy, w, fw, fut_off, fut_steps, E)
-                        if victim >= 0:
-                            st[EVICTIONS] += 1
-                            evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, \
-                                victim % E, sprec
-                            nv += 1
-                        if slot >= 0:
-                            _use(pool, index, rec, st, sprec, slot, token)
-                            kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, sprec
-                            nk += 1
-                        else:
-                            _note_use(pool, index, rec, layer, e, sprec, token)
+                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, sprec, stid, token,
+                                             per_layer, L, policy, w, fw, fut_off, fut_steps, E, evicted, nv, kept, nk)
                         got = sprec
                     else:
                         cancel[nx, 0], cancel[nx, 1] = i, stid
@@ -472,25 +506,12 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                             elif nfree[prec] < size[prec]:
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
-                            slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, prec, layer, -1, False,
-                                                  per_layer, L, policy, w, fw, fut_off, fut_steps, E)
-                            if slot >= 0:
-                                tid = st[NEXT_TID]
-                                st[NEXT_TID] += 1
-                                loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, \
-                                    prec
-                                nl += 1
-                                st[BYTES] += expert_bytes[prec]
-                                pool[TRANSFER, prec, slot] = tid
-                                if victim >= 0:
-                                    st[EVICTIONS] += 1
-                                    evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, \
-                                        victim % E, prec
-                                    nv += 1
-                                kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, prec
-                                nk += 1
-                                if mode == 1:
-                                    st[INSERTS] += 1
+                            slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer, layer, e,
+                                                           prec, False, per_layer, L, policy, w, fw, fut_off,
+                                                           fut_steps, E, expert_bytes, loads, nl, evicted, nv, kept,
+                                                           nk)
+                            if slot >= 0 and mode == 1:
+                                st[INSERTS] += 1
                             if slot >= 0 or mode == 2:
                                 st[ISSUED] += 1
                         got = HIGH
@@ -503,19 +524,8 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
-                        slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, prec, layer, tid, False,
-                                              per_layer, L, policy, w, fw, fut_off, fut_steps, E)
-                        if victim >= 0:
-                            st[EVICTIONS] += 1
-                            evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, \
-                                victim % E, prec
-                            nv += 1
-                        if slot >= 0:
-                            _use(pool, index, rec, st, prec, slot, token)
-                            kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, prec
-                            nk += 1
-                        else:
-                            _note_use(pool, index, rec, layer, e, prec, token)
+                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, prec, tid, token,
+                                             per_layer, L, policy, w, fw, fut_off, fut_steps, E, evicted, nv, kept, nk)
                         got = prec
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -608,24 +618,12 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                     stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
                     n_stg += 1
                 else:
-                    slot, victim = _admit(pool, size, nfree, index, rec, gp, st, tl, te, prec, layer, -1, True,
-                                          per_layer, L, policy, w, fw, fut_off, fut_steps, E)
+                    slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer, tl, te, prec,
+                                                   True, per_layer, L, policy, w, fw, fut_off, fut_steps, E,
+                                                   expert_bytes, loads, nl, evicted, nv, kept, nk)
                     if slot < 0:
                         st[DROPPED] += 1
                         continue
-                    tid = st[NEXT_TID]
-                    st[NEXT_TID] += 1
-                    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, tl, te, prec
-                    nl += 1
-                    st[BYTES] += expert_bytes[prec]
-                    pool[TRANSFER, prec, slot] = tid
-                    if victim >= 0:
-                        st[EVICTIONS] += 1
-                        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // E, victim % E, \
-                            prec
-                        nv += 1
-                    kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, tl, te, prec
-                    nk += 1
                     if n_pins == pins.shape[0]:
                         pins = _grow(pins, 2 * n_pins)
                     pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
