@@ -4,7 +4,7 @@
 ``sim.decide.Decider`` and ``time_decisions`` the times of ``sim.plain.replay``, exactly (the
 differential tests, tests/test_fast.py, hold every registered system to the reference's
 decisions and to its times within 1e-9 relative). What the compiled walk does not implement
-(``unsupported`` names it: the hooked policies, MoE-Infinity's matrices, a kept log) is
+(``unsupported`` names it: the policies that keep their own order of entries, a kept log) is
 decided by the reference walk and timed here. The log comes out as tables
 (``DecisionTables``); ``Decisions.steps`` lays them out as ``LayerStep`` records on first
 use, for the simpy engine, the executor and the timelines.
@@ -77,7 +77,8 @@ PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer
 
 def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
            placement: Placement | None = None, cpu_faster: Callable[[int, int], bool] | None = None,
-           miss_costs: Callable[[int, int], tuple[float, float]] | None = None) -> Decisions:
+           miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+           profile: list[np.ndarray] | None = None) -> Decisions:
     """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
     of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
     victim; ``walk._pruned_evict``)."""
@@ -111,7 +112,15 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
         fw = np.array([pol._fld_weights(c, L) for c in range(L)], np.float64)
-    fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl)) if ev.policy == "belady" else (np.zeros(1, np.int64), np.zeros(1, np.int64))
+    fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl)) if ev.policy == "belady" else (
+        np.zeros(1, np.int64), np.zeros(1, np.int64))
+    eam_lib, eam_norms, per_step = np.zeros((0, L, E)), np.zeros((0, L)), 0
+    if pf.kind == "eam":  # the profiling requests' matrices, normalised per layer, as the reference prefetcher has them
+        eam = pf_cls(policy_knobs(pf, pf.kind), PolicyInputs(num_layers=L, depth=depth, profile=profile))
+        per_step = eam.per_step
+        if eam.library is not None:
+            eam_lib = np.ascontiguousarray(eam._lib_norm)
+            eam_norms = np.ascontiguousarray(np.linalg.norm(eam_lib, axis=2))
     mixed = p.mode == "hobbit"
     uniform = LOW if p.mode == "low" else HIGH
     prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if mixed else uniform
@@ -131,7 +140,8 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         ids64(wl), cls, wn,
         pred, pred_cls, np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
         np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
-        np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps,
+        np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
+        int(per_step),
         walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
         bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
         walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
@@ -151,7 +161,8 @@ def decide_or_refer(wl: Workload, system: SystemConfig, slots: tuple[int, int], 
                     placement: Placement | None = None, keep_log: bool = False, **kw) -> Decisions:
     """The compiled walk where it implements ``system``, else the reference's (same decisions either way)."""
     if unsupported(system, keep_log) is None:
-        return decide(wl, system, slots, expert_bytes, placement, kw.get("cpu_faster"), kw.get("miss_costs"))
+        return decide(wl, system, slots, expert_bytes, placement, kw.get("cpu_faster"), kw.get("miss_costs"),
+                      kw.get("profile"))
     return Decider(wl, system, slots, expert_bytes, placement, keep_log=keep_log, **kw).run()
 
 

@@ -30,11 +30,12 @@ N_FIELDS = 10
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS = range(10)
 N_ST = 10
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady")
-PREFETCHERS = ("none", "hobbit", "next_layer", "oracle")
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority")
+PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY = range(6)
-PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE = range(4)
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY = range(7)
+PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
+EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
 NEVER = 1 << 62
 
@@ -68,10 +69,23 @@ def _next_use(fut_off, fut_steps, key_id, step):
 
 
 @njit(cache=True)
-def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off, fut_steps, num_experts):
+def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off, fut_steps, eam_lib, eam_match,
+              num_experts):
     """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties."""
     lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
     best = -1
+    if policy == EAM_PRIORITY:  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
+        m, L = eam_match[0], eam_lib.shape[1]
+        ex, us = pool[EXPERT, pr], pool[USES, pr]
+        bp, bt = 0.0, 0
+        for s in range(r0, r1):
+            if lay[s] < 0 or pin[s]:
+                continue
+            prob = 1.0 if m < 0 else eam_lib[m, lay[s], ex[s]]
+            v = (1.0 - ((lay[s] - layer_now) % L) / (L + 1)) * (prob + EAM_FLOOR) * (1 + us[s])
+            if best < 0 or v < bp or (v == bp and touched[s] < bt):
+                best, bp, bt = s, v, touched[s]
+        return best
     if policy == MULTIDIM:
         inv_t = 1.0 / max(tokens, 1)
         a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
@@ -195,7 +209,7 @@ def _use(pool, index, rec, st, pr, slot, token):
 
 @njit(cache=True)
 def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, transfer, pinned, per_layer, num_layers,
-           policy, w, fw, fut_off, fut_steps, num_experts):
+           policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1)."""
     if size[pr] == 0:
         return -1, -1
@@ -217,7 +231,7 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
                                  num_layers)
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
-                             num_experts)
+                             eam_lib, eam_match, num_experts)
         if slot < 0:
             return -1, -1
         vl, ve = pool[LAYER, pr, slot], pool[EXPERT, pr, slot]
@@ -241,11 +255,11 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
 
 @njit(cache=True)
 def _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, pr, tid, token, per_layer, num_layers, policy, w,
-                fw, fut_off, fut_steps, num_experts, evicted, nv, kept, nk):
+                fw, fut_off, fut_steps, eam_lib, eam_match, num_experts, evicted, nv, kept, nk):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; the new row counts of ``evicted`` and ``kept``."""
     slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer, tid, False, per_layer,
-                          num_layers, policy, w, fw, fut_off, fut_steps, num_experts)
+                          num_layers, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts)
     if victim >= 0:
         st[EVICTIONS] += 1
         evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
@@ -262,11 +276,11 @@ def _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, pr, tid, tok
 
 @njit(cache=True)
 def _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer_now, layer, e, pr, pinned, per_layer, num_layers,
-                policy, w, fw, fut_off, fut_steps, num_experts, expert_bytes, loads, nl, evicted, nv, kept, nk):
+                policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts, expert_bytes, loads, nl, evicted, nv, kept, nk):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``)."""
     slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, -1, pinned, per_layer,
-                          num_layers, policy, w, fw, fut_off, fut_steps, num_experts)
+                          num_layers, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts)
     if slot < 0:
         return slot, nl, nv, nk
     pool[TRANSFER, pr, slot] = st[NEXT_TID]
@@ -282,6 +296,95 @@ def _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer_now, layer, e, p
     kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
     nk += 1
     return slot, nl, nv, nk
+
+
+@njit(cache=True)
+def _pairwise_block(a, lo, n):
+    """numpy's pairwise sum of a block of at most 128 (PW_BLOCKSIZE): eight running sums, then the rest."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - (n % 8):
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def _pairwise(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` (its add.reduce over a contiguous axis), for the same floats: blocks
+    of at most 128, halves (cut to a multiple of 8) added as numpy's recursion adds them; here with a stack."""
+    if n <= 128:
+        return _pairwise_block(a, lo, n)
+    todo = np.empty((128, 3), np.int64)  # lo, n, halves already pushed
+    sums = np.empty(128)
+    nt, ns = 1, 0
+    todo[0, 0], todo[0, 1], todo[0, 2] = lo, n, 0
+    while nt:
+        nt -= 1
+        tlo, tn, split = todo[nt, 0], todo[nt, 1], todo[nt, 2]
+        if tn <= 128:
+            sums[ns] = _pairwise_block(a, tlo, tn)
+            ns += 1
+        elif split:
+            sums[ns - 2] = sums[ns - 2] + sums[ns - 1]  # left + right
+            ns -= 1
+        else:
+            n2 = tn // 2
+            n2 -= n2 % 8
+            todo[nt, 0], todo[nt, 1], todo[nt, 2] = tlo, tn, 1
+            todo[nt + 1, 0], todo[nt + 1, 1], todo[nt + 1, 2] = tlo + n2, tn - n2, 0  # right, after the left
+            todo[nt + 2, 0], todo[nt + 2, 1], todo[nt + 2, 2] = tlo, n2, 0
+            nt += 3
+    return sums[0]
+
+
+@njit(cache=True)
+def _best_match(counts, layer, lib, lib_norms):
+    """``EAMPrefetch._best_match``: the profiling request whose matrix, normalised per layer, is the closest by
+    cosine (averaged over the layers after ``layer``) to the request's so far; -1: none."""
+    H, L, E = lib.shape
+    if H == 0 or layer + 1 >= L:
+        return -1
+    Lp = L - layer - 1
+    cur = np.empty((Lp, E))
+    cur_norm = np.empty(Lp)
+    row = np.empty(E)
+    for j in range(Lp):
+        for e in range(E):
+            row[e] = counts[layer + 1 + j, e]
+        total = max(_pairwise(row, 0, E), 1e-12)
+        for e in range(E):
+            cur[j, e] = row[e] / total
+            row[e] = cur[j, e] * cur[j, e]
+        cur_norm[j] = np.sqrt(_pairwise(row, 0, E))
+    ratio = np.empty(Lp)
+    best, best_score = -1, 0.0
+    for h in range(H):
+        for j in range(Lp):
+            for e in range(E):
+                row[e] = lib[h, layer + 1 + j, e] * cur[j, e]
+            ratio[j] = _pairwise(row, 0, E) / (lib_norms[h, layer + 1 + j] * cur_norm[j] + 1e-12)
+        score = _pairwise(ratio, 0, Lp) / Lp
+        if best < 0 or score > best_score:
+            best, best_score = h, score
+    return best
 
 
 @njit(cache=True)
@@ -302,7 +405,7 @@ def _wanted(ids, cls, rows, want, order):
 
 @njit(cache=True)
 def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
-         slots, per_layer, policy, w, fw, fut_off, fut_steps, prefetcher, max_depth, history, top_k, mixed, uniform,
+         slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
          split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots):
     L, K = ids.shape[1], ids.shape[2]
@@ -318,6 +421,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
     pool[EXPERT] = -1
     pool[TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
+    eam_match = np.full(1, -1, np.int64)  # the prefetcher's current match (EAMPrefetch.match), -1: none
     S = pool.shape[2]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
@@ -347,7 +451,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
     on_cpu = np.zeros(E, np.bool_)
     want = np.full(E, SKIP, np.int64)
     worder = np.zeros(E, np.int64)
-    props = np.zeros((max_depth * E + 1, 3), np.int64)  # proposals: layer, expert, precision
+    props = np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64)  # proposals: layer, expert, precision
     m_e = np.zeros(E, np.int64)
     m_c = np.zeros(E, np.int64)
     m_key = np.zeros(E, np.int64)
@@ -368,6 +472,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
             pool[USES] = 0
             pool[HIGH_USES] = 0
             counts[:] = 0
+            eam_match[0] = -1  # EAMPrefetch.end_request
             gp[3][:] = 0.0  # records reset: every bound is 0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
@@ -377,7 +482,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
             i = p * L + layer
             st[STEP] = i
             # room for this step's records, at most
-            room = (3 + max_depth) * bound + staging + 2
+            room = (3 + max_depth) * bound + staging + eam_per_step + 2
             loads = _grow(loads, nl + room)
             gpu = _grow(gpu, ng + room)
             cpu = _grow(cpu, nc + room)
@@ -479,7 +584,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
                         nv, nk = _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, sprec, stid, token,
-                                             per_layer, L, policy, w, fw, fut_off, fut_steps, E, evicted, nv, kept, nk)
+                                             per_layer, L, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, E, evicted, nv, kept, nk)
                         got = sprec
                     else:
                         cancel[nx, 0], cancel[nx, 1] = i, stid
@@ -508,7 +613,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         if mode:  # _copy_ahead, not pinned
                             slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer, layer, e,
                                                            prec, False, per_layer, L, policy, w, fw, fut_off,
-                                                           fut_steps, E, expert_bytes, loads, nl, evicted, nv, kept,
+                                                           fut_steps, eam_lib, eam_match, E, expert_bytes, loads, nl, evicted, nv, kept,
                                                            nk)
                             if slot >= 0 and mode == 1:
                                 st[INSERTS] += 1
@@ -525,7 +630,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
                         nv, nk = _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, prec, tid, token,
-                                             per_layer, L, policy, w, fw, fut_off, fut_steps, E, evicted, nv, kept, nk)
+                                             per_layer, L, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, E, evicted, nv, kept, nk)
                         got = prec
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -562,7 +667,25 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
             if not prefetching or prefetcher == PF_NONE:
                 continue
             n_props = 0
-            last_d = max_depth if prefetcher != PF_NEXT else 1
+            if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
+                m = eam_match[0] = _best_match(counts, layer, eam_lib, eam_norms)
+                if m >= 0:
+                    Lp = L - layer - 1
+                    neg = np.empty(Lp * E)
+                    for j in range(Lp):
+                        decay = 1.0 - (j + 1) / (L + 1)
+                        for e in range(E):
+                            neg[j * E + e] = -((eam_lib[m, layer + 1 + j, e] + EAM_FLOOR) * decay)
+                    for idx in np.argsort(neg, kind="mergesort"):
+                        tl, te = layer + 1 + idx // E, idx % E
+                        if stg_tid[tl, te] >= 0 or resident[tl, te] or cpu_layer[tl] or index[HIGH, tl, te] >= 0 or \
+                                index[LOW, tl, te] >= 0:
+                            continue
+                        props[n_props, 0], props[n_props, 1], props[n_props, 2] = tl, te, uniform
+                        n_props += 1
+                        if n_props == eam_per_step:
+                            break
+            last_d = 0 if prefetcher == PF_EAM else (max_depth if prefetcher != PF_NEXT else 1)
             for d in range(1, last_d + 1):
                 target = layer + d
                 if target >= L:
@@ -619,7 +742,7 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                     n_stg += 1
                 else:
                     slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer, tl, te, prec,
-                                                   True, per_layer, L, policy, w, fw, fut_off, fut_steps, E,
+                                                   True, per_layer, L, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, E,
                                                    expert_bytes, loads, nl, evicted, nv, kept, nk)
                     if slot < 0:
                         st[DROPPED] += 1
