@@ -11,12 +11,14 @@
 2. Qwen3.5-397B topology (60 layers, 512 experts, top-10): a synthetic trace
    (``traces.synthetic``) on h200-pcie5; the reference runs on its first 160 tokens only
    (it takes ~30 s for those), the compiled core on all --qwen-tokens.
-3. Scale: the compiled core on 10^4, 10^5 and 10^6 tokens of the repeated Mixtral trace:
-   seconds, token-layers/s and the peak of memory allocated during the run (tracemalloc:
-   numpy's arrays included) next to the trace's own arrays.
+3. Scale: the compiled core on 10^4, 10^5 and 10^6 tokens of the repeated Mixtral trace, each
+   from a fresh trace object: seconds and token-layers/s, then in a second run (tracing slows
+   allocation) the peak of memory allocated during it (tracemalloc, numpy's arrays included),
+   next to the trace's own arrays.
 
 Each rate is the median of --repeats runs after a warm-up (numba loads its compiled code
-from its on-disk cache, or compiles it once). Ends with one line
+from its on-disk cache, or compiles it once), each laying its trace out afresh (the rate with
+the layout already prepared, as a sweep's later points find it, is printed beside). Ends with one line
 ``token_layers_per_s=<f> ratio_vs_reference=<f>`` for part 1 (targets: 1,000,000 on one
 core; the reference is ~30,000), after one ``qwen_token_layers_per_s=<f>`` line (target 300,000).
 """
@@ -74,23 +76,34 @@ def first_tokens(trace, tokens: int):
     return Trace(trace.meta, trace.arrays.take(np.arange(min(tokens * L, len(trace.arrays)))), trace.path)
 
 
-def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, object]:
-    """Median token-layers/s of ``simulate`` (after one warm-up run) and the last run's results."""
+def forget() -> None:
+    """Drop the remembered layouts (``sim.run.prepare``): the next run lays its trace out again."""
+    from hobbit.sim import run
+
+    run._PREPARED.clear()
+
+
+def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, float, object]:
+    """Median token-layers/s of ``simulate`` after one warm-up run: (each run laying the trace out afresh, the
+    layout already prepared, as a sweep's later points find it; the last run's results)."""
     from hobbit.sim.run import simulate
 
     n = len(trace.arrays)
     res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
-    times = []
+    fresh, prepared = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
-        times.append(time.perf_counter() - t0)
-    return n / statistics.median(times), res
+        forget()
+        for times in (fresh, prepared):
+            t0 = time.perf_counter()
+            res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
+            times.append(time.perf_counter() - t0)
+    return n / statistics.median(fresh), n / statistics.median(prepared), res
 
 
 def main() -> None:
     from hobbit.glue import compose
     from hobbit.sim.config import SimConfig
+    from hobbit.sim.run import simulate
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=10_000)
@@ -104,37 +117,41 @@ def main() -> None:
     trace = repeated_trace(args.tokens)
     n = len(trace.arrays)
     print(f"mixtral topology: {n // 32} tokens x 32 layers = {n} token-layers; system={args.system}")
-    fast, a = rate(trace, cfg, "fast", args.repeats)
-    ref, b = rate(trace, cfg, "plain", 1)
+    fast, fast_prep, a = rate(trace, cfg, "fast", args.repeats)
+    ref, _, b = rate(trace, cfg, "plain", 1)
     assert np.allclose(a.timeline.pass_end, b.timeline.pass_end, rtol=1e-9, atol=0), "the engines disagree"
-    print(f"  fast  {fast:12,.0f} token-layers/s\n  plain {ref:12,.0f} token-layers/s (reference)")
+    print(f"  fast  {fast:12,.0f} token-layers/s ({fast_prep:,.0f} with the layout prepared, as in a sweep)\n"
+          f"  plain {ref:12,.0f} token-layers/s (reference)")
 
     qcfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", "model=qwen3.5-397b-a17b",
                                       "hardware=h200-pcie5"])
     q = qwen_trace(args.qwen_tokens)
     nq = len(q.arrays)
-    q_fast, _ = rate(q, qcfg, "fast", args.repeats)
-    q_ref, _ = rate(first_tokens(q, 160), qcfg, "plain", 1)
+    q_fast, q_prep, _ = rate(q, qcfg, "fast", args.repeats)
+    q_ref, _, _ = rate(first_tokens(q, 160), qcfg, "plain", 1)
     print(f"qwen3.5-397b topology: {nq // 60} tokens x 60 layers = {nq} token-layers")
-    print(f"  fast  {q_fast:12,.0f} token-layers/s\n  plain {q_ref:12,.0f} token-layers/s (reference, first 160 tokens)")
+    print(f"  fast  {q_fast:12,.0f} token-layers/s ({q_prep:,.0f} with the layout prepared)\n"
+          f"  plain {q_ref:12,.0f} token-layers/s (reference, first 160 tokens)")
 
     scale = [int(x) for x in args.scale.split(",") if x]
     if scale:
-        print("scale (compiled core, whole run):")
+        print("scale (compiled core, whole run from a fresh trace object: layout included):")
     for tokens in scale:
         tr = repeated_trace(tokens)
         own = sum(v.nbytes for v in vars(tr.arrays).values() if isinstance(v, np.ndarray))
-        from hobbit.sim.run import simulate
-
         simulate(first_tokens(tr, 100), cfg.model, cfg.hardware, cfg.system, profile_share=0.0)  # warm
-        tracemalloc.start()
+        forget()
         t0 = time.perf_counter()
         simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
         dt = time.perf_counter() - t0
+        forget()
+        tracemalloc.start()  # a second run for the memory (tracing slows allocation down)
+        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+        forget()
         print(f"  {tokens:>9,} tokens: {dt:8.2f} s  {len(tr.arrays) / dt:12,.0f} token-layers/s  "
-              f"peak {peak / 2**20:8.0f} MiB allocated (trace arrays {own / 2**20:.0f} MiB)")
+              f"peak {peak / 2**20:8.0f} MiB allocated during the run (the trace's arrays: {own / 2**20:.0f} MiB)")
     print(f"qwen_token_layers_per_s={q_fast:.0f} qwen_ratio_vs_reference={q_fast / q_ref:.1f}")
     print(f"token_layers_per_s={fast:.0f} ratio_vs_reference={fast / ref:.1f}")
 

@@ -211,3 +211,22 @@ def test_the_compiled_bound_is_the_reference_bound(trace):
         res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
         np.testing.assert_allclose(fast.pass_bounds(res.workload, res.cost, cfg.system),
                                    pass_bounds(res.workload, res.cost, cfg.system), rtol=1e-12, atol=0)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 20), t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+       ties=st.booleans())
+def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
+    """HOBBIT's T1/T2 classes and the gate mass, compiled, are the reference's, boundaries included."""
+    from hobbit.sim.fast import rule
+    from hobbit.sim.policies.precision import hobbit_classes
+
+    rng = np.random.default_rng(seed)
+    w = rng.dirichlet(np.ones(k), size=(50, 3)).astype(np.float32)
+    if ties:  # weights whose mass above lands exactly on the thresholds
+        w = np.round(w * 8) / 8
+    w = -np.sort(-w, axis=-1)
+    t1, t2 = min(t), max(t)
+    np.testing.assert_array_equal(rule.hobbit_classes(w, t1, t2), hobbit_classes(w, t1, t2))
+    w64 = w.astype(np.float64)
+    np.testing.assert_array_equal(rule.normalised(w), w64 / np.clip(w64.sum(axis=-1, keepdims=True), 1e-30, None))

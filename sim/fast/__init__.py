@@ -19,7 +19,7 @@ import numpy as np
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, DecisionTables, Placement, tables_from_steps
-from hobbit.sim.fast import bound, timing, walk
+from hobbit.sim.fast import bound, rule, timing, walk
 from hobbit.sim.policies.base import HIGH, LOW, PolicyInputs
 from hobbit.sim.policies.precision import classes_for
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
@@ -51,15 +51,16 @@ def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     return off.astype(np.int64), steps.astype(np.int64)
 
 
-def _normalised(weights: np.ndarray) -> np.ndarray:
-    """Gate mass per selection: the weights normalised per token (as ``Decider`` has them)."""
-    w = weights.astype(np.float64)
-    return np.ascontiguousarray(w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None))
+def rule_classes(weights: np.ndarray, mode: str, t1: float, t2: float) -> np.ndarray:
+    """``classes_for(weights, mode, t1, t2)``, HOBBIT's rule compiled (``rule``)."""
+    if mode == "hobbit":
+        return rule.hobbit_classes(weights, t1, t2)
+    return np.ascontiguousarray(classes_for(weights, mode, t1, t2), np.int8)
 
 
 def classes(wl: Workload, mode: str, t1: float, t2: float) -> np.ndarray:
     """``classes_for(wl.weights, ...)``, once per workload and rule."""
-    return wl.derived(("cls", mode, t1, t2), lambda: np.ascontiguousarray(classes_for(wl.weights, mode, t1, t2), np.int8))
+    return wl.derived(("cls", mode, t1, t2), lambda: rule_classes(wl.weights, mode, t1, t2))
 
 
 def ids64(wl: Workload) -> np.ndarray:
@@ -95,15 +96,15 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         resident[layer, e] = True
     cpu_layer = np.zeros(L, np.bool_)
     cpu_layer[list(placement.cpu_layers)] = True
-    wn = wl.derived(("wn",), lambda: _normalised(wl.weights))
+    wn = wl.derived(("wn",), lambda: rule.normalised(wl.weights))
     cls = classes(wl, p.mode, p.t1, p.t2)
     pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
     needs = pf_cls.needs | ev_cls.needs
     depth = pf.max_depth
     if wl.pred_ids is not None and "predictions" in needs:
         pred = wl.derived(("pred", depth), lambda: np.ascontiguousarray(wl.pred_ids[:, :, :depth], np.int64))
-        pred_cls = wl.derived(("pred_cls", depth, p.mode, p.t1, p.t2), lambda: np.ascontiguousarray(
-            classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2), np.int8))
+        pred_cls = wl.derived(("pred_cls", depth, p.mode, p.t1, p.t2), lambda: rule_classes(
+            wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2))
     else:
         pred, pred_cls = np.zeros((1, 1, 0, 1), np.int64), np.zeros((1, 1, 0, 1), np.int8)
     policy = walk.POLICIES.index(ev.policy)
