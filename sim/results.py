@@ -126,7 +126,7 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
     summary = {
         "tokens": {"total": int(passes.tokens.sum()), "prefill": int(pre_rows.tokens.sum()),
                    "decode": int(dec_rows.tokens.sum())},
-        "requests": int(len(set(wl.pass_request))),
+        "requests": len(set(wl.pass_request)),
         "decode_ms_per_token": _stats(dec_rows.latency_ms.to_numpy() / dec_rows.tokens.clip(lower=1).to_numpy()),
         "prefill_ms_per_request": _stats(pre_rows.latency_ms.to_numpy()),
         "precision_rule_mix": rule_mix(classes if classes is not None else hobbit_classes(
