@@ -1,12 +1,12 @@
 """The decision walk of ``sim.decide`` compiled with numba: the same rules, step for step.
 
 ``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
-differential tests in tests/test_fast.py hold it to that) for the eviction policies that
-score slots (lru, lfu, fifo, mru, multidim, belady) and the prefetchers that read the trace
-(hobbit, next_layer, oracle, none), with every knob of the walk: mixed precision, skips,
-staging slots, per-layer pools, resident and CPU placements, cpu_misses (never, always,
-faster, split) and cpu_insert. Policies that keep their own order of the entries (hooked)
-and MoE-Infinity's matrices stay on the reference (``sim.fast.supported``).
+differential tests in tests/test_fast.py hold it to that) for the eviction policies in
+``POLICIES`` (those that score slots, MoE-Infinity's priority, SIEVE and LFRU) and every
+prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none), with
+every knob of the walk: mixed precision, skips, staging slots, per-layer pools, resident and
+CPU placements, cpu_misses (never, always, faster, split) and cpu_insert. ARC, S3-FIFO and LIRS
+stay on the reference (``sim.fast.unsupported``).
 
 State lives in arrays: ``pool[field, precision, slot]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
@@ -30,10 +30,12 @@ N_FIELDS = 10
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS = range(10)
 N_ST = 10
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority")
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY = range(7)
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU = range(9)
+NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
+HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
@@ -186,6 +188,82 @@ def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     return best
 
 @njit(cache=True)
+def _on_insert(gp, policy, pr, g, slot):
+    """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): SIEVE pushes it at the head,
+    unvisited (Sieve.push); LFRU enters it with one use at the region's next access."""
+    hk, hr = gp[5], gp[6]
+    if policy == SIEVE:
+        head = hr[pr, g, HEAD]
+        hk[NEWER, pr, slot], hk[OLDER, pr, slot] = -1, head
+        if head >= 0:
+            hk[NEWER, pr, head] = slot
+        hr[pr, g, HEAD] = slot
+        if hr[pr, g, TAIL] < 0:
+            hr[pr, g, TAIL] = slot
+        hk[VISITED, pr, slot] = 0
+    elif policy == LFRU:
+        hr[pr, g, H_CLOCK] += 1
+        hk[H_USES, pr, slot], hk[H_LAST, pr, slot] = 1, hr[pr, g, H_CLOCK]
+        hk[H_SEQ, pr, slot] = hr[pr, g, H_NEXT]
+        hr[pr, g, H_NEXT] += 1
+
+
+@njit(cache=True)
+def _on_hit(gp, policy, pr, g, slot):
+    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access."""
+    hk, hr = gp[5], gp[6]
+    if policy == SIEVE:
+        hk[VISITED, pr, slot] = 1
+    elif policy == LFRU:
+        hr[pr, g, H_CLOCK] += 1
+        hk[H_USES, pr, slot] += 1
+        hk[H_LAST, pr, slot] = hr[pr, g, H_CLOCK]
+
+
+@njit(cache=True)
+def _hooked_evict(gp, policy, pool, pr, g, r0, r1):
+    """``Sieve.to_evict`` / ``LFRU.to_evict`` over region ``g`` (slots r0:r1); the victim leaves their state."""
+    hk, hr = gp[5], gp[6]
+    lay, pin = pool[LAYER, pr], pool[PINNED, pr]
+    if policy == LFRU:  # the lowest uses / (accesses since the last use + 1), ties to the earliest entry
+        best, bs, bq = -1, 0.0, 0
+        now = hr[pr, g, H_CLOCK]
+        for s in range(r0, r1):
+            if lay[s] < 0 or pin[s]:
+                continue
+            score = hk[H_USES, pr, s] / (now - hk[H_LAST, pr, s] + 1)
+            if best < 0 or score < bs or (score == bs and hk[H_SEQ, pr, s] < bq):
+                best, bs, bq = s, score, hk[H_SEQ, pr, s]
+        return best
+    tail = hr[pr, g, TAIL]
+    movable = False
+    for s in range(r0, r1):
+        if lay[s] >= 0 and not pin[s]:
+            movable = True
+            break
+    if tail < 0 or not movable:
+        return -1
+    s = tail if hr[pr, g, HAND] < 0 else hr[pr, g, HAND]
+    while hk[VISITED, pr, s] or pin[s]:  # a pinned copy is passed over, its bit kept
+        if not pin[s]:
+            hk[VISITED, pr, s] = 0
+        s = hk[NEWER, pr, s]
+        if s < 0:
+            s = hr[pr, g, TAIL]
+    hr[pr, g, HAND] = hk[NEWER, pr, s]
+    n, o = hk[NEWER, pr, s], hk[OLDER, pr, s]  # Sieve.unlink
+    if n < 0:
+        hr[pr, g, HEAD] = o
+    else:
+        hk[OLDER, pr, n] = o
+    if o < 0:
+        hr[pr, g, TAIL] = n
+    else:
+        hk[NEWER, pr, o] = n
+    return s
+
+
+@njit(cache=True)
 def _note_use(pool, index, rec, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
@@ -229,6 +307,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
             inv_t = 1.0 / max(st[TOKENS], 1)
             slot = _pruned_evict(pool, gp, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t, inv_t, fw, layer_now,
                                  num_layers)
+        elif policy == SIEVE or policy == LFRU:
+            slot = _hooked_evict(gp, policy, pool, pr, layer if per_layer else 0, r0, r1)
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
                              eam_lib, eam_match, num_experts)
@@ -250,6 +330,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
     pool[TRANSFER, pr, slot] = transfer
     pool[PINNED, pr, slot] = 1 if pinned else 0
     index[pr, layer, e] = slot
+    if policy == SIEVE or policy == LFRU:
+        _on_insert(gp, policy, pr, layer if per_layer else 0, slot)
     return slot, victim
 
 
@@ -427,8 +509,11 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() else 1
+    hS = S if policy == SIEVE or policy == LFRU else 1
+    hreg = np.zeros((2, L if per_layer else 1, 5), np.int64)
+    hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
     gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
-          np.zeros((2, L)), g_on)
+          np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg)
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -563,6 +648,8 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                     if hp >= 0:
                         slot = index[hp, layer, e]
                         _use(pool, index, rec, st, hp, slot, token)
+                        if policy == SIEVE or policy == LFRU:
+                            _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
                         if prefetched[layer, e]:
                             prefetched[layer, e] = False
                             st[USED] += 1
