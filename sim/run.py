@@ -1,7 +1,8 @@
 """``simulate``: one run of a trace x model x hardware x system, no I/O.
 
-Order of work: check the knobs and the topology, lay the trace out, size the cache,
-place static experts, decide (policies), time (simpy or plain), summarise.
+Order of work: check the knobs and the topology, lay the trace out (once per loaded trace:
+``prepare``), size the cache, place static experts, decide (policies), time, summarise; the
+compiled core (``engine=fast``) or the Python references (``plain``, ``simpy``).
 """
 
 from __future__ import annotations
