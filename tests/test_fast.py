@@ -107,15 +107,15 @@ def test_every_policy_with_every_prefetcher(trace, policy):
 
 
 def test_what_the_compiled_walk_leaves_to_the_reference():
-    """Only three policies that keep their own order of the entries (ARC, S3-FIFO, LIRS) and a kept log; every
-    registered system is decided compiled."""
+    """Only two policies that keep their own order of the entries (ARC, LIRS) and a kept log; every registered
+    system is decided compiled."""
     cfg = compose_sim("system=hobbit")
     left = {p for p in EVICTION
             if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))}
     assert left == set(EVICTION) - set(fast.walk.POLICIES)
-    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru"}
+    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo"}
     assert compiled <= set(fast.walk.POLICIES)
-    assert left <= {"arc", "s3fifo", "lirs"}  # hooked ones this release leaves to the reference walk
+    assert left <= {"arc", "lirs"}  # hooked ones this release leaves to the reference walk
     kinds = {k for k in PREFETCH
              if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch,
                                                                                               kind=k)))}
@@ -231,3 +231,13 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
     np.testing.assert_array_equal(rule.hobbit_classes(w, t1, t2), hobbit_classes(w, t1, t2))
     w64 = w.astype(np.float64)
     np.testing.assert_array_equal(rule.normalised(w), w64 / np.clip(w64.sum(axis=-1, keepdims=True), 1e-30, None))
+
+
+@pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo"])
+def test_queue_policies_per_layer_as_the_reference(trace, policy):
+    """The compiled SIEVE, LFRU and S3-FIFO keep their queues per layer's part of a pool as the reference does."""
+    cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", "system.cache.per_layer=true",
+                      "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
+    got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
+    assert got.decisions.evictions > 1000
+    assert_same(got, simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain"), compiled=True)

@@ -109,6 +109,9 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         pred, pred_cls = np.zeros((1, 1, 0, 1), np.int64), np.zeros((1, 1, 0, 1), np.int8)
     policy = walk.POLICIES.index(ev.policy)
     wts, fw = np.zeros(4), np.zeros((1, 1))
+    if ev.policy == "s3fifo":  # its knobs ride in the weights' place: S's share, G's ratio, the move threshold
+        k = ev_cls(policy_knobs(ev, ev.policy)).k
+        wts = np.array([k.small_ratio, k.ghost_ratio, k.move_threshold, 0.0])
     if ev.policy == "multidim":
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)

@@ -2,11 +2,11 @@
 
 ``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
 differential tests in tests/test_fast.py hold it to that) for the eviction policies in
-``POLICIES`` (those that score slots, MoE-Infinity's priority, SIEVE and LFRU) and every
+``POLICIES`` (those that score slots, MoE-Infinity's priority, SIEVE, LFRU, S3-FIFO) and every
 prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none), with
 every knob of the walk: mixed precision, skips, staging slots, per-layer pools, resident and
-CPU placements, cpu_misses (never, always, faster, split) and cpu_insert. ARC, S3-FIFO and LIRS
-stay on the reference (``sim.fast.unsupported``).
+CPU placements, cpu_misses (never, always, faster, split) and cpu_insert. ARC and LIRS stay on
+the reference (``sim.fast.unsupported``).
 
 State lives in arrays: ``pool[field, precision, slot]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
@@ -30,12 +30,17 @@ N_FIELDS = 10
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS = range(10)
 N_ST = 10
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru")
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU = range(9)
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO = range(10)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
 HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
+# S3-FIFO per region (gp[6]): its lists S, M (slots, linked by NEWER/OLDER of gp[5], counts in H_USES, the list in
+# VISITED) and G (keys, linked in gp[7]), each a head, a tail and a length; the ghost-hit and has-evicted flags
+Q_HEAD, Q_TAIL, Q_LEN = range(3)
+S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = 1, 4, 7, 10, 11
+HOOKED = (SIEVE, LFRU, S3FIFO)
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
@@ -264,6 +269,125 @@ def _hooked_evict(gp, policy, pool, pr, g, r0, r1):
 
 
 @njit(cache=True)
+def _q_push(nxt, prv, hr, pr, g, which, x):
+    """Append ``x`` at the newest end of list ``which`` (hr fields which + Q_HEAD/Q_TAIL/Q_LEN) of region g."""
+    tail = hr[pr, g, which + Q_TAIL]
+    nxt[pr, x], prv[pr, x] = -1, tail
+    if tail >= 0:
+        nxt[pr, tail] = x
+    else:
+        hr[pr, g, which + Q_HEAD] = x
+    hr[pr, g, which + Q_TAIL] = x
+    hr[pr, g, which + Q_LEN] += 1
+
+
+@njit(cache=True)
+def _q_remove(nxt, prv, hr, pr, g, which, x):
+    n, o = nxt[pr, x], prv[pr, x]
+    if o >= 0:
+        nxt[pr, o] = n
+    else:
+        hr[pr, g, which + Q_HEAD] = n
+    if n >= 0:
+        prv[pr, n] = o
+    else:
+        hr[pr, g, which + Q_TAIL] = o
+    hr[pr, g, which + Q_LEN] -= 1
+
+
+@njit(cache=True)
+def _q_first_unpinned(nxt, hr, pin, pr, g, which):
+    x = hr[pr, g, which + Q_HEAD]
+    while x >= 0 and pin[x]:
+        x = nxt[pr, x]
+    return x
+
+
+@njit(cache=True)
+def _s3_caps(capacity, knobs):
+    small = int(capacity * knobs[0])
+    return small, capacity - small, int(capacity * knobs[1])
+
+
+@njit(cache=True)
+def _s3_evict_main(gp, pool, pr, g):
+    hk, hr = gp[5], gp[6]
+    pin = pool[PINNED, pr]
+    for _ in range(4 * hr[pr, g, S3_MAIN + Q_LEN] + 1):  # counts fall to 0 within three rounds
+        x = _q_first_unpinned(hk[NEWER], hr, pin, pr, g, S3_MAIN)
+        if x < 0:
+            return -1
+        _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, S3_MAIN, x)
+        uses = hk[H_USES, pr, x]
+        if uses < 1:
+            return x
+        hk[H_USES, pr, x] = min(uses, 3) - 1
+        _q_push(hk[NEWER], hk[OLDER], hr, pr, g, S3_MAIN, x)
+    return -1
+
+
+@njit(cache=True)
+def _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity):
+    hk, hr, gh = gp[5], gp[6], gp[7]
+    pin = pool[PINNED, pr]
+    while True:
+        x = _q_first_unpinned(hk[NEWER], hr, pin, pr, g, S3_SMALL)
+        if x < 0:
+            return -1
+        _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, S3_SMALL, x)
+        if hk[H_USES, pr, x] >= knobs[2]:  # used enough in S: into M, its count reset
+            hk[H_USES, pr, x] = 0
+            hk[VISITED, pr, x] = S3_MAIN
+            _q_push(hk[NEWER], hk[OLDER], hr, pr, g, S3_MAIN, x)
+            continue
+        ghost_cap = _s3_caps(capacity, knobs)[2]
+        if ghost_cap > 0:  # into the ghost, its oldest leaving when it is full
+            key = pool[LAYER, pr, x] * num_experts + pool[EXPERT, pr, x]
+            if not gh[2, pr, key]:
+                if hr[pr, g, S3_GHOST + Q_LEN] >= ghost_cap:
+                    old = hr[pr, g, S3_GHOST + Q_HEAD]
+                    _q_remove(gh[0], gh[1], hr, pr, g, S3_GHOST, old)
+                    gh[2, pr, old] = 0
+                _q_push(gh[0], gh[1], hr, pr, g, S3_GHOST, key)
+                gh[2, pr, key] = 1
+        return x
+
+
+@njit(cache=True)
+def _s3_evict(gp, pool, pr, g, knobs, num_experts, capacity):
+    """``S3FIFO.to_evict``: M's oldest unused copy while M is over its size or S is empty, else S's oldest unused."""
+    hr = gp[6]
+    hr[pr, g, S3_EVICTED] = 1
+    main_cap = _s3_caps(capacity, knobs)[1]
+    if hr[pr, g, S3_MAIN + Q_LEN] > main_cap or hr[pr, g, S3_SMALL + Q_LEN] == 0:
+        x = _s3_evict_main(gp, pool, pr, g)
+        return x if x >= 0 else _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity)
+    x = _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity)
+    return x if x >= 0 else _s3_evict_main(gp, pool, pr, g)
+
+
+@njit(cache=True)
+def _s3_on_miss(gp, pr, g, key):
+    hr, gh = gp[6], gp[7]
+    hr[pr, g, S3_GHOST_HIT] = gh[2, pr, key]
+    if gh[2, pr, key]:
+        _q_remove(gh[0], gh[1], hr, pr, g, S3_GHOST, key)
+        gh[2, pr, key] = 0
+
+
+@njit(cache=True)
+def _s3_on_insert(gp, pr, g, slot, knobs, capacity):
+    hk, hr = gp[5], gp[6]
+    small_cap = _s3_caps(capacity, knobs)[0]
+    to_main = hr[pr, g, S3_GHOST_HIT] != 0 or (hr[pr, g, S3_EVICTED] == 0 and hr[pr, g, S3_SMALL + Q_LEN] >= small_cap)
+    which = S3_MAIN if to_main else S3_SMALL
+    hk[H_USES, pr, slot] = 0
+    hk[VISITED, pr, slot] = which
+    _q_push(hk[NEWER], hk[OLDER], hr, pr, g, which, slot)
+    hr[pr, g, S3_GHOST_HIT] = 0
+
+
+@njit(cache=True)
 def _note_use(pool, index, rec, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
@@ -293,6 +417,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
         return -1, -1
     st[CLOCK] += 1
     r0, r1 = _region(size[pr], per_layer, num_layers, layer)
+    if policy == S3FIFO:
+        _s3_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
     slot, victim = -1, -1
     if per_layer:
         for s in range(r0, r1):
@@ -309,6 +435,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
                                  num_layers)
         elif policy == SIEVE or policy == LFRU:
             slot = _hooked_evict(gp, policy, pool, pr, layer if per_layer else 0, r0, r1)
+        elif policy == S3FIFO:
+            slot = _s3_evict(gp, pool, pr, layer if per_layer else 0, w, num_experts, r1 - r0)
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
                              eam_lib, eam_match, num_experts)
@@ -332,6 +460,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
     index[pr, layer, e] = slot
     if policy == SIEVE or policy == LFRU:
         _on_insert(gp, policy, pr, layer if per_layer else 0, slot)
+    elif policy == S3FIFO:
+        _s3_on_insert(gp, pr, layer if per_layer else 0, slot, w, r1 - r0)
     return slot, victim
 
 
@@ -509,11 +639,14 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() else 1
-    hS = S if policy == SIEVE or policy == LFRU else 1
-    hreg = np.zeros((2, L if per_layer else 1, 5), np.int64)
+    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO else 1
+    hreg = np.zeros((2, L if per_layer else 1, 12), np.int64)
     hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
+    for q in (S3_SMALL, S3_MAIN, S3_GHOST):
+        hreg[:, :, q + Q_HEAD], hreg[:, :, q + Q_TAIL] = -1, -1
+    gK = L * E if policy == S3FIFO else 1
     gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
-          np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg)
+          np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64))
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -650,6 +783,8 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                         _use(pool, index, rec, st, hp, slot, token)
                         if policy == SIEVE or policy == LFRU:
                             _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
+                        elif policy == S3FIFO:
+                            gp[5][H_USES, hp, slot] += 1
                         if prefetched[layer, e]:
                             prefetched[layer, e] = False
                             st[USED] += 1
