@@ -40,11 +40,11 @@ HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends
 # VISITED) and G (keys, linked in gp[7]), each a head, a tail and a length; the ghost-hit and has-evicted flags
 Q_HEAD, Q_TAIL, Q_LEN = range(3)
 S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = 1, 4, 7, 10, 11
-HOOKED = (SIEVE, LFRU, S3FIFO)
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
 NEVER = 1 << 62
+
 
 @njit(cache=True)
 def _grow(a, need):
