@@ -121,8 +121,16 @@ class Placement:
     static: bool = False
 
 
+LOG32_MAX = 2**31 - 1  # the most steps and records per table the log numbers in int32; beyond, int64
+
+
+def log_dtype(records: int) -> type:
+    """The log tables' integer type for a run of at most ``records`` steps and records in any table."""
+    return np.int32 if records <= LOG32_MAX else np.int64
+
+
 class DecisionTables:
-    """The decision log as tables of int64, one row per record in the order the walk made it, steps ascending
+    """The decision log as tables of int32 (int64 past ``LOG32_MAX`` records), one row per record in the order the walk made it, steps ascending
     (the compiled walk's output, ``sim.fast``). A column by name: ``tables.column("loads", "layer")``.
 
     ``loads`` (row = transfer id): step, demand (1) or prefetch (0), layer, expert, precision;
@@ -139,7 +147,7 @@ class DecisionTables:
         self.num_layers, self.n_steps, self.expert_bytes = num_layers, n_steps, expert_bytes
         for name, cols in self.COLUMNS.items():
             t = tables.get(name)
-            setattr(self, name, t if t is not None else np.zeros((0, len(cols)), np.int64))
+            setattr(self, name, t if t is not None else np.zeros((0, len(cols)), np.int32))
 
     def column(self, table: str, name: str) -> np.ndarray:
         return getattr(self, table)[:, self.COLUMNS[table].index(name)]
@@ -212,7 +220,8 @@ def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTa
         rows["cancel"] += [(i, tid) for tid in s.cancel]
         rows["evicted"] += [(i, k.layer, k.expert, int(k.precision)) for k in s.evicted]
         rows["kept"] += [(i, k.layer, k.expert, int(k.precision)) for k in s.kept]
-    arrays = {name: np.array(r, np.int64).reshape(-1, len(DecisionTables.COLUMNS[name])) for name, r in rows.items()}
+    dtype = log_dtype(max(len(steps), *(len(r) for r in rows.values())))
+    arrays = {name: np.array(r, dtype).reshape(-1, len(DecisionTables.COLUMNS[name])) for name, r in rows.items()}
     return DecisionTables(num_layers, len(steps), (eb[0], eb[1]), **arrays)
 
 
@@ -277,7 +286,8 @@ class Decider:
         needs = pf_cls.needs | ev_cls.needs
         if wl.pred_ids is not None and "predictions" in needs:
             self.pred = wl.pred_ids[:, :, :depth].tolist()  # [N][L][D][K]
-            self.pred_cls = classes_for(wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2).tolist()
+            self.pred_cls = classes_for(np.nan_to_num(wl.pred_weights[:, :, :depth], nan=0.0), p.mode, p.t1,
+                                        p.t2).tolist()  # a missing prediction's weight counts as 0
         inputs = PolicyInputs(num_layers=wl.num_layers, depth=depth,
                               future_uses=wl.future_uses() if "future_uses" in needs else None,
                               profile=profile if "profile" in needs else None)

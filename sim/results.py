@@ -113,8 +113,8 @@ def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, .
 
 def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: ModelConfig, hw: HardwareConfig,
               system: SystemConfig, sizing: Any, engine: str, wall_s: float, bound: np.ndarray | None = None,
-              classes: np.ndarray | None = None) -> Results:
-    """``classes``: HOBBIT's rule's class of every selection at the system's T1 and T2, when already made."""
+              mix: dict[str, float] | None = None) -> Results:
+    """``mix``: the rule mix of HOBBIT's classes at the system's T1 and T2, when already counted."""
     passes = pass_table(wl, tl, bound)
     dec_rows = passes[passes.phase == 1]
     pre_rows = passes[passes.phase == 0]
@@ -129,7 +129,7 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "requests": len(set(wl.pass_request)),
         "decode_ms_per_token": _stats(dec_rows.latency_ms.to_numpy() / dec_rows.tokens.clip(lower=1).to_numpy()),
         "prefill_ms_per_request": _stats(pre_rows.latency_ms.to_numpy()),
-        "precision_rule_mix": rule_mix(classes if classes is not None else hobbit_classes(
+        "precision_rule_mix": mix if mix is not None else rule_mix(hobbit_classes(
             wl.weights, system.precision.t1, system.precision.t2)),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,

@@ -244,8 +244,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     tl = time_decisions(wl, dec, cost, system.demand_first, engine)
     res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,
                     bound=(fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system),
-                    classes=fast.classes(wl, "hobbit", system.precision.t1, system.precision.t2)
-                    if engine == "fast" else None)
+                    mix=fast.rule_mix(wl, system.precision.t1, system.precision.t2) if engine == "fast" else None)
     res.workload, res.cost = wl, cost
     return res
 

@@ -27,10 +27,10 @@ class Workload:
     num_layers: int  # L: layers simulated (the trace's recorded layers)
     num_experts: int
     top_k: int
-    ids: np.ndarray  # [N, L, K] int
-    weights: np.ndarray  # [N, L, K] float32
-    pred_ids: np.ndarray | None  # [N, L, D, K] (-1: none)
-    pred_weights: np.ndarray | None
+    ids: np.ndarray  # [N, L, K] int16 (a view of the trace's array)
+    weights: np.ndarray  # [N, L, K] float32 (a view)
+    pred_ids: np.ndarray | None  # [N, L, D, K] int16 (-1: none; a view, or the fallback's)
+    pred_weights: np.ndarray | None  # [N, L, D, K] float32, NaN where none
     pass_request: list[int]  # [P]
     pass_start: list[int]  # [P] first token
     pass_end: list[int]  # [P] one past the last token
@@ -84,15 +84,19 @@ class Workload:
 def split_requests(trace: Trace, share: float) -> tuple[Trace | None, Trace]:
     """(the first ``share`` of the trace's requests, the rest): a profiling set held apart from the
     requests that are timed. At least one request is always timed; (None, trace) when the share
-    holds no request."""
+    holds no request. Rows are stored sorted by request, so both parts are views of the trace's arrays."""
     req = trace.arrays.request_id
     ids = np.unique(req)
     n = min(int(share * len(ids)), len(ids) - 1)
     if n <= 0:
         return None, trace
-    held = req < ids[n]  # rows are sorted by request
-    return (Trace(trace.meta, trace.arrays.take(np.flatnonzero(held)), trace.path),
-            Trace(trace.meta, trace.arrays.take(np.flatnonzero(~held)), trace.path))
+    held = req < ids[n]
+    cut = int(held.sum())
+    if held[:cut].all():  # the held requests are the first rows
+        parts = slice(0, cut), slice(cut, None)
+    else:
+        parts = np.flatnonzero(held), np.flatnonzero(~held)
+    return tuple(Trace(trace.meta, trace.arrays.take(rows), trace.path) for rows in parts)
 
 
 def _passes(request: np.ndarray, step: np.ndarray, position: np.ndarray, phase: np.ndarray):
@@ -108,7 +112,7 @@ def oracle_predictions(ids: np.ndarray, weights: np.ndarray, depth: int, accurac
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Predictions that are the true experts of l+d, each wrong with probability 1 - accuracy."""
     n, L, k = ids.shape
-    pid = np.full((n, L, depth, k), -1, np.int64)
+    pid = np.full((n, L, depth, k), -1, np.int16)
     pw = np.full((n, L, depth, k), np.nan, np.float32)
     for d in range(1, min(depth, L - 1) + 1):
         true = ids[:, d:].astype(np.int64)  # [N, L-d, K]
@@ -123,10 +127,11 @@ def oracle_predictions(ids: np.ndarray, weights: np.ndarray, depth: int, accurac
 
 def build_workload(trace: Trace, fallback: str = "oracle", accuracy: float = 0.9, depth: int = 3,
                    rng: np.random.Generator | None = None) -> Workload:
-    """Lay ``trace`` out for replay; fill predictions with ``fallback`` when it has none."""
+    """Lay ``trace`` out for replay; fill predictions with ``fallback`` when it has none. The trace's arrays are
+    reshaped, not copied (a 10^6-token trace is laid out in its own memory)."""
     meta, a = trace.meta, trace.arrays
     L, k = len(meta.layers), meta.model.top_k
-    ids = a.expert_ids.reshape(-1, L, k).astype(np.int64)
+    ids = a.expert_ids.reshape(-1, L, k)
     weights = a.gate_weights.reshape(-1, L, k)
     pick = slice(None, None, L)
     starts, ends, req, phase, ctx = _passes(a.request_id[pick], a.step[pick], a.position[pick], a.phase[pick])
@@ -135,12 +140,11 @@ def build_workload(trace: Trace, fallback: str = "oracle", accuracy: float = 0.9
     pred_ids = pred_w = None
     if a.pred_ids is not None:
         d = meta.lookahead_depth
-        pred_ids = a.pred_ids.reshape(-1, L, d, k).astype(np.int64)
-        pred_w = np.nan_to_num(a.pred_weights.reshape(-1, L, d, k), nan=0.0)
+        pred_ids = a.pred_ids.reshape(-1, L, d, k)
+        pred_w = a.pred_weights.reshape(-1, L, d, k)
     elif fallback == "oracle":
         pred_ids, pred_w = oracle_predictions(ids, weights, depth, accuracy, meta.model.num_experts,
                                               rng if rng is not None else np.random.default_rng(0))
-        pred_w = np.nan_to_num(pred_w, nan=0.0)
     return Workload(num_layers=L, num_experts=meta.model.num_experts, top_k=k, ids=ids, weights=weights,
                     pred_ids=pred_ids, pred_weights=pred_w, pass_request=req.tolist(), pass_start=starts.tolist(),
                     pass_end=ends.tolist(), pass_phase=phase.tolist(), pass_context=ctx.tolist(),

@@ -146,6 +146,35 @@ def test_the_tables_and_the_records_are_one_log(trace):
     assert ahead.sum() == sum(1 for s in dec.steps for ld in s.loads if not ld.demand)
 
 
+def test_a_run_lays_the_trace_out_in_its_own_memory():
+    """Scale: the workload is views of the trace's arrays (no widened copy), the rule and the gate mass are
+    computed as the walk reads them, and a whole run allocates less than half the trace's own bytes again,
+    decision log and times included (the layout used to widen ids and weights to about 4.7x the trace)."""
+    import tracemalloc
+
+    from hobbit.sim import run
+
+    tr = bundled()
+    own = sum(v.nbytes for v in vars(tr.arrays).values() if isinstance(v, np.ndarray))
+    cfg = compose_sim("system=hobbit")
+    simulate(tr, cfg.model, cfg.hardware, cfg.system)  # compiled code loaded
+    run._PREPARED.clear()
+    tracemalloc.start()
+    try:
+        res = simulate(tr, cfg.model, cfg.hardware, cfg.system)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        run._PREPARED.clear()
+    wl, a = res.workload, tr.arrays
+    for mine, theirs in ((wl.ids, a.expert_ids), (wl.weights, a.gate_weights), (wl.pred_ids, a.pred_ids),
+                         (wl.pred_weights, a.pred_weights)):
+        assert np.shares_memory(mine, theirs)
+    assert not [k for k, v in wl.memo.items() if isinstance(v, np.ndarray) and v.nbytes > own / 50]
+    assert res.decisions.tables.loads.dtype == np.int32
+    assert peak < 1.5 * own, (peak, own)
+
+
 POLICIES = [p for p in fast.walk.POLICIES]
 
 
@@ -220,7 +249,7 @@ def test_the_compiled_bound_is_the_reference_bound(trace):
 def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
     """HOBBIT's T1/T2 classes and the gate mass, compiled, are the reference's, boundaries included."""
     from hobbit.sim.fast import rule
-    from hobbit.sim.policies.precision import hobbit_classes
+    from hobbit.sim.policies.precision import EPS, classes_for, hobbit_classes
 
     rng = np.random.default_rng(seed)
     w = rng.dirichlet(np.ones(k), size=(50, 3)).astype(np.float32)
@@ -228,9 +257,17 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
         w = np.round(w * 8) / 8
     w = -np.sort(-w, axis=-1)
     t1, t2 = min(t), max(t)
-    np.testing.assert_array_equal(rule.hobbit_classes(w, t1, t2), hobbit_classes(w, t1, t2))
+    cls, mass = rule.classes_and_mass(w, "hobbit", t1, t2)
+    np.testing.assert_array_equal(cls, hobbit_classes(w, t1, t2))
     w64 = w.astype(np.float64)
-    np.testing.assert_array_equal(rule.normalised(w), w64 / np.clip(w64.sum(axis=-1, keepdims=True), 1e-30, None))
+    np.testing.assert_array_equal(mass, w64 / np.clip(w64.sum(axis=-1, keepdims=True), 1e-30, None))
+    np.testing.assert_array_equal(rule.hobbit_counts(w.reshape(-1, k), t1 + EPS, t2 + EPS),
+                                  np.bincount(cls.ravel(), minlength=3))
+    gaps = np.where(rng.random(w.shape) < 0.2, np.float32(np.nan), w)  # absent predictions count as 0
+    np.testing.assert_array_equal(rule.classes_and_mass(gaps, "hobbit", t1, t2, nan_zero=True)[0],
+                                  hobbit_classes(np.nan_to_num(gaps, nan=0.0), t1, t2))
+    for mode in ("high", "low"):
+        np.testing.assert_array_equal(rule.classes_and_mass(w, mode, t1, t2)[0], classes_for(w, mode, t1, t2))
 
 
 @pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo"])

@@ -32,7 +32,8 @@ class TraceArrays:
     def __len__(self) -> int:
         return int(self.layer.shape[0])
 
-    def take(self, idx: np.ndarray) -> TraceArrays:
+    def take(self, idx: np.ndarray | slice) -> TraceArrays:
+        """The rows ``idx`` picks: a copy, or views of these arrays for a slice."""
         pick = (lambda a: None if a is None else a[idx])
         return TraceArrays(*(pick(getattr(self, f)) for f in self.__dataclass_fields__))
 

@@ -18,10 +18,10 @@ import numpy as np
 
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import Decider, Decisions, DecisionTables, Placement, tables_from_steps
+from hobbit.sim.decide import Decider, Decisions, DecisionTables, Placement, log_dtype, tables_from_steps
 from hobbit.sim.fast import bound, rule, timing, walk
-from hobbit.sim.policies.base import HIGH, LOW, PolicyInputs
-from hobbit.sim.policies.precision import classes_for
+from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
+from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
@@ -51,20 +51,25 @@ def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     return off.astype(np.int64), steps.astype(np.int64)
 
 
-def rule_classes(weights: np.ndarray, mode: str, t1: float, t2: float) -> np.ndarray:
-    """``classes_for(weights, mode, t1, t2)``, HOBBIT's rule compiled (``rule``)."""
-    if mode == "hobbit":
-        return rule.hobbit_classes(weights, t1, t2)
-    return np.ascontiguousarray(classes_for(weights, mode, t1, t2), np.int8)
+def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:
+    """The precision rule as the compiled code takes it (``walk._rule_row``): HOBBIT's or not, T1 and T2 + EPS."""
+    return mode == "hobbit", float(t1) + EPS, float(t2) + EPS
 
 
-def classes(wl: Workload, mode: str, t1: float, t2: float) -> np.ndarray:
-    """``classes_for(wl.weights, ...)``, once per workload and rule."""
-    return wl.derived(("cls", mode, t1, t2), lambda: rule_classes(wl.weights, mode, t1, t2))
+def rule_mix(wl: Workload, t1: float, t2: float) -> dict[str, float]:
+    """``policies.precision.rule_mix`` of HOBBIT's classes of ``wl``'s selections at T1 / T2, counted in one pass."""
+    n = rule.hobbit_counts(wl.weights.reshape(-1, wl.top_k), float(t1) + EPS, float(t2) + EPS)
+    total = max(int(n.sum()), 1)
+    return {"high": float(n[HIGH] / total), "low": float(n[LOW] / total), "skip": float(n[SKIP] / total)}
 
 
-def ids64(wl: Workload) -> np.ndarray:
-    return wl.derived(("ids",), lambda: np.ascontiguousarray(wl.ids, np.int64))
+def narrow(a: np.ndarray | None, what: str) -> np.ndarray | None:
+    """Expert ids as int16 (the trace's own dtype: no copy then), so that one compiled version serves every run."""
+    if a is None or a.dtype == np.int16:
+        return a
+    if a.size and int(a.max()) > np.iinfo(np.int16).max:
+        raise ValueError(f"{what}: expert ids above {np.iinfo(np.int16).max} (the trace schema's int16)")
+    return a.astype(np.int16)
 
 
 def _tables(wl: Workload) -> tuple[int, np.ndarray]:
@@ -96,17 +101,13 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         resident[layer, e] = True
     cpu_layer = np.zeros(L, np.bool_)
     cpu_layer[list(placement.cpu_layers)] = True
-    wn = wl.derived(("wn",), lambda: rule.normalised(wl.weights))
-    cls = classes(wl, p.mode, p.t1, p.t2)
     pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
     needs = pf_cls.needs | ev_cls.needs
     depth = pf.max_depth
-    if wl.pred_ids is not None and "predictions" in needs:
-        pred = wl.derived(("pred", depth), lambda: np.ascontiguousarray(wl.pred_ids[:, :, :depth], np.int64))
-        pred_cls = wl.derived(("pred_cls", depth, p.mode, p.t1, p.t2), lambda: rule_classes(
-            wl.pred_weights[:, :, :depth], p.mode, p.t1, p.t2))
+    if wl.pred_ids is not None and "predictions" in needs:  # the trace's own arrays (the walk reads depth of them)
+        pred, pred_w = narrow(wl.pred_ids, "pred_ids"), wl.pred_weights
     else:
-        pred, pred_cls = np.zeros((1, 1, 0, 1), np.int64), np.zeros((1, 1, 0, 1), np.int8)
+        pred, pred_w = np.zeros((1, 1, 0, 1), np.int16), np.zeros((1, 1, 0, 1), wl.weights.dtype)
     policy = walk.POLICIES.index(ev.policy)
     wts, fw = np.zeros(4), np.zeros((1, 1))
     if ev.policy == "s3fifo":  # its knobs ride in the weights' place: S's share, G's ratio, the move threshold
@@ -140,9 +141,10 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         copy_s = np.array([miss_costs(prec, 1)[0] for prec in (HIGH, LOW)])
         cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
+    room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     out = walk.walk(
-        ids64(wl), cls, wn,
-        pred, pred_cls, np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
+        narrow(wl.ids, "expert_ids"), wl.weights, pred, pred_w, *rule_args(p.mode, p.t1, p.t2),
+        np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L))), np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
         np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
         np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
         int(per_step),
@@ -239,6 +241,6 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
             cpu_s[n] = cost.cached("cpu_expert_s", n)
     dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
     other = np.array([cost.cached("other_s", int(n)) for n in sizes])
-    return bound.pass_bounds(ids64(wl), classes(wl, p.mode, p.t1, p.t2),
+    return bound.pass_bounds(narrow(wl.ids, "expert_ids"), wl.weights, *rule_args(p.mode, p.t1, p.t2),
                              np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense, other,
                              expert_min, cpu_s, wl.num_experts, uses_cpu)

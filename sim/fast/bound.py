@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-SKIP = 2
+from hobbit.sim.fast.walk import _rule_row
+
+HIGH, SKIP = 0, 2
 
 
 @njit(cache=True)
@@ -32,9 +34,12 @@ def _split_makespan(device, cpu, n, use_cpu):
 
 
 @njit(cache=True)
-def pass_bounds(ids, cls, pass_start, pass_end, dense_s, other_s, expert_min, cpu_s, num_experts, uses_cpu):
-    """[P] seconds (``sim.bound.pass_bounds``): ``expert_min[n]`` the cheapest device precision for n tokens."""
+def pass_bounds(ids, weights, hobbit_rule, rule_hi, rule_lo, pass_start, pass_end, dense_s, other_s, expert_min,
+                cpu_s, num_experts, uses_cpu):
+    """[P] seconds (``sim.bound.pass_bounds``): ``expert_min[n]`` the cheapest device precision for n tokens; the
+    classes by the precision rule (``walk._rule_row``: HOBBIT's or, without it, none skipped)."""
     L, K = ids.shape[1], ids.shape[2]
+    row, rc, rm = np.zeros(K), np.zeros(K, np.int64), np.zeros(K)
     P = pass_start.shape[0]
     out = np.zeros(P)
     count = np.zeros(num_experts, np.int64)
@@ -48,13 +53,14 @@ def pass_bounds(ids, cls, pass_start, pass_end, dense_s, other_s, expert_min, cp
         for layer in range(L):
             m = 0
             for t in range(a, b):
+                _rule_row(weights[t, layer], False, hobbit_rule, HIGH, rule_hi, rule_lo, row, rc, rm)
                 for k in range(K):
                     e = ids[t, layer, k]
                     if count[e] == 0:
                         order[m] = e
                         m += 1
                     count[e] += 1
-                    skipped[e] = skipped[e] and cls[t, layer, k] == SKIP
+                    skipped[e] = skipped[e] and rc[k] == SKIP
             nd = 0
             for j in range(m):
                 e = order[j]

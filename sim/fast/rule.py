@@ -1,59 +1,58 @@
-"""HOBBIT's precision rule (``policies.precision.hobbit_classes``) and the gate mass per selection, compiled:
-one pass over the weights instead of numpy's temporaries, the same floats (numpy's pairwise sum for the
-per-token total, its sequential cumulative sum)."""
+"""HOBBIT's precision rule (``policies.precision.hobbit_classes``) and the gate mass per selection, compiled.
+
+The walk and the bound apply the rule token by token as they read the weights
+(``walk._rule_row``: numpy's pairwise sum for the per-token total, its sequential cumulative
+sum, so the same floats), so no class or mass array of the trace's size is ever made. Here:
+the mix of classes counted in one pass (``hobbit_counts``, the summary's rule mix) and the
+rule laid out as arrays (``classes_and_mass``), which the differential tests check against
+the reference.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from hobbit.sim.fast.walk import _pairwise
+from hobbit.sim.fast.walk import _rule_row
 from hobbit.sim.policies.precision import EPS
 
 HIGH, LOW, SKIP = 0, 1, 2
 
 
 @njit(cache=True)
-def _classes(w, t1, t2, eps):
+def _counts(w, hi, lo):
     M, K = w.shape
-    out = np.empty((M, K), np.int8)
-    row = np.empty(K)
-    hi, lo = t1 + eps, t2 + eps
+    n = np.zeros(3, np.int64)
+    row, rc, rm = np.zeros(K), np.zeros(K, np.int64), np.zeros(K)
     for m in range(M):
+        _rule_row(w[m], False, True, HIGH, hi, lo, row, rc, rm)
         for k in range(K):
-            row[k] = w[m, k]
-        total = max(_pairwise(row, 0, K), 1e-30)
-        c = 0.0
-        for k in range(K):
-            x = row[k] / total
-            c += x
-            above = 0.0 if k == 0 else c - x
-            out[m, k] = HIGH if above <= hi else (LOW if above <= lo else SKIP)
-        out[m, 0] = HIGH
-    return out
+            n[rc[k]] += 1
+    return n
 
 
 @njit(cache=True)
-def _normalised(w):
+def _rows(w, nan_zero, hobbit, uniform, hi, lo):
     M, K = w.shape
-    out = np.empty((M, K))
-    row = np.empty(K)
+    cls, mass = np.empty((M, K), np.int8), np.empty((M, K))
+    row, rc, rm = np.zeros(K), np.zeros(K, np.int64), np.zeros(K)
     for m in range(M):
+        _rule_row(w[m], nan_zero, hobbit, uniform, hi, lo, row, rc, rm)
         for k in range(K):
-            row[k] = w[m, k]
-        total = max(_pairwise(row, 0, K), 1e-30)
-        for k in range(K):
-            out[m, k] = row[k] / total
-    return out
+            cls[m, k], mass[m, k] = rc[k], rm[k]
+    return cls, mass
 
 
-def hobbit_classes(weights: np.ndarray, t1: float, t2: float) -> np.ndarray:
-    """``policies.precision.hobbit_classes(weights, t1, t2)``: [..., K] int8."""
+def hobbit_counts(weights: np.ndarray, hi: float, lo: float) -> np.ndarray:
+    """[3] selections HOBBIT's rule classes HIGH, LOW, SKIP: ``weights`` [M, K], ``hi`` / ``lo`` = T1 / T2 + EPS."""
+    return _counts(np.ascontiguousarray(weights), hi, lo)
+
+
+def classes_and_mass(weights: np.ndarray, mode: str, t1: float, t2: float,
+                     nan_zero: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(the class of every selection, its normalised gate mass) as the walk computes them: [..., K] int8 and
+    float64. ``mode``: hobbit, high or low (``policies.precision.classes_for``)."""
     w = np.ascontiguousarray(weights).reshape(-1, weights.shape[-1])
-    return _classes(w, float(t1), float(t2), EPS).reshape(weights.shape)
-
-
-def normalised(weights: np.ndarray) -> np.ndarray:
-    """The weights normalised per token (what ``Decider`` serves as gate mass): [..., K] float64."""
-    w = np.ascontiguousarray(weights).reshape(-1, weights.shape[-1])
-    return _normalised(w).reshape(weights.shape)
+    cls, mass = _rows(w, nan_zero, mode == "hobbit", LOW if mode == "low" else HIGH, float(t1) + EPS,
+                      float(t2) + EPS)
+    return cls.reshape(weights.shape), mass.reshape(weights.shape)

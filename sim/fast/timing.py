@@ -118,7 +118,7 @@ def _link(loads):
     n_loads = loads.shape[0]
     fs, ls = np.zeros(4), np.zeros(5, np.int64)
     ls[CUR] = -1
-    return (loads[:, 1] == 1, np.zeros(n_loads + 1, np.int64), np.zeros(n_loads + 1, np.bool_),
+    return (loads[:, 1] == 1, np.zeros(n_loads + 1, loads.dtype), np.zeros(n_loads + 1, np.bool_),
             np.full(n_loads, np.nan), np.full(n_loads, np.nan), fs, ls)
 
 

@@ -50,7 +50,7 @@ NEVER = 1 << 62
 def _grow(a, need):
     if need <= a.shape[0]:
         return a
-    b = np.empty((max(need, 2 * a.shape[0]), a.shape[1]), a.dtype)
+    b = np.empty((max(need, a.shape[0] + a.shape[0] // 2), a.shape[1]), a.dtype)
     b[: a.shape[0]] = a
     return b
 
@@ -600,13 +600,40 @@ def _best_match(counts, layer, lib, lib_norms):
 
 
 @njit(cache=True)
-def _wanted(ids, cls, rows, want, order):
-    """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and classes): experts in first-appearance order
-    into ``order``, their best class into ``want`` (reset to SKIP by the caller); the count."""
+def _rule_row(w, nan_zero, hobbit, uniform, hi, lo, row, cls_out, wn_out):
+    """One token's K selections: the gate mass normalised (``Decider``'s, numpy's pairwise sum) into ``wn_out`` and
+    the class into ``cls_out``: HOBBIT's rule (``policies.precision.hobbit_classes``, ``hi`` / ``lo`` = T1 / T2 +
+    EPS) or ``uniform``. ``nan_zero``: NaN weights count as 0 (predictions, as the workload's fill leaves them)."""
+    K = w.shape[0]
+    for k in range(K):
+        x = w[k]
+        row[k] = 0.0 if nan_zero and np.isnan(x) else x
+    total = max(_pairwise(row, 0, K), 1e-30)
+    c = 0.0
+    for k in range(K):
+        x = row[k] / total
+        wn_out[k] = x
+        if hobbit:
+            c += x
+            above = 0.0 if k == 0 else c - x
+            cls_out[k] = HIGH if above <= hi else (LOW if above <= lo else SKIP)
+        else:
+            cls_out[k] = uniform
+    if hobbit:
+        cls_out[0] = HIGH
+
+
+@njit(cache=True)
+def _wanted(ids, w, nan_zero, rule, rows, want, order):
+    """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and weights, classed by ``rule``: ``_rule_row``'s
+    hobbit, uniform, hi, lo and its three buffers): experts in first-appearance order into ``order``, their best
+    class into ``want`` (reset to SKIP by the caller); the count."""
+    hobbit, uniform, hi, lo, row, rc, rm = rule
     n = 0
     for t in range(rows):
+        _rule_row(w[t], nan_zero, hobbit, uniform, hi, lo, row, rc, rm)
         for k in range(ids.shape[1]):
-            e, c = ids[t, k], cls[t, k]
+            e, c = ids[t, k], rc[k]
             if e >= 0 and c != SKIP and c < want[e]:
                 if want[e] == SKIP:
                     order[n] = e
@@ -616,14 +643,16 @@ def _wanted(ids, cls, rows, want, order):
 
 
 @njit(cache=True)
-def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
+def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
          slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
          split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots):
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     P = pass_start.shape[0]
-    D = pred.shape[2]
+    D = min(pred.shape[2], max_depth)
+    rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
+    row, rc, rm = rule[4], rule[5], rule[6]
     size = np.zeros(2, np.int64)
     size[0], size[1] = slots[0], slots[1]
     if per_layer:
@@ -675,12 +704,12 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
     m_key = np.zeros(E, np.int64)
     hist = np.zeros(E, np.int64)
     # log tables
-    loads = np.zeros((1024, 5), np.int64)
-    gpu = np.zeros((1024, 5), np.int64)
-    cpu = np.zeros((256, 3), np.int64)
-    cancel = np.zeros((64, 2), np.int64)
-    evicted = np.zeros((1024, 4), np.int64)
-    kept = np.zeros((1024, 4), np.int64)
+    loads = np.zeros((1024, 5), log_proto.dtype)
+    gpu = np.zeros((1024, 5), log_proto.dtype)
+    cpu = np.zeros((256, 3), log_proto.dtype)
+    cancel = np.zeros((64, 2), log_proto.dtype)
+    evicted = np.zeros((1024, 4), log_proto.dtype)
+    kept = np.zeros((1024, 4), log_proto.dtype)
     nl = ng = nc = nx = nv = nk = 0
     for p in range(P):
         a, b = pass_start[p], pass_end[p]
@@ -710,16 +739,17 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
             # ---- _needed
             n_need = 0
             for t in range(a, b):
+                _rule_row(weights[t, layer], False, hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)
                 for k in range(K):
-                    e, c = ids[t, layer, k], cls[t, layer, k]
+                    e, c = ids[t, layer, k], rc[k]
                     if need_n[e] == 0:
                         order[n_need] = e
                         n_need += 1
                         need_c[e] = c
-                        need_m[e] = wn[t, layer, k]
+                        need_m[e] = rm[k]
                     else:
                         need_c[e] = min(need_c[e], c)
-                        need_m[e] += wn[t, layer, k]
+                        need_m[e] += rm[k]
                     need_n[e] += 1
             if T > 1 and multi_high:
                 for j in range(n_need):
@@ -914,9 +944,9 @@ def walk(ids, cls, wn, pred, pred_cls, pass_start, pass_end, pass_request, token
                     break
                 nw = 0
                 if prefetcher == PF_ORACLE:
-                    nw = _wanted(ids[a:b, target], cls[a:b, target], T, want, worder)
+                    nw = _wanted(ids[a:b, target], weights[a:b, target], False, rule, T, want, worder)
                 elif d <= D:
-                    nw = _wanted(pred[a:b, layer, d - 1], pred_cls[a:b, layer, d - 1], T, want, worder)
+                    nw = _wanted(pred[a:b, layer, d - 1], pred_w[a:b, layer, d - 1], True, rule, T, want, worder)
                 elif history and counts[target].max() > 0:
                     hist[:] = counts[target]
                     for k in range(min(top_k, E)):  # argsort(-counts, stable)[:top_k]
