@@ -164,10 +164,9 @@ def _group_move(gp, pr, s, old_layer, new_layer):
 @njit(cache=True)
 def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound."""
-    slots, n, qlb = gp[0], gp[1], gp[3]
-    lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
+    slots, n, qlb, lb = gp[0], gp[1], gp[3], gp[8]
+    pin, touched = pool[PINNED, pr], pool[TOUCHED, pr]
     lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
-    lb = np.empty(num_layers)
     for g in range(num_layers):
         lb[g] = (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN if n[pr, g] else np.inf
     best, bk, bt = -1, 0.0, 0
@@ -180,17 +179,19 @@ def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
             break
         lb[g] = np.inf
         q_min = np.inf
+        f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
         for j in range(n[pr, g]):
             s = slots[pr, g, j]
             q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
             q_min = min(q_min, q)
             if pin[s]:
                 continue
-            k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
+            k = a * lu[s] + b * us[s] + c * hu[s] + f
             if best < 0 or k < bk or (k == bk and touched[s] < bt):
                 best, bk, bt = s, k, touched[s]
         qlb[pr, g] = q_min
     return best
+
 
 @njit(cache=True)
 def _on_insert(gp, policy, pr, g, slot):
@@ -675,7 +676,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
         hreg[:, :, q + Q_HEAD], hreg[:, :, q + Q_TAIL] = -1, -1
     gK = L * E if policy == S3FIFO else 1
     gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
-          np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64))
+          np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
+          np.zeros(L))
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
