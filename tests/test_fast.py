@@ -107,15 +107,15 @@ def test_every_policy_with_every_prefetcher(trace, policy):
 
 
 def test_what_the_compiled_walk_leaves_to_the_reference():
-    """Only two policies that keep their own order of the entries (ARC, LIRS) and a kept log; every registered
+    """Only one policy that keeps its own order of the entries (LIRS) and a kept log; every registered
     system is decided compiled."""
     cfg = compose_sim("system=hobbit")
     left = {p for p in EVICTION
             if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))}
     assert left == set(EVICTION) - set(fast.walk.POLICIES)
-    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo"}
+    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc"}
     assert compiled <= set(fast.walk.POLICIES)
-    assert left <= {"arc", "lirs"}  # hooked ones this release leaves to the reference walk
+    assert left <= {"lirs"}  # the one hooked policy this release leaves to the reference walk
     kinds = {k for k in PREFETCH
              if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch,
                                                                                               kind=k)))}
@@ -270,9 +270,9 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
         np.testing.assert_array_equal(rule.classes_and_mass(w, mode, t1, t2)[0], classes_for(w, mode, t1, t2))
 
 
-@pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo"])
+@pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo", "arc"])
 def test_queue_policies_per_layer_as_the_reference(trace, policy):
-    """The compiled SIEVE, LFRU and S3-FIFO keep their queues per layer's part of a pool as the reference does."""
+    """The compiled SIEVE, LFRU, S3-FIFO and ARC keep their queues per layer's part of a pool as the reference does."""
     cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", "system.cache.per_layer=true",
                       "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")

@@ -2,15 +2,18 @@
 
 ``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
 differential tests in tests/test_fast.py hold it to that) for the eviction policies in
-``POLICIES`` (those that score slots, MoE-Infinity's priority, SIEVE, LFRU, S3-FIFO) and every
-prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none), with
-every knob of the walk: mixed precision, skips, staging slots, per-layer pools, resident and
-CPU placements, cpu_misses (never, always, faster, split) and cpu_insert. ARC and LIRS stay on
+``POLICIES`` (those that score slots, MoE-Infinity's priority, SIEVE, LFRU, S3-FIFO, ARC) and
+every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none),
+with every knob of the walk: mixed precision, skips, staging slots, per-layer pools, resident
+and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert. LIRS stays on
 the reference (``sim.fast.unsupported``).
 
 State lives in arrays: ``pool[field, precision, slot]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
-expert, (R, F, H)]``, and scalars in ``st`` (``CLOCK`` ..). The log is appended to
+expert, (R, F, H)]``, scalars in ``st`` (``CLOCK`` ..), and the policies' own state in the
+tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists of SIEVE, LFRU,
+S3-FIFO and ARC per slot (5) and per region (6), their ghost keys (7), ARC's p and capacity
+per region (9, 10). The log is appended to
 ``out.*`` tables, one row per record, in the order the reference appends them.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
@@ -30,16 +33,20 @@ N_FIELDS = 10
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS = range(10)
 N_ST = 10
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo")
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO = range(10)
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO, ARC = range(11)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
 HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
 # S3-FIFO per region (gp[6]): its lists S, M (slots, linked by NEWER/OLDER of gp[5], counts in H_USES, the list in
 # VISITED) and G (keys, linked in gp[7]), each a head, a tail and a length; the ghost-hit and has-evicted flags
 Q_HEAD, Q_TAIL, Q_LEN = range(3)
 S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = 1, 4, 7, 10, 11
+# ARC per region (gp[6]): L1 and L2 (slots, as S3-FIFO's S and M), B1 and B2 (keys, linked in gp[7], gp[7][2] 1 or 2
+# for the list a key is in), the ghost-hit flag; its target p per region in gp[9]
+ARC_L1, ARC_L2, ARC_B1, ARC_GHOST_HIT, ARC_B2 = 1, 4, 7, 10, 12
+N_REGION = 15
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
@@ -389,6 +396,85 @@ def _s3_on_insert(gp, pr, g, slot, knobs, capacity):
 
 
 @njit(cache=True)
+def _arc_on_miss(gp, pr, g, key):
+    """``ARC.on_miss``: a key found in a ghost list moves the target p (B1 up, B2 down) and leaves the list."""
+    hr, gh, p = gp[6], gp[7], gp[9]
+    hr[pr, g, ARC_GHOST_HIT] = gh[2, pr, key]
+    n1, n2 = hr[pr, g, ARC_B1 + Q_LEN], hr[pr, g, ARC_B2 + Q_LEN]
+    if gh[2, pr, key] == 1:
+        p[pr, g] = min(p[pr, g] + max(n2 / n1, 1.0), gp[10][pr, g])
+        _q_remove(gh[0], gh[1], hr, pr, g, ARC_B1, key)
+    elif gh[2, pr, key] == 2:
+        p[pr, g] = max(p[pr, g] - max(n1 / n2, 1.0), 0.0)
+        _q_remove(gh[0], gh[1], hr, pr, g, ARC_B2, key)
+    gh[2, pr, key] = 0
+
+
+@njit(cache=True)
+def _arc_on_insert(gp, pr, g, slot):
+    hk, hr = gp[5], gp[6]
+    which = ARC_L2 if hr[pr, g, ARC_GHOST_HIT] else ARC_L1
+    hk[VISITED, pr, slot] = which
+    _q_push(hk[NEWER], hk[OLDER], hr, pr, g, which, slot)
+    hr[pr, g, ARC_GHOST_HIT] = 0
+
+
+@njit(cache=True)
+def _arc_on_hit(gp, pr, g, slot):
+    """``ARC.on_hit``: the copy moves to L2's newest end (from L1, or within L2)."""
+    hk, hr = gp[5], gp[6]
+    _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, hk[VISITED, pr, slot], slot)
+    hk[VISITED, pr, slot] = ARC_L2
+    _q_push(hk[NEWER], hk[OLDER], hr, pr, g, ARC_L2, slot)
+
+
+@njit(cache=True)
+def _arc_evict_from(gp, pool, pr, g, which, ghost, num_experts):
+    """``ARC._evict_from``: the oldest unpinned copy of list ``which`` leaves it (-1: none), its key entering the
+    ghost list ``ghost`` (1: B1, 2: B2, 0: none)."""
+    hk, hr, gh = gp[5], gp[6], gp[7]
+    x = _q_first_unpinned(hk[NEWER], hr, pool[PINNED, pr], pr, g, which)
+    if x >= 0:
+        _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, which, x)
+        if ghost:
+            key = pool[LAYER, pr, x] * num_experts + pool[EXPERT, pr, x]
+            _q_push(gh[0], gh[1], hr, pr, g, ARC_B1 if ghost == 1 else ARC_B2, key)
+            gh[2, pr, key] = ghost
+    return x
+
+
+@njit(cache=True)
+def _arc_evict(gp, pool, pr, g, num_experts):
+    """``ARC.to_evict``: case IV's trim of the ghosts on a miss in no list, then REPLACE."""
+    hr, gh = gp[6], gp[7]
+    cap = gp[10][pr, g]
+    n_l1, n_b1 = hr[pr, g, ARC_L1 + Q_LEN], hr[pr, g, ARC_B1 + Q_LEN]
+    n_l2, n_b2 = hr[pr, g, ARC_L2 + Q_LEN], hr[pr, g, ARC_B2 + Q_LEN]
+    if not hr[pr, g, ARC_GHOST_HIT]:
+        if n_l1 + n_b1 + 1 > cap:
+            if n_b1:
+                old = hr[pr, g, ARC_B1 + Q_HEAD]
+                _q_remove(gh[0], gh[1], hr, pr, g, ARC_B1, old)
+                gh[2, pr, old] = 0
+            else:
+                x = _arc_evict_from(gp, pool, pr, g, ARC_L1, 0, num_experts)
+                if x >= 0:
+                    return x
+        elif n_l1 + n_b1 + n_l2 + n_b2 >= 2 * cap and n_b2:
+            old = hr[pr, g, ARC_B2 + Q_HEAD]
+            _q_remove(gh[0], gh[1], hr, pr, g, ARC_B2, old)
+            gh[2, pr, old] = 0
+    n1 = hr[pr, g, ARC_L1 + Q_LEN]
+    p = gp[9][pr, g]
+    from_l1 = (n1 > 0 and (n1 > p or (n1 == p and hr[pr, g, ARC_GHOST_HIT] == 2))) or hr[pr, g, ARC_L2 + Q_LEN] == 0
+    first, second = (ARC_L1, ARC_L2) if from_l1 else (ARC_L2, ARC_L1)
+    x = _arc_evict_from(gp, pool, pr, g, first, 1 if first == ARC_L1 else 2, num_experts)
+    if x >= 0:
+        return x
+    return _arc_evict_from(gp, pool, pr, g, second, 1 if second == ARC_L1 else 2, num_experts)
+
+
+@njit(cache=True)
 def _note_use(pool, index, rec, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
@@ -420,6 +506,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
     r0, r1 = _region(size[pr], per_layer, num_layers, layer)
     if policy == S3FIFO:
         _s3_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
+    elif policy == ARC:
+        _arc_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
     slot, victim = -1, -1
     if per_layer:
         for s in range(r0, r1):
@@ -438,6 +526,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
             slot = _hooked_evict(gp, policy, pool, pr, layer if per_layer else 0, r0, r1)
         elif policy == S3FIFO:
             slot = _s3_evict(gp, pool, pr, layer if per_layer else 0, w, num_experts, r1 - r0)
+        elif policy == ARC:
+            slot = _arc_evict(gp, pool, pr, layer if per_layer else 0, num_experts)
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
                              eam_lib, eam_match, num_experts)
@@ -463,6 +553,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
         _on_insert(gp, policy, pr, layer if per_layer else 0, slot)
     elif policy == S3FIFO:
         _s3_on_insert(gp, pr, layer if per_layer else 0, slot, w, r1 - r0)
+    elif policy == ARC:
+        _arc_on_insert(gp, pr, layer if per_layer else 0, slot)
     return slot, victim
 
 
@@ -669,15 +761,18 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() else 1
-    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO else 1
-    hreg = np.zeros((2, L if per_layer else 1, 12), np.int64)
+    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC else 1
+    hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
     hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
-    for q in (S3_SMALL, S3_MAIN, S3_GHOST):
+    for q in (S3_SMALL, S3_MAIN, S3_GHOST, ARC_B2):
         hreg[:, :, q + Q_HEAD], hreg[:, :, q + Q_TAIL] = -1, -1
-    gK = L * E if policy == S3FIFO else 1
+    gK = L * E if policy == S3FIFO or policy == ARC else 1
+    cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots (ARC's capacity)
+    for pr in range(2):
+        cap[pr] = size[pr] // L if per_layer else size[pr]
     gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
           np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
-          np.zeros(L))
+          np.zeros(L), np.zeros((2, L if per_layer else 1)), cap)
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -817,6 +912,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
                         elif policy == S3FIFO:
                             gp[5][H_USES, hp, slot] += 1
+                        elif policy == ARC:
+                            _arc_on_hit(gp, hp, layer if per_layer else 0, slot)
                         if prefetched[layer, e]:
                             prefetched[layer, e] = False
                             st[USED] += 1
