@@ -4,7 +4,7 @@
 ``sim.decide.Decider`` and ``time_decisions`` the times of ``sim.plain.replay``, exactly (the
 differential tests, tests/test_fast.py, hold every registered system to the reference's
 decisions and to its times within 1e-9 relative). What the compiled walk does not implement
-(``unsupported`` names it: the policies that keep their own order of entries, a kept log) is
+(``unsupported`` names it: LIRS, a kept log) is
 decided by the reference walk and timed here. The log comes out as tables
 (``DecisionTables``); ``Decisions.steps`` lays them out as ``LayerStep`` records on first
 use, for the simpy engine, the executor and the timelines.
@@ -57,8 +57,10 @@ def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:
 
 
 def rule_mix(wl: Workload, t1: float, t2: float) -> dict[str, float]:
-    """``policies.precision.rule_mix`` of HOBBIT's classes of ``wl``'s selections at T1 / T2, counted in one pass."""
-    n = rule.hobbit_counts(wl.weights.reshape(-1, wl.top_k), float(t1) + EPS, float(t2) + EPS)
+    """``policies.precision.rule_mix`` of HOBBIT's classes of ``wl``'s selections at T1 / T2, counted in one pass
+    (once per workload and thresholds)."""
+    n = wl.derived(("mix", t1, t2), lambda: rule.hobbit_counts(wl.weights.reshape(-1, wl.top_k), float(t1) + EPS,
+                                                                float(t2) + EPS))
     total = max(int(n.sum()), 1)
     return {"high": float(n[HIGH] / total), "low": float(n[LOW] / total), "skip": float(n[SKIP] / total)}
 
