@@ -107,20 +107,30 @@ def test_every_policy_with_every_prefetcher(trace, policy):
 
 
 def test_what_the_compiled_walk_leaves_to_the_reference():
-    """Only one policy that keeps its own order of the entries (LIRS) and a kept log; every registered
-    system is decided compiled."""
+    """Only a kept log: every registered cache policy and prefetcher, so every system, is decided compiled."""
     cfg = compose_sim("system=hobbit")
     left = {p for p in EVICTION
             if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))}
     assert left == set(EVICTION) - set(fast.walk.POLICIES)
-    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc"}
+    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc", "lirs"}
     assert compiled <= set(fast.walk.POLICIES)
-    assert left <= {"lirs"}  # the one hooked policy this release leaves to the reference walk
+    assert left == set()
     kinds = {k for k in PREFETCH
              if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch,
                                                                                               kind=k)))}
     assert kinds == set(PREFETCH) - set(fast.walk.PREFETCHERS) == set()
     assert fast.unsupported(cfg.system, keep_log=True)
+
+
+def test_lirs_beyond_its_entries_is_decided_by_the_reference(trace):
+    """LIRS's list of counted-out copies may hold a key more than once; past the entries the compiled walk keeps
+    for it, the reference walk decides: the same decisions either way."""
+    cfg = compose_sim("system=hobbit", "system.cache.policy=lirs", "system.cache.per_layer=true",
+                      "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
+    ref = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
+    assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
+    with mock.patch.object(fast, "LIRS_VICTIMS_PER_KEY", 0):
+        assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=False)
 
 
 def test_a_trace_without_predictions_falls_back_alike(trace):
@@ -270,9 +280,9 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
         np.testing.assert_array_equal(rule.classes_and_mass(w, mode, t1, t2)[0], classes_for(w, mode, t1, t2))
 
 
-@pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo", "arc"])
+@pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo", "arc", "lirs"])
 def test_queue_policies_per_layer_as_the_reference(trace, policy):
-    """The compiled SIEVE, LFRU, S3-FIFO and ARC keep their queues per layer's part of a pool as the reference does."""
+    """The compiled SIEVE, LFRU, S3-FIFO, ARC and LIRS keep their queues and stacks per layer's part of a pool as the reference does."""
     cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", "system.cache.per_layer=true",
                       "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")

@@ -4,8 +4,8 @@
 ``sim.decide.Decider`` and ``time_decisions`` the times of ``sim.plain.replay``, exactly (the
 differential tests, tests/test_fast.py, hold every registered system to the reference's
 decisions and to its times within 1e-9 relative). What the compiled walk does not implement
-(``unsupported`` names it: LIRS, a kept log) is
-decided by the reference walk and timed here. The log comes out as tables
+(``unsupported`` names it: a kept log, a policy registered
+but not written here) is decided by the reference walk and timed here. The log comes out as tables
 (``DecisionTables``); ``Decisions.steps`` lays them out as ``LayerStep`` records on first
 use, for the simpy engine, the executor and the timelines.
 """
@@ -81,6 +81,8 @@ def _tables(wl: Workload) -> tuple[int, np.ndarray]:
 
 
 PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
+LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this many entries per expert; beyond,
+# the reference walk decides (the list may hold a key more than once; no trace here has come near)
 
 
 def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
@@ -154,8 +156,11 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
         walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
         float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64),
-        int(PRUNE_MIN_SLOTS))
+        int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E)
     loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _ = out
+    if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
+        return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
+                       profile=profile).run()
     tables = DecisionTables(num_layers=L, n_steps=len(wl.pass_start) * L, expert_bytes=tuple(expert_bytes),
                             loads=loads, gpu=gpu, cpu=cpu, cancel=cancel, evicted=evicted, kept=kept)
     return Decisions(steps=tables.steps(), served=served, prefetch_issued=int(st[walk.ISSUED]),

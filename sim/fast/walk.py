@@ -2,18 +2,18 @@
 
 ``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
 differential tests in tests/test_fast.py hold it to that) for the eviction policies in
-``POLICIES`` (those that score slots, MoE-Infinity's priority, SIEVE, LFRU, S3-FIFO, ARC) and
-every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none),
-with every knob of the walk: mixed precision, skips, staging slots, per-layer pools, resident
-and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert. LIRS stays on
-the reference (``sim.fast.unsupported``).
+``POLICIES`` (every registered one: those that score slots, MoE-Infinity's priority, SIEVE,
+LFRU, S3-FIFO, ARC, LIRS) and every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle,
+MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, skips, staging
+slots, per-layer pools, resident and CPU placements, cpu_misses (never, always, faster, split)
+and cpu_insert.
 
 State lives in arrays: ``pool[field, precision, slot]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]``, scalars in ``st`` (``CLOCK`` ..), and the policies' own state in the
 tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists of SIEVE, LFRU,
 S3-FIFO and ARC per slot (5) and per region (6), their ghost keys (7), ARC's p and capacity
-per region (9, 10). The log is appended to
+per region (9, 10), LIRS's lists (11-14). The log is appended to
 ``out.*`` tables, one row per record, in the order the reference appends them.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
@@ -30,13 +30,14 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, INSERTED, TRANSFER, PINNED = range(10)
 N_FIELDS = 10
 # scalars of st
-CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS = range(10)
-N_ST = 10
+CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW = range(11)
+N_ST = 11
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc")
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc",
+            "lirs")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO, ARC = range(11)
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(12)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
 HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
 # S3-FIFO per region (gp[6]): its lists S, M (slots, linked by NEWER/OLDER of gp[5], counts in H_USES, the list in
@@ -47,6 +48,18 @@ S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = 1, 4, 7, 10, 11
 # for the list a key is in), the ghost-hit flag; its target p per region in gp[9]
 ARC_L1, ARC_L2, ARC_B1, ARC_GHOST_HIT, ARC_B2 = 1, 4, 7, 10, 12
 N_REGION = 15
+# LIRS per key (gp[11][field, pool, key]): its ordered lists S, Q, NH (non-resident HIR keys of S) and H (the keys it
+# holds, in the order ``slot_of`` got them), each a next and a previous link; S's flags, the lists a key is in (IN_V:
+# how many times it is in V), its slot (-1: none). ``victims`` (V) may hold a key more than once: its entries
+# (gp[13][key / next / previous, pool, entry]) come from a free list per pool (gp[14]: its heads, then a flag set
+# when it ran out: the reference walk then decides, ``sim.fast.decide``). Per region (gp[12]): each list's head,
+# tail and length, its LIR and HIR counts, capacity and limits.
+S_NXT, S_PRV, Q_NXT, Q_PRV, N_NXT, N_PRV, H_NXT, H_PRV, V_NXT, V_PRV = range(10)
+IN_S, S_LIR, S_RES, IN_Q, IN_N, SLOT_OF, IN_V = range(10, 17)
+N_LK = 17
+L_S, L_Q, L_N, L_H, L_V = 0, 3, 6, 9, 12
+L_LIRS, L_HIRS, L_CAP, L_HLIM, L_LLIM = 15, 16, 17, 18, 19
+N_LR = 20
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
@@ -475,6 +488,292 @@ def _arc_evict(gp, pool, pr, g, num_experts):
 
 
 @njit(cache=True)
+def _l_add(lk, lr, pr, g, lst, x):
+    """Key ``x`` at the newest end of LIRS list ``lst`` (its L_* offset; links 2 * lst // 3, membership flag)."""
+    _q_push(lk[2 * (lst // 3)], lk[2 * (lst // 3) + 1], lr, pr, g, lst, x)
+
+
+@njit(cache=True)
+def _l_del(lk, lr, pr, g, lst, x):
+    _q_remove(lk[2 * (lst // 3)], lk[2 * (lst // 3) + 1], lr, pr, g, lst, x)
+
+
+@njit(cache=True)
+def _l_pinned(lk, pin, pr, key):
+    s = lk[SLOT_OF, pr, key]
+    return s >= 0 and pin[s] != 0
+
+
+@njit(cache=True)
+def _l_s_del(lk, lr, pr, g, key):
+    _l_del(lk, lr, pr, g, L_S, key)
+    lk[IN_S, pr, key] = 0
+
+
+@njit(cache=True)
+def _l_s_add(lk, lr, pr, g, key, lir):
+    _l_add(lk, lr, pr, g, L_S, key)
+    lk[IN_S, pr, key], lk[S_LIR, pr, key], lk[S_RES, pr, key] = 1, lir, 1
+
+
+@njit(cache=True)
+def _l_prune(lk, lr, pr, g):
+    while lr[pr, g, L_S + Q_LEN] > 1:
+        key = lr[pr, g, L_S + Q_HEAD]
+        if lk[S_LIR, pr, key]:
+            break
+        if not lk[S_RES, pr, key] and lk[IN_N, pr, key]:
+            _l_del(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 0
+        _l_s_del(lk, lr, pr, g, key)
+
+
+@njit(cache=True)
+def _v_append(gp, pr, g, key):
+    """``victims.append(key)``: an entry from the pool's free list at V's newest end (none left: the flag)."""
+    ve, free = gp[13], gp[14]
+    x = free[pr]
+    if x < 0:
+        free[2] = 1
+        return
+    free[pr] = ve[1, pr, x]
+    ve[0, pr, x] = key
+    _q_push(ve[1], ve[2], gp[12], pr, g, L_V, x)
+    gp[11][IN_V, pr, key] += 1
+
+
+@njit(cache=True)
+def _v_drop(gp, pr, g, x):
+    """Entry ``x`` leaves V, back to the free list."""
+    ve, free = gp[13], gp[14]
+    _q_remove(ve[1], ve[2], gp[12], pr, g, L_V, x)
+    gp[11][IN_V, pr, ve[0, pr, x]] -= 1
+    ve[1, pr, x] = free[pr]
+    free[pr] = x
+
+
+@njit(cache=True)
+def _l_evict_hir(gp, lk, lr, pin, pr, g):
+    key = lr[pr, g, L_Q + Q_HEAD]
+    while key >= 0 and _l_pinned(lk, pin, pr, key):
+        key = lk[Q_NXT, pr, key]
+    if key < 0:
+        return False
+    _l_del(lk, lr, pr, g, L_Q, key)
+    lk[IN_Q, pr, key] = 0
+    lr[pr, g, L_HIRS] -= 1
+    if lk[IN_S, pr, key]:
+        lk[S_RES, pr, key] = 0
+        if not lk[IN_N, pr, key]:
+            _l_add(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 1
+    _v_append(gp, pr, g, key)
+    return True
+
+
+@njit(cache=True)
+def _l_evict_lir(gp, lk, lr, pin, pr, g):
+    if lr[pr, g, L_S + Q_LEN] == 0:
+        return False
+    key = lr[pr, g, L_S + Q_HEAD]  # S's bottom
+    _l_s_del(lk, lr, pr, g, key)
+    lr[pr, g, L_LIRS] -= 1
+    while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+        if not _l_evict_hir(gp, lk, lr, pin, pr, g):
+            break
+    if not lk[IN_Q, pr, key]:  # a resident HIR at S's bottom is in Q already, and keeps its place there
+        _l_add(lk, lr, pr, g, L_Q, key)
+        lk[IN_Q, pr, key] = 1
+    lr[pr, g, L_HIRS] += 1
+    _l_prune(lk, lr, pr, g)
+    return True
+
+
+@njit(cache=True)
+def _l_limit_stack(lk, lr, pr, g):
+    while lr[pr, g, L_S + Q_LEN] > 2 * lr[pr, g, L_CAP] and lr[pr, g, L_N + Q_LEN]:
+        key = lr[pr, g, L_N + Q_HEAD]
+        _l_del(lk, lr, pr, g, L_N, key)
+        lk[IN_N, pr, key] = 0
+        if lk[IN_S, pr, key]:
+            _l_s_del(lk, lr, pr, g, key)
+
+
+@njit(cache=True)
+def _l_find(gp, lk, lr, pin, pr, g, key):
+    """``LIRS._find``: True on a hit."""
+    in_s, in_q = lk[IN_S, pr, key], lk[IN_Q, pr, key]
+    if in_s:
+        _l_del(lk, lr, pr, g, L_S, key)
+        _l_add(lk, lr, pr, g, L_S, key)
+    if in_q:
+        _l_del(lk, lr, pr, g, L_Q, key)
+        _l_add(lk, lr, pr, g, L_Q, key)
+    if in_s:
+        if lk[S_LIR, pr, key]:
+            _l_prune(lk, lr, pr, g)
+            return True
+        if not lk[S_RES, pr, key]:
+            return False
+        if in_q:  # hit_RD_HIRinS: a resident HIR in S becomes LIR
+            _l_del(lk, lr, pr, g, L_Q, key)
+            lk[IN_Q, pr, key] = 0
+            lr[pr, g, L_HIRS] -= 1
+        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
+            if not _l_evict_lir(gp, lk, lr, pin, pr, g):
+                break
+        lk[S_LIR, pr, key] = 1
+        lr[pr, g, L_LIRS] += 1
+        return True
+    if in_q:  # hit_RD_HIRinQ: back on S as a resident HIR
+        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
+            if not _l_evict_lir(gp, lk, lr, pin, pr, g):
+                break
+        if lk[IN_S, pr, key]:
+            lk[S_LIR, pr, key], lk[S_RES, pr, key] = 0, 1
+        else:
+            _l_s_add(lk, lr, pr, g, key, 0)
+        return True
+    return False
+
+
+@njit(cache=True)
+def _l_make_room(gp, lk, lr, pin, pr, g, key):
+    """``LIRS._make_room``: LIRS_can_insert, then LIRS_evict while the cache is full."""
+    was_in_s = lk[IN_S, pr, key]
+    nonresident = was_in_s and not lk[S_LIR, pr, key] and not lk[S_RES, pr, key]
+    if nonresident:
+        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
+            if not _l_evict_lir(gp, lk, lr, pin, pr, g):
+                break
+        if lk[IN_N, pr, key]:
+            _l_del(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 0
+    elif not was_in_s and not lk[IN_Q, pr, key] and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM] and \
+            lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+        while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+            if not _l_evict_hir(gp, lk, lr, pin, pr, g):
+                break
+    while lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_CAP]:
+        before = lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS]
+        if nonresident:
+            while lr[pr, g, L_HIRS] >= lr[pr, g, L_HLIM]:
+                if not _l_evict_hir(gp, lk, lr, pin, pr, g):
+                    break
+            _l_evict_lir(gp, lk, lr, pin, pr, g)
+        elif not was_in_s and not lk[IN_Q, pr, key] and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM] and \
+                lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+            _l_evict_hir(gp, lk, lr, pin, pr, g)
+        if lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] >= before:  # nothing could leave (every copy pinned)
+            break
+
+
+@njit(cache=True)
+def _l_insert(gp, lk, lr, pr, g, key):
+    if lk[IN_V, pr, key]:  # victims.remove(key): its first entry
+        x = lr[pr, g, L_V + Q_HEAD]
+        while gp[13][0, pr, x] != key:
+            x = gp[13][1, pr, x]
+        _v_drop(gp, pr, g, x)
+    if lk[IN_S, pr, key]:
+        if not lk[S_LIR, pr, key] and not lk[S_RES, pr, key]:
+            lk[S_LIR, pr, key], lk[S_RES, pr, key] = 1, 1
+            lr[pr, g, L_LIRS] += 1
+    elif not lk[IN_Q, pr, key]:
+        if lr[pr, g, L_LIRS] + 1 <= lr[pr, g, L_LLIM]:
+            _l_s_add(lk, lr, pr, g, key, 1)
+            lr[pr, g, L_LIRS] += 1
+        else:
+            _l_s_add(lk, lr, pr, g, key, 0)
+            _l_add(lk, lr, pr, g, L_Q, key)
+            lk[IN_Q, pr, key] = 1
+            lr[pr, g, L_HIRS] += 1
+
+
+@njit(cache=True)
+def _l_forget(lk, lr, pr, g, key):
+    """``LIRS._forget`` (LIRS_remove): ``key`` leaves the cache and the policy."""
+    if lk[IN_S, pr, key]:
+        lir, res = lk[S_LIR, pr, key], lk[S_RES, pr, key]
+        _l_s_del(lk, lr, pr, g, key)
+        if lir:
+            lr[pr, g, L_LIRS] -= 1
+            _l_prune(lk, lr, pr, g)
+        elif not res and lk[IN_N, pr, key]:
+            _l_del(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 0
+    if lk[IN_Q, pr, key]:
+        _l_del(lk, lr, pr, g, L_Q, key)
+        lk[IN_Q, pr, key] = 0
+        lr[pr, g, L_HIRS] -= 1
+    if lk[SLOT_OF, pr, key] >= 0:
+        _l_del(lk, lr, pr, g, L_H, key)
+        lk[SLOT_OF, pr, key] = -1
+
+
+@njit(cache=True)
+def _lirs_on_miss(gp, pool, pr, g, key):
+    lk, lr, pin = gp[11], gp[12], pool[PINNED, pr]
+    if _l_find(gp, lk, lr, pin, pr, g, key):  # resident here but not in the cache (a copy it could not keep)
+        _l_forget(lk, lr, pr, g, key)
+    _l_make_room(gp, lk, lr, pin, pr, g, key)
+
+
+@njit(cache=True)
+def _lirs_on_insert(gp, pool, pr, g, slot, num_experts):
+    lk, lr = gp[11], gp[12]
+    key = pool[LAYER, pr, slot] * num_experts + pool[EXPERT, pr, slot]
+    if lk[SLOT_OF, pr, key] < 0:
+        _l_add(lk, lr, pr, g, L_H, key)
+    lk[SLOT_OF, pr, key] = slot
+    _l_insert(gp, lk, lr, pr, g, key)
+    _l_limit_stack(lk, lr, pr, g)
+
+
+@njit(cache=True)
+def _lirs_on_hit(gp, pool, pr, g, slot, num_experts):
+    lk, lr, pin = gp[11], gp[12], pool[PINNED, pr]
+    key = pool[LAYER, pr, slot] * num_experts + pool[EXPERT, pr, slot]
+    if not _l_find(gp, lk, lr, pin, pr, g, key):  # a copy it had counted out: back in, as a miss would bring it
+        _l_make_room(gp, lk, lr, pin, pr, g, key)
+        _l_insert(gp, lk, lr, pr, g, key)
+    _l_limit_stack(lk, lr, pr, g)
+
+
+@njit(cache=True)
+def _lirs_evict(gp, pool, pr, g):
+    """``LIRS.to_evict``: the oldest counted-out copy the cache still holds, else its own choice (Q's oldest held, S's
+    oldest held LIR, the oldest held), forgotten."""
+    lk, lr, pin = gp[11], gp[12], pool[PINNED, pr]
+    x = lr[pr, g, L_V + Q_HEAD]
+    while x >= 0:
+        key = gp[13][0, pr, x]
+        slot = lk[SLOT_OF, pr, key]
+        if slot >= 0 and not pin[slot]:
+            _v_drop(gp, pr, g, x)
+            _l_del(lk, lr, pr, g, L_H, key)
+            lk[SLOT_OF, pr, key] = -1
+            return slot
+        x = gp[13][1, pr, x]
+    key = lr[pr, g, L_Q + Q_HEAD]
+    while key >= 0 and (lk[SLOT_OF, pr, key] < 0 or pin[lk[SLOT_OF, pr, key]]):
+        key = lk[Q_NXT, pr, key]
+    if key < 0:
+        key = lr[pr, g, L_S + Q_HEAD]
+        while key >= 0 and not (lk[S_LIR, pr, key] and lk[SLOT_OF, pr, key] >= 0 and not pin[lk[SLOT_OF, pr, key]]):
+            key = lk[S_NXT, pr, key]
+    if key < 0:
+        key = lr[pr, g, L_H + Q_HEAD]
+        while key >= 0 and pin[lk[SLOT_OF, pr, key]]:
+            key = lk[H_NXT, pr, key]
+    if key < 0:
+        return -1
+    slot = lk[SLOT_OF, pr, key]
+    _l_forget(lk, lr, pr, g, key)
+    return slot
+
+
+@njit(cache=True)
 def _note_use(pool, index, rec, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
@@ -508,6 +807,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
         _s3_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
     elif policy == ARC:
         _arc_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
+    elif policy == LIRS:
+        _lirs_on_miss(gp, pool, pr, layer if per_layer else 0, layer * num_experts + e)
     slot, victim = -1, -1
     if per_layer:
         for s in range(r0, r1):
@@ -528,6 +829,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
             slot = _s3_evict(gp, pool, pr, layer if per_layer else 0, w, num_experts, r1 - r0)
         elif policy == ARC:
             slot = _arc_evict(gp, pool, pr, layer if per_layer else 0, num_experts)
+        elif policy == LIRS:
+            slot = _lirs_evict(gp, pool, pr, layer if per_layer else 0)
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
                              eam_lib, eam_match, num_experts)
@@ -555,6 +858,8 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
         _s3_on_insert(gp, pr, layer if per_layer else 0, slot, w, r1 - r0)
     elif policy == ARC:
         _arc_on_insert(gp, pr, layer if per_layer else 0, slot)
+    elif policy == LIRS:
+        _lirs_on_insert(gp, pool, pr, layer if per_layer else 0, slot, num_experts)
     return slot, victim
 
 
@@ -739,7 +1044,7 @@ def _wanted(ids, w, nan_zero, rule, rows, want, order):
 def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
          slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
-         split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots):
+         split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots, victim_entries):
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     P = pass_start.shape[0]
@@ -767,12 +1072,28 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     for q in (S3_SMALL, S3_MAIN, S3_GHOST, ARC_B2):
         hreg[:, :, q + Q_HEAD], hreg[:, :, q + Q_TAIL] = -1, -1
     gK = L * E if policy == S3FIFO or policy == ARC else 1
-    cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots (ARC's capacity)
+    cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots (ARC's and LIRS's capacity)
     for pr in range(2):
         cap[pr] = size[pr] // L if per_layer else size[pr]
+    lk = np.zeros((N_LK, 2, L * E if policy == LIRS else 1), np.int64)
+    lk[SLOT_OF] = -1
+    n_ve = max(victim_entries, 1) if policy == LIRS else 1  # victims' entries per pool
+    ve = np.zeros((3, 2, n_ve), np.int64)
+    for pr in range(2):
+        ve[1, pr, :-1] = np.arange(1, n_ve)
+        ve[1, pr, -1] = -1
+    ve_free = np.zeros(3, np.int64)
+    lr = np.zeros((2, L if per_layer else 1, N_LR), np.int64)
+    for x in (L_S, L_Q, L_N, L_H, L_V):
+        lr[:, :, x + Q_HEAD], lr[:, :, x + Q_TAIL] = -1, -1
+    lr[:, :, L_CAP] = cap
+    for pr in range(2):
+        for g in range(cap.shape[1]):
+            lr[pr, g, L_HLIM] = max(1, int(0.01 * cap[pr, g]))
+            lr[pr, g, L_LLIM] = cap[pr, g] - lr[pr, g, L_HLIM]
     gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
           np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
-          np.zeros(L), np.zeros((2, L if per_layer else 1)), cap)
+          np.zeros(L), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -914,6 +1235,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             gp[5][H_USES, hp, slot] += 1
                         elif policy == ARC:
                             _arc_on_hit(gp, hp, layer if per_layer else 0, slot)
+                        elif policy == LIRS:
+                            _lirs_on_hit(gp, pool, hp, layer if per_layer else 0, slot, E)
                         if prefetched[layer, e]:
                             prefetched[layer, e] = False
                             st[USED] += 1
@@ -1104,5 +1427,6 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     n_pins += 1
                     prefetched[tl, te] = True
                 st[ISSUED] += 1
+    st[OVERFLOW] = ve_free[2]
     return (loads[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted[:nv].copy(),
             kept[:nk].copy(), served, mass, st, size)
