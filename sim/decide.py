@@ -130,8 +130,9 @@ def log_dtype(records: int) -> type:
 
 
 class DecisionTables:
-    """The decision log as tables of int32 (int64 past ``LOG32_MAX`` records), one row per record in the order the walk made it, steps ascending
-    (the compiled walk's output, ``sim.fast``). A column by name: ``tables.column("loads", "layer")``.
+    """The decision log as tables of int32 (int64 past ``LOG32_MAX`` records), one row per record in the order the
+    walk made it, steps ascending (the compiled walk's output, ``sim.fast``). A column by name:
+    ``tables.column("loads", "layer")``.
 
     ``loads`` (row = transfer id): step, demand (1) or prefetch (0), layer, expert, precision;
     ``gpu``: step, tid (-1: resident), precision, tokens, expert; ``cpu``: step, tokens, expert;

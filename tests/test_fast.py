@@ -282,7 +282,8 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
 
 @pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo", "arc", "lirs"])
 def test_queue_policies_per_layer_as_the_reference(trace, policy):
-    """The compiled SIEVE, LFRU, S3-FIFO, ARC and LIRS keep their queues and stacks per layer's part of a pool as the reference does."""
+    """The compiled SIEVE, LFRU, S3-FIFO, ARC and LIRS keep their queues and stacks per layer's part of a pool as
+    the reference does."""
     cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", "system.cache.per_layer=true",
                       "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")

@@ -4,10 +4,10 @@
 ``sim.decide.Decider`` and ``time_decisions`` the times of ``sim.plain.replay``, exactly (the
 differential tests, tests/test_fast.py, hold every registered system to the reference's
 decisions and to its times within 1e-9 relative). What the compiled walk does not implement
-(``unsupported`` names it: a kept log, a policy registered
-but not written here) is decided by the reference walk and timed here. The log comes out as tables
-(``DecisionTables``); ``Decisions.steps`` lays them out as ``LayerStep`` records on first
-use, for the simpy engine, the executor and the timelines.
+(``unsupported`` names it: a kept log, a policy registered but not written here) is decided by
+the reference walk and timed here. The log comes out as tables (``DecisionTables``);
+``Decisions.steps`` lays them out as ``LayerStep`` records on first use, for the simpy engine,
+the executor and the timelines.
 """
 
 from __future__ import annotations
@@ -146,9 +146,10 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
+    log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
     out = walk.walk(
-        narrow(wl.ids, "expert_ids"), wl.weights, pred, pred_w, *rule_args(p.mode, p.t1, p.t2),
-        np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L))), np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
+        narrow(wl.ids, "expert_ids"), wl.weights, pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
+        np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
         np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
         np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
         int(per_step),

@@ -1041,7 +1041,8 @@ def _wanted(ids, w, nan_zero, rule, rows, want, order):
 
 
 @njit(cache=True)
-def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end, pass_request, token_in_request, resident, cpu_layer,
+def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end, pass_request,
+         token_in_request, resident, cpu_layer,
          slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
          split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots, victim_entries):
