@@ -161,15 +161,13 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off,
 # lowers it to its own). An eviction scans the layers in order of their bound on the score, bound * (1/T) +
 # w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
-G_SLOTS, G_N, G_POS, G_ON = range(4)
+# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_lb; g_on per pool) are the first of the walk's state tuple
+# ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used.
 MARGIN = 1.0 - 1e-9
 
 
-@njit(cache=True)
-def _group_move(gp, pr, s, old_layer, new_layer):
-    slots, n, pos = gp[0], gp[1], gp[2]
-    if not gp[4][pr]:
-        return
+@njit(cache=True, inline="always")
+def _group_move(slots, n, pos, pr, s, old_layer, new_layer):
     if old_layer >= 0:
         i, last = pos[pr, s], n[pr, old_layer] - 1
         moved = slots[pr, old_layer, last]
@@ -182,35 +180,57 @@ def _group_move(gp, pr, s, old_layer, new_layer):
 
 
 @njit(cache=True)
-def _pruned_evict(pool, gp, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
-    """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound."""
-    slots, n, qlb, lb = gp[0], gp[1], gp[3], gp[8]
+def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
+    """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound. One pass computes
+    the bounds, the lowest and the second lowest; most evictions end after the first layer (1.2 layers on average
+    on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
+    w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
+    its score is not computed."""
     pin, touched = pool[PINNED, pr], pool[TOUCHED, pr]
     lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
+    t = 1.0 / inv_t
+    g1, lb1, lb2 = -1, np.inf, np.inf
     for g in range(num_layers):
-        lb[g] = (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN if n[pr, g] else np.inf
+        v = (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN if n[pr, g] else np.inf
+        lb[g] = v
+        if v < lb1:
+            g1, lb1, lb2 = g, v, lb1
+        elif v < lb2:
+            lb2 = v
     best, bk, bt = -1, 0.0, 0
-    for _ in range(num_layers):
+    g = g1
+    while g >= 0:
+        lb[g] = np.inf
+        q_min = np.inf
+        f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
+        thr = np.inf if best < 0 else _beaten(bk, f, t)
+        for j in range(n[pr, g]):
+            s = slots[pr, g, j]
+            q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
+            q_min = min(q_min, q)
+            if q > thr or pin[s]:
+                continue
+            k = a * lu[s] + b * us[s] + c * hu[s] + f
+            if best < 0 or k < bk or (k == bk and touched[s] < bt):
+                best, bk, bt = s, k, touched[s]
+                thr = _beaten(bk, f, t)
+        qlb[pr, g] = q_min
+        if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
+            break
         g = 0
         for x in range(1, num_layers):
             if lb[x] < lb[g]:
                 g = x
         if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
             break
-        lb[g] = np.inf
-        q_min = np.inf
-        f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
-        for j in range(n[pr, g]):
-            s = slots[pr, g, j]
-            q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
-            q_min = min(q_min, q)
-            if pin[s]:
-                continue
-            k = a * lu[s] + b * us[s] + c * hu[s] + f
-            if best < 0 or k < bk or (k == bk and touched[s] < bt):
-                best, bk, bt = s, k, touched[s]
-        qlb[pr, g] = q_min
     return best
+
+
+@njit(cache=True)
+def _beaten(bk, f, t):
+    """The record part above which a slot of a layer whose FLD term is ``f`` scores above ``bk`` however its score
+    rounds (``t``: the tokens T; every term is >= 0, and 1e-9 is far above the rounding of a sum of a few)."""
+    return (bk * (1.0 + 1e-9) - f) * t * (1.0 + 1e-9)
 
 
 @njit(cache=True)
@@ -795,10 +815,17 @@ def _use(pool, index, rec, st, pr, slot, token):
     _note_use(pool, index, rec, pool[LAYER, pr, slot], pool[EXPERT, pr, slot], pr, token)
 
 
-@njit(cache=True)
-def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, transfer, pinned, per_layer, num_layers,
-           policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts):
-    """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1)."""
+@njit(cache=True, inline="always")
+def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr, layer_now,
+           transfer, pinned, per_layer, policy, w, fw, rare):
+    """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
+    ``rare``: (fut_off, fut_steps, eam_lib, eam_match), what Belady and EAM's priority read.
+
+    It and its two callers are inlined where they are called (``inline="always"``), and take the arrays they use
+    one by one, not out of a tuple: a call, or an array taken out of a tuple, costs atomic reference counts
+    that were a fifth of the walk's time on a 512-expert model. A call inlined this way takes at most 30
+    arguments (CPython passes more as ``*args``, which numba cannot inline)."""
+    num_layers, num_experts = index.shape[1], index.shape[2]
     if size[pr] == 0:
         return -1, -1
     st[CLOCK] += 1
@@ -819,10 +846,10 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
         slot = nfree[pr]
         nfree[pr] += 1
     if slot < 0:
-        if gp[4][pr]:
+        if g_on[pr]:
             inv_t = 1.0 / max(st[TOKENS], 1)
-            slot = _pruned_evict(pool, gp, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t, inv_t, fw, layer_now,
-                                 num_layers)
+            slot = _pruned_evict(pool, g_slots, g_n, g_qlb, g_lb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
+                                 inv_t, fw, layer_now, num_layers)
         elif policy == SIEVE or policy == LFRU:
             slot = _hooked_evict(gp, policy, pool, pr, layer if per_layer else 0, r0, r1)
         elif policy == S3FIFO:
@@ -832,17 +859,17 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
         elif policy == LIRS:
             slot = _lirs_evict(gp, pool, pr, layer if per_layer else 0)
         else:
-            slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], fut_off, fut_steps,
-                             eam_lib, eam_match, num_experts)
+            slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], rare[0], rare[1],
+                             rare[2], rare[3], num_experts)
         if slot < 0:
             return -1, -1
         vl, ve = pool[LAYER, pr, slot], pool[EXPERT, pr, slot]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
-    if gp[4][pr]:
-        _group_move(gp, pr, slot, pool[LAYER, pr, slot], layer)
+    if g_on[pr]:
+        _group_move(g_slots, g_n, g_pos, pr, slot, pool[LAYER, pr, slot], layer)
         q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
-        gp[3][pr, layer] = min(gp[3][pr, layer], q)
+        g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
     pool[LAYER, pr, slot], pool[EXPERT, pr, slot] = layer, e
     pool[LAST_USE, pr, slot], pool[USES, pr, slot], pool[HIGH_USES, pr, slot] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
@@ -863,13 +890,14 @@ def _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, trans
     return slot, victim
 
 
-@njit(cache=True)
-def _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, pr, tid, token, per_layer, num_layers, policy, w,
-                fw, fut_off, fut_steps, eam_lib, eam_match, num_experts, evicted, nv, kept, nk):
+@njit(cache=True, inline="always")
+def _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer, e, pr, tid,
+                token, per_layer, policy, w, fw, rare, evicted, nv, kept, nk):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; the new row counts of ``evicted`` and ``kept``."""
-    slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer, tid, False, per_layer,
-                          num_layers, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts)
+    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
+                          layer, tid, False, per_layer, policy, w, fw, rare)
+    num_experts = index.shape[2]
     if victim >= 0:
         st[EVICTIONS] += 1
         evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
@@ -884,20 +912,21 @@ def _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, pr, tid, tok
     return nv, nk
 
 
-@njit(cache=True)
-def _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer_now, layer, e, pr, pinned, per_layer, num_layers,
-                policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts, expert_bytes, loads, nl, evicted, nv, kept, nk):
+@njit(cache=True, inline="always")
+def _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer_now, layer, e,
+                pr, pinned, per_layer, policy, w, fw, rare, loads, nl, evicted, nv, kept, nk):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
-    has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``)."""
-    slot, victim = _admit(pool, size, nfree, index, rec, gp, st, layer, e, pr, layer_now, -1, pinned, per_layer,
-                          num_layers, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, num_experts)
+    has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
+    counts the copy's bytes."""
+    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
+                          layer_now, -1, pinned, per_layer, policy, w, fw, rare)
+    num_experts = index.shape[2]
     if slot < 0:
         return slot, nl, nv, nk
     pool[TRANSFER, pr, slot] = st[NEXT_TID]
     st[NEXT_TID] += 1
     loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, pr
     nl += 1
-    st[BYTES] += expert_bytes[pr]
     if victim >= 0:
         st[EVICTIONS] += 1
         evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
@@ -1062,6 +1091,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     pool[TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
     eam_match = np.full(1, -1, np.int64)  # the prefetcher's current match (EAMPrefetch.match), -1: none
+    rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_admit)
     S = pool.shape[2]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
@@ -1092,9 +1122,12 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
         for g in range(cap.shape[1]):
             lr[pr, g, L_HLIM] = max(1, int(0.01 * cap[pr, g]))
             lr[pr, g, L_LLIM] = cap[pr, g] - lr[pr, g, L_HLIM]
-    gp = (np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64),
-          np.zeros((2, L)), g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
-          np.zeros(L), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
+    # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
+    # costs two atomic reference counts each time
+    g_slots, g_n, g_pos = np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
+    g_qlb, g_lb = np.zeros((2, L)), np.zeros(L)
+    gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
+          g_lb, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -1139,7 +1172,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             pool[HIGH_USES] = 0
             counts[:] = 0
             eam_match[0] = -1  # EAMPrefetch.end_request
-            gp[3][:] = 0.0  # records reset: every bound is 0
+            g_qlb[:] = 0.0  # records reset: every bound is 0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -1149,12 +1182,18 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             st[STEP] = i
             # room for this step's records, at most
             room = (3 + max_depth) * bound + staging + eam_per_step + 2
-            loads = _grow(loads, nl + room)
-            gpu = _grow(gpu, ng + room)
-            cpu = _grow(cpu, nc + room)
-            cancel = _grow(cancel, nx + room)
-            evicted = _grow(evicted, nv + room)
-            kept = _grow(kept, nk + room)
+            if nl + room > loads.shape[0]:
+                loads = _grow(loads, nl + room)
+            if ng + room > gpu.shape[0]:
+                gpu = _grow(gpu, ng + room)
+            if nc + room > cpu.shape[0]:
+                cpu = _grow(cpu, nc + room)
+            if nx + room > cancel.shape[0]:
+                cancel = _grow(cancel, nx + room)
+            if nv + room > evicted.shape[0]:
+                evicted = _grow(evicted, nv + room)
+            if nk + room > kept.shape[0]:
+                kept = _grow(kept, nk + room)
             # ---- _needed
             n_need = 0
             for t in range(a, b):
@@ -1258,8 +1297,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
-                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, sprec, stid, token,
-                                             per_layer, L, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, E, evicted, nv, kept, nk)
+                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos,
+                                             g_qlb, g_lb, st, i, layer, e, sprec, stid, token, per_layer, policy,
+                                             w, fw, rare, evicted, nv, kept, nk)
                         got = sprec
                     else:
                         cancel[nx, 0], cancel[nx, 1] = i, stid
@@ -1286,10 +1326,12 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             elif nfree[prec] < size[prec]:
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
-                            slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer, layer, e,
-                                                           prec, False, per_layer, L, policy, w, fw, fut_off,
-                                                           fut_steps, eam_lib, eam_match, E, expert_bytes, loads, nl, evicted, nv, kept,
-                                                           nk)
+                            slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots,
+                                                           g_n, g_pos, g_qlb, g_lb, st, i, layer, layer, e, prec,
+                                                           False, per_layer, policy, w, fw, rare, loads, nl,
+                                                           evicted, nv, kept, nk)
+                            if slot >= 0:
+                                st[BYTES] += expert_bytes[prec]
                             if slot >= 0 and mode == 1:
                                 st[INSERTS] += 1
                             if slot >= 0 or mode == 2:
@@ -1304,8 +1346,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
-                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, st, i, layer, e, prec, tid, token,
-                                             per_layer, L, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, E, evicted, nv, kept, nk)
+                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos,
+                                             g_qlb, g_lb, st, i, layer, e, prec, tid, token, per_layer, policy,
+                                             w, fw, rare, evicted, nv, kept, nk)
                         got = prec
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -1416,12 +1459,14 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
                     n_stg += 1
                 else:
-                    slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, st, i, layer, tl, te, prec,
-                                                   True, per_layer, L, policy, w, fw, fut_off, fut_steps, eam_lib, eam_match, E,
-                                                   expert_bytes, loads, nl, evicted, nv, kept, nk)
+                    slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n,
+                                                   g_pos, g_qlb, g_lb, st, i, layer, tl, te, prec, True, per_layer,
+                                                   policy, w, fw, rare, loads, nl, evicted,
+                                                   nv, kept, nk)
                     if slot < 0:
                         st[DROPPED] += 1
                         continue
+                    st[BYTES] += expert_bytes[prec]
                     if n_pins == pins.shape[0]:
                         pins = _grow(pins, 2 * n_pins)
                     pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
