@@ -1,0 +1,126 @@
+"""Where the compiled core spends its time: perf samples named by the numba function they fell in.
+
+    python benchmarks/profile_core.py [--topology qwen|mixtral] [--tokens N] [--seconds 15] [--top 20]
+
+numba loads compiled code into anonymous memory, which ``perf`` cannot name. This script compiles
+the core afresh into a temporary numba cache (so each function's object code is at hand; about
+90 s), writes ``/tmp/perf-<pid>.map`` with the address and size of every function of
+``hobbit.sim.fast`` (the functions a caller inlined appear inside it) and of numba's reference
+counting (``NRT_incref``/``NRT_decref``: every array a call or an inlined call takes, and every
+array taken out of a tuple, counts up and down atomically), then records ``perf record -p`` while
+it simulates ``system=hobbit`` over and over (the Qwen3.5-397B topology of
+``benchmarks/sim_speed.py`` by default), and prints ``perf report``'s top entries. Needs ``perf``
+and ``nm`` (binutils) on the PATH; the recording stays in ``core.perf.data`` for ``perf report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CACHE = tempfile.mkdtemp(prefix="hobbit-numba-")
+os.environ["NUMBA_CACHE_DIR"] = CACHE  # before numba is imported: compile afresh, keep the object code
+
+
+def short(symbol: str) -> str:
+    """``module.function`` out of a numba symbol (``_ZN6hobbit3sim4fast4walk13_pruned_evictB4v142...``)."""
+    i = symbol.find("_ZN")
+    if i < 0:
+        return symbol[:60]
+    i, parts = i + 3, []
+    while i < len(symbol) and symbol[i].isdigit():
+        m = re.match(r"\d+", symbol[i:])
+        n, i = int(m.group()), i + len(m.group())
+        parts.append(symbol[i:i + n])
+        i += n
+    prefix = "wrapper " if symbol.startswith(("cfunc.", "_ZN7cpython")) else ""
+    return prefix + ".".join(parts[-2:])
+
+
+def symbols() -> list[str]:
+    """``perf`` map lines: address, size and name of every compiled function of the core."""
+    import numba
+    from numba.core.runtime import nrt
+
+    from hobbit.sim.fast import bound, timing, walk
+
+    lines = []
+    with tempfile.TemporaryDirectory() as d:
+        for mod in (walk, timing, bound):
+            for name, disp in vars(mod).items():
+                if not isinstance(disp, numba.core.registry.CPUDispatcher):
+                    continue
+                for cres in disp.overloads.values():
+                    lib, obj = cres.library, cres.library._compiled_object
+                    if obj is None:  # loaded from a cache: no object code to read the symbols from
+                        continue
+                    path = Path(d) / "o.o"
+                    path.write_bytes(obj)
+                    nm = subprocess.run(["nm", "-S", "--defined-only", str(path)], capture_output=True, text=True,
+                                        check=True).stdout
+                    for row in nm.splitlines():
+                        parts = row.split()
+                        if len(parts) != 4 or parts[2] not in "tT":
+                            continue
+                        addr = lib.get_pointer_to_function(parts[3])
+                        if addr:
+                            lines.append(f"{addr:x} {int(parts[1], 16):x} {short(parts[3])}")
+    lib = nrt.rtsys.library
+    for name in ("NRT_incref", "NRT_decref"):
+        addr = lib.get_pointer_to_function(name)
+        if addr:
+            lines.append(f"{addr:x} 10 NRT:{name}")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", choices=["qwen", "mixtral"], default="qwen")
+    ap.add_argument("--tokens", type=int, default=0, help="trace tokens (default: 1,920 for qwen, 10,000 for mixtral)")
+    ap.add_argument("--seconds", type=float, default=15.0, help="how long to record")
+    ap.add_argument("--top", type=int, default=20)
+    args = ap.parse_args()
+    for tool in ("perf", "nm"):
+        if shutil.which(tool) is None:
+            sys.exit(f"profile_core: `{tool}` is not on the PATH (perf: linux-tools; nm: binutils)")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sim_speed import qwen_trace, repeated_trace
+
+    from hobbit.glue import compose
+    from hobbit.sim.config import SimConfig
+    from hobbit.sim.run import simulate
+
+    extra = ["model=qwen3.5-397b-a17b", "hardware=h200-pcie5"] if args.topology == "qwen" else []
+    cfg = compose("sim", SimConfig, ["out_dir=.", "system=hobbit", *extra])
+    trace = (qwen_trace(args.tokens or 1920) if args.topology == "qwen" else repeated_trace(args.tokens or 10_000))
+    print(f"compiling the core afresh into {CACHE} (about 90 s) ...", flush=True)
+    simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
+    Path(f"/tmp/perf-{os.getpid()}.map").write_text("\n".join(symbols()) + "\n")
+    perf = subprocess.Popen(["perf", "record", "-q", "-o", "core.perf.data", "-p", str(os.getpid())])
+    time.sleep(0.5)
+    runs, t_end = [], time.perf_counter() + args.seconds
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
+        runs.append(time.perf_counter() - t0)
+    perf.send_signal(signal.SIGINT)
+    perf.wait()
+    n = len(trace.arrays)
+    print(f"{len(runs)} runs, best {min(runs):.3f} s ({n / min(runs):,.0f} token-layers/s)")
+    report = subprocess.run(["perf", "report", "-i", "core.perf.data", "--no-children", "--sort", "sym",
+                             "--stdio"], check=True, capture_output=True, text=True).stdout
+    rows = [r for r in report.splitlines() if r.strip() and not r.startswith("#")]
+    print("\n".join(rows[:args.top]))
+    shutil.rmtree(CACHE, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
