@@ -161,7 +161,7 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off,
 # lowers it to its own). An eviction scans the layers in order of their bound on the score, bound * (1/T) +
 # w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
-# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_pq; g_on per pool) are the first of the walk's state tuple
+# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_lb; g_on per pool) are the first of the walk's state tuple
 # ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used.
 MARGIN = 1.0 - 1e-9
 
@@ -180,14 +180,12 @@ def _group_move(slots, n, pos, pr, s, old_layer, new_layer):
 
 
 @njit(cache=True)
-def _pruned_evict(pool, slots, n, qlb, pq, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
+def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound. One pass computes
     the bounds, the lowest and the second lowest; most evictions end after the first layer (1.2 layers on average
     on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
     w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
-    its score is not computed; ``pq`` keeps each slot's record part as last computed, a lower bound of it (records
-    only grow within a request), so most slots are passed over on that one number. ``qlb[2]``: the bounds."""
-    lb = qlb[2]
+    its score is not computed."""
     pin, touched = pool[PINNED, pr], pool[TOUCHED, pr]
     lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
     t = 1.0 / inv_t
@@ -208,11 +206,7 @@ def _pruned_evict(pool, slots, n, qlb, pq, pr, w, a, b, c, inv_t, fw, layer_now,
         thr = np.inf if best < 0 else _beaten(bk, f, t)
         for j in range(n[pr, g]):
             s = slots[pr, g, j]
-            if pq[pr, s] > thr:
-                q_min = min(q_min, pq[pr, s])
-                continue
             q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
-            pq[pr, s] = q
             q_min = min(q_min, q)
             if q > thr or pin[s]:
                 continue
@@ -822,7 +816,7 @@ def _use(pool, index, rec, st, pr, slot, token):
 
 
 @njit(cache=True, inline="always")
-def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_pq, st, layer, e, pr, layer_now,
+def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr, layer_now,
            transfer, pinned, per_layer, policy, w, fw, rare):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
     ``rare``: (fut_off, fut_steps, eam_lib, eam_match), what Belady and EAM's priority read.
@@ -854,7 +848,7 @@ def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, 
     if slot < 0:
         if g_on[pr]:
             inv_t = 1.0 / max(st[TOKENS], 1)
-            slot = _pruned_evict(pool, g_slots, g_n, g_qlb, g_pq, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
+            slot = _pruned_evict(pool, g_slots, g_n, g_qlb, g_lb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
                                  inv_t, fw, layer_now, num_layers)
         elif policy == SIEVE or policy == LFRU:
             slot = _hooked_evict(gp, policy, pool, pr, layer if per_layer else 0, r0, r1)
@@ -876,7 +870,6 @@ def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, 
         _group_move(g_slots, g_n, g_pos, pr, slot, pool[LAYER, pr, slot], layer)
         q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
         g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
-        g_pq[pr, slot] = q
     pool[LAYER, pr, slot], pool[EXPERT, pr, slot] = layer, e
     pool[LAST_USE, pr, slot], pool[USES, pr, slot], pool[HIGH_USES, pr, slot] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
@@ -898,11 +891,11 @@ def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, 
 
 
 @njit(cache=True, inline="always")
-def _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_pq, st, i, layer, e, pr, tid,
+def _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer, e, pr, tid,
                 token, per_layer, policy, w, fw, rare, evicted, nv, kept, nk):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; the new row counts of ``evicted`` and ``kept``."""
-    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_pq, st, layer, e, pr,
+    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
                           layer, tid, False, per_layer, policy, w, fw, rare)
     num_experts = index.shape[2]
     if victim >= 0:
@@ -920,12 +913,12 @@ def _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_
 
 
 @njit(cache=True, inline="always")
-def _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_pq, st, i, layer_now, layer, e,
+def _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer_now, layer, e,
                 pr, pinned, per_layer, policy, w, fw, rare, loads, nl, evicted, nv, kept, nk):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
     counts the copy's bytes."""
-    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_pq, st, layer, e, pr,
+    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
                           layer_now, -1, pinned, per_layer, policy, w, fw, rare)
     num_experts = index.shape[2]
     if slot < 0:
@@ -1132,9 +1125,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     g_slots, g_n, g_pos = np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
-    g_qlb, g_pq = np.zeros((3, L)), np.zeros((2, gS))  # each pool's bounds per layer, then scratch; per slot
+    g_qlb, g_lb = np.zeros((2, L)), np.zeros(L)
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
-          g_pq, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
+          g_lb, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
     index = np.full((2, L, E), -1, np.int64)
     rec = np.zeros((L, E, 3), np.int64)
     counts = np.zeros((L, E), np.int64)
@@ -1179,8 +1172,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             pool[HIGH_USES] = 0
             counts[:] = 0
             eam_match[0] = -1  # EAMPrefetch.end_request
-            g_qlb[:2] = 0.0  # records reset: every bound is 0
-            g_pq[:] = 0.0
+            g_qlb[:] = 0.0  # records reset: every bound is 0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -1306,7 +1298,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
                         nv, nk = _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos,
-                                             g_qlb, g_pq, st, i, layer, e, sprec, stid, token, per_layer, policy,
+                                             g_qlb, g_lb, st, i, layer, e, sprec, stid, token, per_layer, policy,
                                              w, fw, rare, evicted, nv, kept, nk)
                         got = sprec
                     else:
@@ -1335,7 +1327,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
                             slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots,
-                                                           g_n, g_pos, g_qlb, g_pq, st, i, layer, layer, e, prec,
+                                                           g_n, g_pos, g_qlb, g_lb, st, i, layer, layer, e, prec,
                                                            False, per_layer, policy, w, fw, rare, loads, nl,
                                                            evicted, nv, kept, nk)
                             if slot >= 0:
@@ -1355,7 +1347,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
                         nv, nk = _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos,
-                                             g_qlb, g_pq, st, i, layer, e, prec, tid, token, per_layer, policy,
+                                             g_qlb, g_lb, st, i, layer, e, prec, tid, token, per_layer, policy,
                                              w, fw, rare, evicted, nv, kept, nk)
                         got = prec
                 mass[got] += need_m[e]
@@ -1468,7 +1460,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     n_stg += 1
                 else:
                     slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n,
-                                                   g_pos, g_qlb, g_pq, st, i, layer, tl, te, prec, True, per_layer,
+                                                   g_pos, g_qlb, g_lb, st, i, layer, tl, te, prec, True, per_layer,
                                                    policy, w, fw, rare, loads, nl, evicted,
                                                    nv, kept, nk)
                     if slot < 0:
