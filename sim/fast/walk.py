@@ -21,7 +21,8 @@ Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import config, njit, types
+from numba.extending import intrinsic
 
 HIGH, LOW, SKIP = 0, 1, 2
 HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
@@ -66,12 +67,48 @@ CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
 NEVER = 1 << 62
 
 
+@intrinsic
+def _borrowed(typingctx, a):
+    """The array ``a`` without a reference count of its own: the same data, shape and strides, no meminfo (as
+    ``numba.carray`` makes). Numba counts references up and down, atomically, for every array an inlined call takes
+    and every view made of it; on a borrowed array those counts find no meminfo and do nothing. The caller keeps
+    ``a`` itself alive for as long as the borrowed array is used, and never returns the borrowed one."""
+    if not isinstance(a, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, value=args[0])
+        out = context.make_array(sig.return_type)(context, builder)
+        context.populate_array(out, data=src.data, shape=src.shape, strides=src.strides, itemsize=src.itemsize,
+                               meminfo=None, parent=None)
+        return out._getvalue()
+
+    return a(a), codegen
+
+
+if config.DISABLE_JIT:  # pure Python (NUMBA_DISABLE_JIT=1, for debugging): the array itself
+    def _borrowed(a):
+        return a
+
+
+@njit(cache=True)
+def _keep(owners):
+    """Nothing: a use of ``owners`` at the walk's end, so that numba keeps them (the memory its borrowed arrays
+    point into) alive until then."""
+    return len(owners)
+
+
 @njit(cache=True)
 def _grow(a, need):
+    """``a`` (C-contiguous, 2-D) with room for ``need`` rows: itself, or a copy 1.5 times longer (or ``need``). The copy
+    runs over the flat buffers, which compiles to a plain block copy (a 2-D slice assignment copies element by element
+    through its broadcasting indices, several times slower)."""
     if need <= a.shape[0]:
         return a
     b = np.empty((max(need, a.shape[0] + a.shape[0] // 2), a.shape[1]), a.dtype)
-    b[: a.shape[0]] = a
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    for x in range(fa.shape[0]):
+        fb[x] = fa[x]
     return b
 
 
@@ -96,9 +133,9 @@ def _next_use(fut_off, fut_steps, key_id, step):
 
 
 @njit(cache=True)
-def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off, fut_steps, eam_lib, eam_match,
-              num_experts):
-    """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties."""
+def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts):
+    """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match)."""
+    fut_off, fut_steps, eam_lib, eam_match = rare
     lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
     best = -1
     if policy == EAM_PRIORITY:  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
@@ -113,6 +150,23 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off,
             if best < 0 or v < bp or (v == bp and touched[s] < bt):
                 best, bp, bt = s, v, touched[s]
         return best
+    ex = pool[EXPERT, pr]
+    bn, bt = 0, 0
+    for s in range(r0, r1):  # Belady
+        if lay[s] < 0 or pin[s]:
+            continue
+        nu = _next_use(fut_off, fut_steps, lay[s] * num_experts + ex[s], step)
+        if best < 0 or nu > bn or (nu == bn and touched[s] < bt):
+            best, bn, bt = s, nu, touched[s]
+    return best
+
+
+@njit(cache=True)
+def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
+    """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties
+    (LRU, LFU, FIFO, MRU, multidim; Belady and EAM's priority: ``_to_evict_rare``)."""
+    lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
+    best = -1
     if policy == MULTIDIM:
         inv_t = 1.0 / max(tokens, 1)
         a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
@@ -124,16 +178,6 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now, step, fut_off,
             k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
             if best < 0 or k < bs or (k == bs and touched[s] < bt):
                 best, bs, bt = s, k, touched[s]
-        return best
-    if policy == BELADY:
-        ex = pool[EXPERT, pr]
-        bn, bt = 0, 0
-        for s in range(r0, r1):
-            if lay[s] < 0 or pin[s]:
-                continue
-            nu = _next_use(fut_off, fut_steps, lay[s] * num_experts + ex[s], step)
-            if best < 0 or nu > bn or (nu == bn and touched[s] < bt):
-                best, bn, bt = s, nu, touched[s]
         return best
     if policy == LFU:
         au = pool[ALL_USES, pr]
@@ -186,8 +230,6 @@ def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now,
     on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
     w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
     its score is not computed."""
-    pin, touched = pool[PINNED, pr], pool[TOUCHED, pr]
-    lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
     t = 1.0 / inv_t
     g1, lb1, lb2 = -1, np.inf, np.inf
     for g in range(num_layers):
@@ -206,13 +248,14 @@ def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now,
         thr = np.inf if best < 0 else _beaten(bk, f, t)
         for j in range(n[pr, g]):
             s = slots[pr, g, j]
-            q = w[0] * lu[s] + w[1] * us[s] + w[2] * hu[s]
+            lu, us, hu = pool[LAST_USE, pr, s], pool[USES, pr, s], pool[HIGH_USES, pr, s]
+            q = w[0] * lu + w[1] * us + w[2] * hu
             q_min = min(q_min, q)
-            if q > thr or pin[s]:
+            if q > thr or pool[PINNED, pr, s]:
                 continue
-            k = a * lu[s] + b * us[s] + c * hu[s] + f
-            if best < 0 or k < bk or (k == bk and touched[s] < bt):
-                best, bk, bt = s, k, touched[s]
+            k = a * lu + b * us + c * hu + f
+            if best < 0 or k < bk or (k == bk and pool[TOUCHED, pr, s] < bt):
+                best, bk, bt = s, k, pool[TOUCHED, pr, s]
                 thr = _beaten(bk, f, t)
         qlb[pr, g] = q_min
         if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
@@ -815,11 +858,62 @@ def _use(pool, index, rec, st, pr, slot, token):
     _note_use(pool, index, rec, pool[LAYER, pr, slot], pool[EXPERT, pr, slot], pr, token)
 
 
+@njit(cache=True)
+def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, per_layer, policy, w):
+    """What ``ExpertCache.admit`` asks of a policy with state of its own (SIEVE, LFRU, S3-FIFO, ARC, LIRS) or that
+    reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss hook, then, when the region has
+    no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
+    state tuple ``gp`` and ``rare`` never pass through the inlined admit path (each array an inlined call takes
+    is counted up and down)."""
+    num_layers, num_experts = index.shape[1], index.shape[2]
+    if size[pr] == 0:
+        return -1
+    g = layer if per_layer else 0
+    r0, r1 = _region(size[pr], per_layer, num_layers, layer)
+    if policy == S3FIFO:
+        _s3_on_miss(gp, pr, g, layer * num_experts + e)
+    elif policy == ARC:
+        _arc_on_miss(gp, pr, g, layer * num_experts + e)
+    elif policy == LIRS:
+        _lirs_on_miss(gp, pool, pr, g, layer * num_experts + e)
+    if per_layer:
+        for s in range(r0, r1):
+            if pool[LAYER, pr, s] < 0:
+                return -1
+    elif nfree[pr] < size[pr]:
+        return -1
+    if policy == SIEVE or policy == LFRU:
+        return _hooked_evict(gp, policy, pool, pr, g, r0, r1)
+    if policy == S3FIFO:
+        return _s3_evict(gp, pool, pr, g, w, num_experts, r1 - r0)
+    if policy == ARC:
+        return _arc_evict(gp, pool, pr, g, num_experts)
+    if policy == LIRS:
+        return _lirs_evict(gp, pool, pr, g)
+    return _to_evict_rare(pool, pr, r0, r1, policy, layer_now, st[STEP], rare, num_experts)
+
+
+@njit(cache=True)
+def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
+    """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
+    g = layer if per_layer else 0
+    r0, r1 = _region(size[pr], per_layer, index.shape[1], layer)
+    if policy == SIEVE or policy == LFRU:
+        _on_insert(gp, policy, pr, g, slot)
+    elif policy == S3FIFO:
+        _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
+    elif policy == ARC:
+        _arc_on_insert(gp, pr, g, slot)
+    elif policy == LIRS:
+        _lirs_on_insert(gp, pool, pr, g, slot, index.shape[2])
+
+
 @njit(cache=True, inline="always")
-def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr, layer_now,
-           transfer, pinned, per_layer, policy, w, fw, rare):
+def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr, layer_now,
+           transfer, pinned, per_layer, policy, w, fw, chosen):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
-    ``rare``: (fut_off, fut_steps, eam_lib, eam_match), what Belady and EAM's priority read.
+    ``chosen``: the victim ``_pre_admit`` picked, for the policies that have it pick (``policy`` >= BELADY; their
+    hooks run there and in ``_post_admit``).
 
     It and its two callers are inlined where they are called (``inline="always"``), and take the arrays they use
     one by one, not out of a tuple: a call, or an array taken out of a tuple, costs atomic reference counts
@@ -830,12 +924,6 @@ def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, 
         return -1, -1
     st[CLOCK] += 1
     r0, r1 = _region(size[pr], per_layer, num_layers, layer)
-    if policy == S3FIFO:
-        _s3_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
-    elif policy == ARC:
-        _arc_on_miss(gp, pr, layer if per_layer else 0, layer * num_experts + e)
-    elif policy == LIRS:
-        _lirs_on_miss(gp, pool, pr, layer if per_layer else 0, layer * num_experts + e)
     slot, victim = -1, -1
     if per_layer:
         for s in range(r0, r1):
@@ -850,17 +938,10 @@ def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, 
             inv_t = 1.0 / max(st[TOKENS], 1)
             slot = _pruned_evict(pool, g_slots, g_n, g_qlb, g_lb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
                                  inv_t, fw, layer_now, num_layers)
-        elif policy == SIEVE or policy == LFRU:
-            slot = _hooked_evict(gp, policy, pool, pr, layer if per_layer else 0, r0, r1)
-        elif policy == S3FIFO:
-            slot = _s3_evict(gp, pool, pr, layer if per_layer else 0, w, num_experts, r1 - r0)
-        elif policy == ARC:
-            slot = _arc_evict(gp, pool, pr, layer if per_layer else 0, num_experts)
-        elif policy == LIRS:
-            slot = _lirs_evict(gp, pool, pr, layer if per_layer else 0)
+        elif policy >= BELADY:
+            slot = chosen
         else:
-            slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now, st[STEP], rare[0], rare[1],
-                             rare[2], rare[3], num_experts)
+            slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now)
         if slot < 0:
             return -1, -1
         vl, ve = pool[LAYER, pr, slot], pool[EXPERT, pr, slot]
@@ -879,24 +960,16 @@ def _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, 
     pool[TRANSFER, pr, slot] = transfer
     pool[PINNED, pr, slot] = 1 if pinned else 0
     index[pr, layer, e] = slot
-    if policy == SIEVE or policy == LFRU:
-        _on_insert(gp, policy, pr, layer if per_layer else 0, slot)
-    elif policy == S3FIFO:
-        _s3_on_insert(gp, pr, layer if per_layer else 0, slot, w, r1 - r0)
-    elif policy == ARC:
-        _arc_on_insert(gp, pr, layer if per_layer else 0, slot)
-    elif policy == LIRS:
-        _lirs_on_insert(gp, pool, pr, layer if per_layer else 0, slot, num_experts)
     return slot, victim
 
 
 @njit(cache=True, inline="always")
-def _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer, e, pr, tid,
-                token, per_layer, policy, w, fw, rare, evicted, nv, kept, nk):
+def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer, e, pr, tid,
+                token, per_layer, policy, w, fw, chosen, evicted, nv, kept, nk):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
-    kept; the new row counts of ``evicted`` and ``kept``."""
-    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
-                          layer, tid, False, per_layer, policy, w, fw, rare)
+    kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
+    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
+                          layer, tid, False, per_layer, policy, w, fw, chosen)
     num_experts = index.shape[2]
     if victim >= 0:
         st[EVICTIONS] += 1
@@ -909,17 +982,17 @@ def _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_
         nk += 1
     else:
         _note_use(pool, index, rec, layer, e, pr, token)
-    return nv, nk
+    return slot, nv, nk
 
 
 @njit(cache=True, inline="always")
-def _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer_now, layer, e,
-                pr, pinned, per_layer, policy, w, fw, rare, loads, nl, evicted, nv, kept, nk):
+def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer_now, layer, e,
+                pr, pinned, per_layer, policy, w, fw, chosen, loads, nl, evicted, nv, kept, nk):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
     counts the copy's bytes."""
-    slot, victim = _admit(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
-                          layer_now, -1, pinned, per_layer, policy, w, fw, rare)
+    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
+                          layer_now, -1, pinned, per_layer, policy, w, fw, chosen)
     num_experts = index.shape[2]
     if slot < 0:
         return slot, nl, nv, nk
@@ -1091,7 +1164,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     pool[TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
     eam_match = np.full(1, -1, np.int64)  # the prefetcher's current match (EAMPrefetch.match), -1: none
-    rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_admit)
+    rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_pre_admit)
     S = pool.shape[2]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
@@ -1163,6 +1236,17 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     evicted = np.zeros((1024, 4), log_proto.dtype)
     kept = np.zeros((1024, 4), log_proto.dtype)
     nl = ng = nc = nx = nv = nk = 0
+    # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
+    # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``*_own``)
+    owners = (pool, size, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, served, mass, row, rc, rm)
+    pool, size, nfree, index, rec, st = _borrowed(pool), _borrowed(size), _borrowed(nfree), _borrowed(index), \
+        _borrowed(rec), _borrowed(st)
+    g_on, g_slots, g_n, g_pos, g_qlb, g_lb = _borrowed(g_on), _borrowed(g_slots), _borrowed(g_n), _borrowed(g_pos), \
+        _borrowed(g_qlb), _borrowed(g_lb)
+    row, rc, rm = _borrowed(row), _borrowed(rc), _borrowed(rm)
+    ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
+    loads_own, evicted_own, kept_own = loads, evicted, kept
+    loads, evicted, kept = _borrowed(loads_own), _borrowed(evicted_own), _borrowed(kept_own)
     for p in range(P):
         a, b = pass_start[p], pass_end[p]
         if p > 0 and pass_request[p] != pass_request[p - 1]:
@@ -1183,7 +1267,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             # room for this step's records, at most
             room = (3 + max_depth) * bound + staging + eam_per_step + 2
             if nl + room > loads.shape[0]:
-                loads = _grow(loads, nl + room)
+                loads_own = _grow(loads_own, nl + room)
+                loads = _borrowed(loads_own)
             if ng + room > gpu.shape[0]:
                 gpu = _grow(gpu, ng + room)
             if nc + room > cpu.shape[0]:
@@ -1191,9 +1276,11 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             if nx + room > cancel.shape[0]:
                 cancel = _grow(cancel, nx + room)
             if nv + room > evicted.shape[0]:
-                evicted = _grow(evicted, nv + room)
+                evicted_own = _grow(evicted_own, nv + room)
+                evicted = _borrowed(evicted_own)
             if nk + room > kept.shape[0]:
-                kept = _grow(kept, nk + room)
+                kept_own = _grow(kept_own, nk + room)
+                kept = _borrowed(kept_own)
             # ---- _needed
             n_need = 0
             for t in range(a, b):
@@ -1297,9 +1384,13 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
-                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos,
-                                             g_qlb, g_lb, st, i, layer, e, sprec, stid, token, per_layer, policy,
-                                             w, fw, rare, evicted, nv, kept, nk)
+                        ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, sprec, layer, per_layer,
+                                        policy, w) if policy >= BELADY else -1
+                        slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
+                                                   g_lb, st, i, layer, e, sprec, stid, token, per_layer, policy, w,
+                                                   fw, ch, evicted, nv, kept, nk)
+                        if slot >= 0 and policy >= SIEVE:
+                            _post_admit(gp, pool, size, index, sprec, layer, slot, per_layer, policy, w)
                         got = sprec
                     else:
                         cancel[nx, 0], cancel[nx, 1] = i, stid
@@ -1326,10 +1417,14 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             elif nfree[prec] < size[prec]:
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
-                            slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots,
-                                                           g_n, g_pos, g_qlb, g_lb, st, i, layer, layer, e, prec,
-                                                           False, per_layer, policy, w, fw, rare, loads, nl,
-                                                           evicted, nv, kept, nk)
+                            ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer,
+                                            per_layer, policy, w) if policy >= BELADY else -1
+                            slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n,
+                                                           g_pos, g_qlb, g_lb, st, i, layer, layer, e, prec, False,
+                                                           per_layer, policy, w, fw, ch, loads, nl, evicted, nv,
+                                                           kept, nk)
+                            if slot >= 0 and policy >= SIEVE:
+                                _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
                             if slot >= 0:
                                 st[BYTES] += expert_bytes[prec]
                             if slot >= 0 and mode == 1:
@@ -1346,9 +1441,13 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
-                        nv, nk = _admit_used(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n, g_pos,
-                                             g_qlb, g_lb, st, i, layer, e, prec, tid, token, per_layer, policy,
-                                             w, fw, rare, evicted, nv, kept, nk)
+                        ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer, per_layer,
+                                        policy, w) if policy >= BELADY else -1
+                        slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
+                                                   g_lb, st, i, layer, e, prec, tid, token, per_layer, policy, w,
+                                                   fw, ch, evicted, nv, kept, nk)
+                        if slot >= 0 and policy >= SIEVE:
+                            _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
                         got = prec
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -1459,10 +1558,13 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
                     n_stg += 1
                 else:
-                    slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, gp, g_on, g_slots, g_n,
-                                                   g_pos, g_qlb, g_lb, st, i, layer, tl, te, prec, True, per_layer,
-                                                   policy, w, fw, rare, loads, nl, evicted,
-                                                   nv, kept, nk)
+                    ch = _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy,
+                                    w) if policy >= BELADY else -1
+                    slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
+                                                   g_lb, st, i, layer, tl, te, prec, True, per_layer, policy, w, fw,
+                                                   ch, loads, nl, evicted, nv, kept, nk)
+                    if slot >= 0 and policy >= SIEVE:
+                        _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
                     if slot < 0:
                         st[DROPPED] += 1
                         continue
@@ -1474,5 +1576,6 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     prefetched[tl, te] = True
                 st[ISSUED] += 1
     st[OVERFLOW] = ve_free[2]
-    return (loads[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted[:nv].copy(),
-            kept[:nk].copy(), served, mass, st, size)
+    _keep(owners)
+    return (loads_own[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted_own[:nv].copy(),
+            kept_own[:nk].copy(), owners[12], owners[13], owners[5], owners[1])
