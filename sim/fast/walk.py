@@ -8,7 +8,7 @@ MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, sk
 slots, per-layer pools, resident and CPU placements, cpu_misses (never, always, faster, split)
 and cpu_insert.
 
-State lives in arrays: ``pool[field, precision, slot]`` (fields ``LAYER`` .. ``PINNED``, as
+State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]``, scalars in ``st`` (``CLOCK`` ..), and the policies' own state in the
 tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists of SIEVE, LFRU,
@@ -136,11 +136,11 @@ def _next_use(fut_off, fut_steps, key_id, step):
 def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts):
     """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match)."""
     fut_off, fut_steps, eam_lib, eam_match = rare
-    lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
+    lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     if policy == EAM_PRIORITY:  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
         m, L = eam_match[0], eam_lib.shape[1]
-        ex, us = pool[EXPERT, pr], pool[USES, pr]
+        ex, us = pool[pr, :, EXPERT], pool[pr, :, USES]
         bp, bt = 0.0, 0
         for s in range(r0, r1):
             if lay[s] < 0 or pin[s]:
@@ -150,7 +150,7 @@ def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts)
             if best < 0 or v < bp or (v == bp and touched[s] < bt):
                 best, bp, bt = s, v, touched[s]
         return best
-    ex = pool[EXPERT, pr]
+    ex = pool[pr, :, EXPERT]
     bn, bt = 0, 0
     for s in range(r0, r1):  # Belady
         if lay[s] < 0 or pin[s]:
@@ -165,12 +165,12 @@ def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts)
 def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
     """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties
     (LRU, LFU, FIFO, MRU, multidim; Belady and EAM's priority: ``_to_evict_rare``)."""
-    lay, pin, touched = pool[LAYER, pr], pool[PINNED, pr], pool[TOUCHED, pr]
+    lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     if policy == MULTIDIM:
         inv_t = 1.0 / max(tokens, 1)
         a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
-        lu, us, hu = pool[LAST_USE, pr], pool[USES, pr], pool[HIGH_USES, pr]
+        lu, us, hu = pool[pr, :, LAST_USE], pool[pr, :, USES], pool[pr, :, HIGH_USES]
         bs, bt = 0.0, 0
         for s in range(r0, r1):
             if lay[s] < 0 or pin[s]:
@@ -180,7 +180,7 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
                 best, bs, bt = s, k, touched[s]
         return best
     if policy == LFU:
-        au = pool[ALL_USES, pr]
+        au = pool[pr, :, ALL_USES]
         ba, bt = 0, 0
         for s in range(r0, r1):
             if lay[s] < 0 or pin[s]:
@@ -188,7 +188,7 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
             if best < 0 or au[s] < ba or (au[s] == ba and touched[s] < bt):
                 best, ba, bt = s, au[s], touched[s]
         return best
-    score = pool[INSERTED, pr] if policy == FIFO else touched
+    score = pool[pr, :, INSERTED] if policy == FIFO else touched
     bv = 0
     for s in range(r0, r1):
         if lay[s] < 0 or pin[s]:
@@ -248,14 +248,14 @@ def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now,
         thr = np.inf if best < 0 else _beaten(bk, f, t)
         for j in range(n[pr, g]):
             s = slots[pr, g, j]
-            lu, us, hu = pool[LAST_USE, pr, s], pool[USES, pr, s], pool[HIGH_USES, pr, s]
+            lu, us, hu = pool[pr, s, LAST_USE], pool[pr, s, USES], pool[pr, s, HIGH_USES]
             q = w[0] * lu + w[1] * us + w[2] * hu
             q_min = min(q_min, q)
-            if q > thr or pool[PINNED, pr, s]:
+            if q > thr or pool[pr, s, PINNED]:
                 continue
             k = a * lu + b * us + c * hu + f
-            if best < 0 or k < bk or (k == bk and pool[TOUCHED, pr, s] < bt):
-                best, bk, bt = s, k, pool[TOUCHED, pr, s]
+            if best < 0 or k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
+                best, bk, bt = s, k, pool[pr, s, TOUCHED]
                 thr = _beaten(bk, f, t)
         qlb[pr, g] = q_min
         if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
@@ -313,7 +313,7 @@ def _on_hit(gp, policy, pr, g, slot):
 def _hooked_evict(gp, policy, pool, pr, g, r0, r1):
     """``Sieve.to_evict`` / ``LFRU.to_evict`` over region ``g`` (slots r0:r1); the victim leaves their state."""
     hk, hr = gp[5], gp[6]
-    lay, pin = pool[LAYER, pr], pool[PINNED, pr]
+    lay, pin = pool[pr, :, LAYER], pool[pr, :, PINNED]
     if policy == LFRU:  # the lowest uses / (accesses since the last use + 1), ties to the earliest entry
         best, bs, bq = -1, 0.0, 0
         now = hr[pr, g, H_CLOCK]
@@ -396,7 +396,7 @@ def _s3_caps(capacity, knobs):
 @njit(cache=True)
 def _s3_evict_main(gp, pool, pr, g):
     hk, hr = gp[5], gp[6]
-    pin = pool[PINNED, pr]
+    pin = pool[pr, :, PINNED]
     for _ in range(4 * hr[pr, g, S3_MAIN + Q_LEN] + 1):  # counts fall to 0 within three rounds
         x = _q_first_unpinned(hk[NEWER], hr, pin, pr, g, S3_MAIN)
         if x < 0:
@@ -413,7 +413,7 @@ def _s3_evict_main(gp, pool, pr, g):
 @njit(cache=True)
 def _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity):
     hk, hr, gh = gp[5], gp[6], gp[7]
-    pin = pool[PINNED, pr]
+    pin = pool[pr, :, PINNED]
     while True:
         x = _q_first_unpinned(hk[NEWER], hr, pin, pr, g, S3_SMALL)
         if x < 0:
@@ -426,7 +426,7 @@ def _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity):
             continue
         ghost_cap = _s3_caps(capacity, knobs)[2]
         if ghost_cap > 0:  # into the ghost, its oldest leaving when it is full
-            key = pool[LAYER, pr, x] * num_experts + pool[EXPERT, pr, x]
+            key = pool[pr, x, LAYER] * num_experts + pool[pr, x, EXPERT]
             if not gh[2, pr, key]:
                 if hr[pr, g, S3_GHOST + Q_LEN] >= ghost_cap:
                     old = hr[pr, g, S3_GHOST + Q_HEAD]
@@ -509,11 +509,11 @@ def _arc_evict_from(gp, pool, pr, g, which, ghost, num_experts):
     """``ARC._evict_from``: the oldest unpinned copy of list ``which`` leaves it (-1: none), its key entering the
     ghost list ``ghost`` (1: B1, 2: B2, 0: none)."""
     hk, hr, gh = gp[5], gp[6], gp[7]
-    x = _q_first_unpinned(hk[NEWER], hr, pool[PINNED, pr], pr, g, which)
+    x = _q_first_unpinned(hk[NEWER], hr, pool[pr, :, PINNED], pr, g, which)
     if x >= 0:
         _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, which, x)
         if ghost:
-            key = pool[LAYER, pr, x] * num_experts + pool[EXPERT, pr, x]
+            key = pool[pr, x, LAYER] * num_experts + pool[pr, x, EXPERT]
             _q_push(gh[0], gh[1], hr, pr, g, ARC_B1 if ghost == 1 else ARC_B2, key)
             gh[2, pr, key] = ghost
     return x
@@ -776,7 +776,7 @@ def _l_forget(lk, lr, pr, g, key):
 
 @njit(cache=True)
 def _lirs_on_miss(gp, pool, pr, g, key):
-    lk, lr, pin = gp[11], gp[12], pool[PINNED, pr]
+    lk, lr, pin = gp[11], gp[12], pool[pr, :, PINNED]
     if _l_find(gp, lk, lr, pin, pr, g, key):  # resident here but not in the cache (a copy it could not keep)
         _l_forget(lk, lr, pr, g, key)
     _l_make_room(gp, lk, lr, pin, pr, g, key)
@@ -785,7 +785,7 @@ def _lirs_on_miss(gp, pool, pr, g, key):
 @njit(cache=True)
 def _lirs_on_insert(gp, pool, pr, g, slot, num_experts):
     lk, lr = gp[11], gp[12]
-    key = pool[LAYER, pr, slot] * num_experts + pool[EXPERT, pr, slot]
+    key = pool[pr, slot, LAYER] * num_experts + pool[pr, slot, EXPERT]
     if lk[SLOT_OF, pr, key] < 0:
         _l_add(lk, lr, pr, g, L_H, key)
     lk[SLOT_OF, pr, key] = slot
@@ -795,8 +795,8 @@ def _lirs_on_insert(gp, pool, pr, g, slot, num_experts):
 
 @njit(cache=True)
 def _lirs_on_hit(gp, pool, pr, g, slot, num_experts):
-    lk, lr, pin = gp[11], gp[12], pool[PINNED, pr]
-    key = pool[LAYER, pr, slot] * num_experts + pool[EXPERT, pr, slot]
+    lk, lr, pin = gp[11], gp[12], pool[pr, :, PINNED]
+    key = pool[pr, slot, LAYER] * num_experts + pool[pr, slot, EXPERT]
     if not _l_find(gp, lk, lr, pin, pr, g, key):  # a copy it had counted out: back in, as a miss would bring it
         _l_make_room(gp, lk, lr, pin, pr, g, key)
         _l_insert(gp, lk, lr, pr, g, key)
@@ -807,7 +807,7 @@ def _lirs_on_hit(gp, pool, pr, g, slot, num_experts):
 def _lirs_evict(gp, pool, pr, g):
     """``LIRS.to_evict``: the oldest counted-out copy the cache still holds, else its own choice (Q's oldest held, S's
     oldest held LIR, the oldest held), forgotten."""
-    lk, lr, pin = gp[11], gp[12], pool[PINNED, pr]
+    lk, lr, pin = gp[11], gp[12], pool[pr, :, PINNED]
     x = lr[pr, g, L_V + Q_HEAD]
     while x >= 0:
         key = gp[13][0, pr, x]
@@ -845,17 +845,17 @@ def _note_use(pool, index, rec, layer, e, precision, token):
     for pr in range(2):
         s = index[pr, layer, e]
         if s >= 0:
-            pool[LAST_USE, pr, s] = rec[layer, e, 0]
-            pool[USES, pr, s] = rec[layer, e, 1]
-            pool[HIGH_USES, pr, s] = rec[layer, e, 2]
+            pool[pr, s, LAST_USE] = rec[layer, e, 0]
+            pool[pr, s, USES] = rec[layer, e, 1]
+            pool[pr, s, HIGH_USES] = rec[layer, e, 2]
 
 
 @njit(cache=True)
 def _use(pool, index, rec, st, pr, slot, token):
     st[CLOCK] += 1
-    pool[TOUCHED, pr, slot] = st[CLOCK]
-    pool[ALL_USES, pr, slot] += 1
-    _note_use(pool, index, rec, pool[LAYER, pr, slot], pool[EXPERT, pr, slot], pr, token)
+    pool[pr, slot, TOUCHED] = st[CLOCK]
+    pool[pr, slot, ALL_USES] += 1
+    _note_use(pool, index, rec, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
 
 
 @njit(cache=True)
@@ -878,7 +878,7 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
         _lirs_on_miss(gp, pool, pr, g, layer * num_experts + e)
     if per_layer:
         for s in range(r0, r1):
-            if pool[LAYER, pr, s] < 0:
+            if pool[pr, s, LAYER] < 0:
                 return -1
     elif nfree[pr] < size[pr]:
         return -1
@@ -927,7 +927,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb
     slot, victim = -1, -1
     if per_layer:
         for s in range(r0, r1):
-            if pool[LAYER, pr, s] < 0:
+            if pool[pr, s, LAYER] < 0:
                 slot = s
                 break
     elif nfree[pr] < size[pr]:
@@ -944,21 +944,21 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now)
         if slot < 0:
             return -1, -1
-        vl, ve = pool[LAYER, pr, slot], pool[EXPERT, pr, slot]
+        vl, ve = pool[pr, slot, LAYER], pool[pr, slot, EXPERT]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
     if g_on[pr]:
-        _group_move(g_slots, g_n, g_pos, pr, slot, pool[LAYER, pr, slot], layer)
+        _group_move(g_slots, g_n, g_pos, pr, slot, pool[pr, slot, LAYER], layer)
         q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
         g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
-    pool[LAYER, pr, slot], pool[EXPERT, pr, slot] = layer, e
-    pool[LAST_USE, pr, slot], pool[USES, pr, slot], pool[HIGH_USES, pr, slot] = rec[layer, e, 0], rec[layer, e, 1], \
+    pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
+    pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
-    pool[ALL_USES, pr, slot] = 0
-    pool[TOUCHED, pr, slot] = st[CLOCK]
-    pool[INSERTED, pr, slot] = st[CLOCK]
-    pool[TRANSFER, pr, slot] = transfer
-    pool[PINNED, pr, slot] = 1 if pinned else 0
+    pool[pr, slot, ALL_USES] = 0
+    pool[pr, slot, TOUCHED] = st[CLOCK]
+    pool[pr, slot, INSERTED] = st[CLOCK]
+    pool[pr, slot, TRANSFER] = transfer
+    pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
     return slot, victim
 
@@ -996,7 +996,7 @@ def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
     num_experts = index.shape[2]
     if slot < 0:
         return slot, nl, nv, nk
-    pool[TRANSFER, pr, slot] = st[NEXT_TID]
+    pool[pr, slot, TRANSFER] = st[NEXT_TID]
     st[NEXT_TID] += 1
     loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, pr
     nl += 1
@@ -1158,14 +1158,14 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     size[0], size[1] = slots[0], slots[1]
     if per_layer:
         size[0], size[1] = slots[0] // L * L, slots[1] // L * L
-    pool = np.zeros((N_FIELDS, 2, max(size[0], size[1], 1)), np.int64)
-    pool[LAYER] = -1
-    pool[EXPERT] = -1
-    pool[TRANSFER] = -1
+    pool = np.zeros((2, max(size[0], size[1], 1), N_FIELDS), np.int64)  # a slot's fields side by side
+    pool[:, :, LAYER] = -1
+    pool[:, :, EXPERT] = -1
+    pool[:, :, TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
     eam_match = np.full(1, -1, np.int64)  # the prefetcher's current match (EAMPrefetch.match), -1: none
     rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_pre_admit)
-    S = pool.shape[2]
+    S = pool.shape[1]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
@@ -1251,9 +1251,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
         a, b = pass_start[p], pass_end[p]
         if p > 0 and pass_request[p] != pass_request[p - 1]:
             rec[:] = 0
-            pool[LAST_USE] = 0
-            pool[USES] = 0
-            pool[HIGH_USES] = 0
+            pool[:, :, LAST_USE] = 0
+            pool[:, :, USES] = 0
+            pool[:, :, HIGH_USES] = 0
             counts[:] = 0
             eam_match[0] = -1  # EAMPrefetch.end_request
             g_qlb[:] = 0.0  # records reset: every bound is 0
@@ -1368,7 +1368,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             prefetched[layer, e] = False
                             st[USED] += 1
                         served[HIGH_HIT if hp == HIGH else LOW_HIT] += 1
-                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, pool[TRANSFER, hp, slot], hp, n, e
+                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, pool[hp, slot, TRANSFER], hp, n, e
                         ng += 1
                         got = hp
                 if got < 0 and stg_tid[layer, e] >= 0:
@@ -1411,7 +1411,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             if per_layer:
                                 r0, r1 = _region(size[prec], per_layer, L, layer)
                                 for s in range(r0, r1):
-                                    if pool[LAYER, prec, s] < 0:
+                                    if pool[prec, s, LAYER] < 0:
                                         mode = 2
                                         break
                             elif nfree[prec] < size[prec]:
@@ -1463,7 +1463,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     pr, pl, pe = pins[q, 1], pins[q, 2], pins[q, 3]
                     s = index[pr, pl, pe]
                     if s >= 0:
-                        pool[PINNED, pr, s] = 0
+                        pool[pr, s, PINNED] = 0
                     prefetched[pl, pe] = False
                     pins[q:n_pins - 1] = pins[q + 1:n_pins]
                     n_pins -= 1
