@@ -1201,9 +1201,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     g_qlb, g_lb = np.zeros((2, L)), np.zeros(L)
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
           g_lb, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
-    index = np.full((2, L, E), -1, np.int64)
-    rec = np.zeros((L, E, 3), np.int64)
-    counts = np.zeros((L, E), np.int64)
+    index = np.full((2, L, E), -1, np.int32)  # int32: the walk is bound by cache misses on its state
+    rec = np.zeros((L, E, 3), np.int32)
+    counts = np.zeros((L, E), np.int32)
     st = np.zeros(N_ST, np.int64)
     served = np.zeros(6, np.int64)
     mass = np.zeros(3)
