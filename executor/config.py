@@ -47,7 +47,7 @@ class QualityConfig:
 class ExecConfig:
     """What the executor runs: a model (reduced by ``scale``) on a device with a precision pair."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"scale": ">=1", "layers": ">=0", "threads": ">=1"}
+    LIMITS: ClassVar[dict[str, str]] = {"scale": ">=1", "layers": ">=0", "threads": ">=1", "rounds": ">=1"}
 
     model: ModelConfig = field(default_factory=ModelConfig)
     scale: int = 8  # divide hidden and expert widths (a full Mixtral does not fit this machine)
@@ -58,6 +58,10 @@ class ExecConfig:
     pin_threads: bool = True  # compute on the first ``threads`` cores, the copy thread on the next (when there is one)
     # how repeated timings reduce to one: min (the machine undisturbed, timeit's rule) | median
     statistic: str = "min"
+    # calibration rounds; each measures every part once, a part's value is its rounds reduced by ``statistic``.
+    # 15 (executor/calibrate.py ROUNDS); ``hobbit validate`` takes at least three per replay. Fewer: a quicker,
+    # noisier profile
+    rounds: int = 15
     checkpoint: str | None = None  # real expert weights of the (reduced) shapes; None: synthetic, seeded
     seed: int = 0
     out_dir: str = "."

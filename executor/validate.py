@@ -117,10 +117,10 @@ def slots(rounds: int, samples: int) -> list[int]:
     return [(r + 1) * samples // rounds - r * samples // rounds for r in range(rounds)]
 
 
-def calibration_rounds(replays: int) -> int:
-    """Rounds enough for ``pick``'s grouped minimum: three groups of as many rounds as there are replays
-    (``ROUNDS`` at the default five), so a profile's minimum takes as many samples as a token's."""
-    return max(ROUNDS, 3 * replays)
+def calibration_rounds(replays: int, rounds: int = ROUNDS) -> int:
+    """``rounds``, and at least enough for ``pick``'s grouped minimum: three groups of as many rounds as there
+    are replays (``ROUNDS`` at the default five), so a profile's minimum takes as many samples as a token's."""
+    return max(rounds, 3 * replays)
 
 
 def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
@@ -269,7 +269,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
         if hw is None:
             progress(f"calibrating {model.name} on {device}, replaying {what} between its rounds")
             hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic, samples=cfg.replays,
-                              replay=replay, rounds=calibration_rounds(cfg.replays))
+                              replay=replay, rounds=calibration_rounds(cfg.replays, cfg.rounds))
         res, wl = plan(measured, model, hw, system, cfg.engine)
         if planned and not same_decisions(res.decisions, planned[0][0].decisions):
             progress("the calibrated profile changes the decisions (misses computed on the CPU are a choice made on "

@@ -35,7 +35,7 @@ class DemoConfig:
     LIMITS: ClassVar[dict[str, str]] = {
         "max_prompts": ">=1", "max_new_tokens": ">=1", "lookahead": ">=0", "batch_size": ">=1", "sweep_t1": "[0,1]",
         "sweep_t2": "[0,1]", "sweep_high_gb": ">=0", "sweep_jobs": ">=1", "validate_scale": ">=1",
-        "validate_requests": ">=1", "compare_trials": ">=0",
+        "validate_requests": ">=1", "validate_replays": ">=2", "validate_rounds": ">=1", "compare_trials": ">=0",
     }
 
     # path knobs and their roles (hobbit/guard.py)
@@ -54,6 +54,8 @@ class DemoConfig:
     sweep_jobs: int = 2
     validate_scale: int = 16  # the executor's model: mixtral-8x7b at 1/16 width
     validate_requests: int = 2
+    validate_replays: int = 5  # replays of the validated decisions (hobbit validate replays=)
+    validate_rounds: int = 15  # calibration rounds, at least 3 per replay (hobbit validate rounds=)
     systems: list[str] = field(default_factory=list)  # [] = every preset of conf/system (hobbit compare)
     compare_trials: int = 10  # Optuna trials tuning HOBBIT on the requests held apart (0: no tuned HOBBIT)
 
@@ -115,7 +117,8 @@ def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
 
 def _validate(cfg: DemoConfig, out: Path) -> list[Path]:
     vc = compose("validate", ValidateConfig, [f"model={cfg.model}", f"scale={cfg.validate_scale}",
-                                              f"requests={cfg.validate_requests}", "timeline=true", f"out_dir={out}"])
+                                              f"requests={cfg.validate_requests}", f"replays={cfg.validate_replays}",
+                                              f"rounds={cfg.validate_rounds}", "timeline=true", f"out_dir={out}"])
     v = validate_to(vc, out)
     print(summary_line(v))
     return [out / "results.json", out / "report.md", out / "validation.png", out / "timeline.json", out / "gantt.png"]

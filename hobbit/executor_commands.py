@@ -55,7 +55,7 @@ def calibrate_main(cfg: CalibrateConfig) -> None:
     print(f"calibrating {model.name} on {device}")
     with pinned(cfg) as copy_cpu:
         hw = full_profile(store, device, pair, read_trace(bundled_trace()), copy_cpu=copy_cpu,
-                          statistic=cfg.statistic)
+                          statistic=cfg.statistic, rounds=cfg.rounds)
     if cfg.name:
         hw = dataclasses.replace(hw, name=cfg.name)
     hw_file, model_file = write_profile(hw, model, Path(cfg.out_dir))

@@ -13,7 +13,7 @@ def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", "systems=[hobbit,on-demand,fiddler]",
                     "sweep_t1=[0.5,0.7]", "sweep_t2=[0.9]", "sweep_high_gb=[8.0]",
-                    "validate_scale=32", "validate_requests=1",
+                    "validate_scale=32", "validate_requests=1", "validate_replays=2", "validate_rounds=6",
                     f"hydra.run.dir={run_dir}"]) == 0
     out = capsys.readouterr().out
     for name in ["trace.parquet", "trace_info.txt", "trace_info.json", "trace_summary.png", "trace_summary.svg",

@@ -172,7 +172,7 @@ def test_weights_from_a_checkpoint_are_the_checkpoints():
 
 def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     run = tmp_path / "cal"
-    assert run_cli(["calibrate", "scale=32", f"hydra.run.dir={run}"]) == 0
+    assert run_cli(["calibrate", "scale=32", "rounds=4", f"hydra.run.dir={run}"]) == 0
     out = capsys.readouterr().out
     assert "use: hobbit sim" in out
     hw_file = next((run / "hardware").glob("*.yaml"))
@@ -195,7 +195,8 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     # the profile it was calibrated for is taken as it is, without calibrating again; a profile
     # holds for the widths, so it serves the model's first 8 layers too
     z = tmp_path / "z"
-    assert run_cli(["validate", f"profile={hw_file}", "scale=32", "layers=8", "requests=1", f"hydra.run.dir={z}"]) == 0
+    assert run_cli(["validate", f"profile={hw_file}", "scale=32", "layers=8", "requests=1", "replays=2",
+                    f"hydra.run.dir={z}"]) == 0
     assert "calibrating" not in capsys.readouterr().out
     v = json.loads((z / "results.json").read_text())
     import yaml
@@ -210,7 +211,8 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
 
 def test_validate_reports_the_error(tmp_path, capsys):
     run = tmp_path / "val"
-    assert run_cli(["validate", "scale=32", "requests=1", "timeline=true", f"hydra.run.dir={run}"]) == 0
+    assert run_cli(["validate", "scale=32", "requests=1", "replays=2", "rounds=6", "timeline=true",
+                    f"hydra.run.dir={run}"]) == 0
     v = json.loads((run / "results.json").read_text())["validation"]
     assert set(v) >= {"mape", "bias", "noise_mape", "prefill_mape", "p50_abs_ms", "p95_abs_ms", "tokens", "device"}
     assert v["tokens"] > 0 and v["device"] == "cpu" and v["mape"] >= 0 and v["noise_mape"] >= 0
@@ -273,7 +275,7 @@ def test_decisions_the_profile_changes_are_replayed_again(tmp_path, capsys, monk
     monkeypatch.setattr(V, "same_decisions", lambda a, b: False)
     run = tmp_path / "val"
     assert run_cli(["validate", "system=fiddler", "scale=32", "layers=4", "requests=1", "replays=2",
-                    f"hydra.run.dir={run}"]) == 0
+                    "rounds=6", f"hydra.run.dir={run}"]) == 0
     out = capsys.readouterr().out
     assert "between its rounds" in out and "replaying them again" in out
     sim_r = json.loads((run / "sim" / "results.json").read_text())

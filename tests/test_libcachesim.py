@@ -30,6 +30,7 @@ import dataclasses
 import pytest
 
 from hobbit.sim.decide import HIGH_HIT, HIGH_LOAD, Decider
+from hobbit.sim.fast import decide_or_refer
 from hobbit.sim.workload import Workload, build_workload
 
 from sim_helpers import bundled, compose_sim, first_requests
@@ -50,8 +51,10 @@ def layer_accesses(wl: Workload) -> list[list[int]]:
 
 
 def ours(wl: Workload, policy: str, slots: int) -> float:
+    """hobbit's hit ratio as users get it: the compiled walk (``tests/test_fast.py`` holds it to the reference's
+    decisions, policy by policy)."""
     system = compose_sim("system=on-demand", f"system.cache.policy={policy}").system
-    served = Decider(wl, system, (slots, 0), (1, 1)).run().served
+    served = decide_or_refer(wl, system, (slots, 0), (1, 1)).served
     return served[HIGH_HIT] / (served[HIGH_HIT] + served[HIGH_LOAD])
 
 

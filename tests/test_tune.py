@@ -92,7 +92,7 @@ def test_validate_replays_the_tuned_configuration(one_request, tmp_path, capsys)
     best = json.loads((run / "tune.json").read_text())["best"][0]["system"]
     for tuned in (run, run / "experiment" / "tuned.yaml"):
         out = tmp_path / f"val-{tuned.name}"
-        assert run_cli(["validate", f"tuned={tuned}", "scale=32", "layers=4", "requests=1", "replays=2",
+        assert run_cli(["validate", f"tuned={tuned}", "scale=32", "layers=4", "requests=1", "replays=2", "rounds=6",
                         f"hydra.run.dir={out}"]) == 0
         r = json.loads((out / "results.json").read_text())
         assert r["system"] == "hobbit-tuned" and r["validation"]["tokens"] > 0

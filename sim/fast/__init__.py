@@ -20,6 +20,7 @@ from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, DecisionTables, Placement, log_dtype, tables_from_steps
 from hobbit.sim.fast import bound, rule, timing, walk
+from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
@@ -66,12 +67,15 @@ def rule_mix(wl: Workload, t1: float, t2: float) -> dict[str, float]:
 
 
 def narrow(a: np.ndarray | None, what: str) -> np.ndarray | None:
-    """Expert ids as int16 (the trace's own dtype: no copy then), so that one compiled version serves every run."""
-    if a is None or a.dtype == np.int16:
+    """Expert ids as int16 (the trace's own dtype: no copy then), read-only (``frozen``), so that one compiled
+    version serves every run."""
+    if a is None:
         return a
-    if a.size and int(a.max()) > np.iinfo(np.int16).max:
-        raise ValueError(f"{what}: expert ids above {np.iinfo(np.int16).max} (the trace schema's int16)")
-    return a.astype(np.int16)
+    if a.dtype != np.int16:
+        if a.size and int(a.max()) > np.iinfo(np.int16).max:
+            raise ValueError(f"{what}: expert ids above {np.iinfo(np.int16).max} (the trace schema's int16)")
+        a = a.astype(np.int16)
+    return frozen(a)
 
 
 def _tables(wl: Workload) -> tuple[int, np.ndarray]:
@@ -109,9 +113,9 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
     needs = pf_cls.needs | ev_cls.needs
     depth = pf.max_depth
     if wl.pred_ids is not None and "predictions" in needs:  # the trace's own arrays (the walk reads depth of them)
-        pred, pred_w = narrow(wl.pred_ids, "pred_ids"), wl.pred_weights
+        pred, pred_w = narrow(wl.pred_ids, "pred_ids"), frozen(wl.pred_weights)
     else:
-        pred, pred_w = np.zeros((1, 1, 0, 1), np.int16), np.zeros((1, 1, 0, 1), wl.weights.dtype)
+        pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
     policy = walk.POLICIES.index(ev.policy)
     wts, fw = np.zeros(4), np.zeros((1, 1))
     if ev.policy == "s3fifo":  # its knobs ride in the weights' place: S's share, G's ratio, the move threshold
@@ -148,7 +152,7 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
     out = walk.walk(
-        narrow(wl.ids, "expert_ids"), wl.weights, pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
+        narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
         np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
         np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
         np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
@@ -249,6 +253,6 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
             cpu_s[n] = cost.cached("cpu_expert_s", n)
     dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
     other = np.array([cost.cached("other_s", int(n)) for n in sizes])
-    return bound.pass_bounds(narrow(wl.ids, "expert_ids"), wl.weights, *rule_args(p.mode, p.t1, p.t2),
+    return bound.pass_bounds(narrow(wl.ids, "expert_ids"), frozen(wl.weights), *rule_args(p.mode, p.t1, p.t2),
                              np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense, other,
                              expert_min, cpu_s, wl.num_experts, uses_cpu)

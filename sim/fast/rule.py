@@ -43,16 +43,25 @@ def _rows(w, nan_zero, hobbit, uniform, hi, lo):
     return cls, mass
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (no copy). numba types a read-only array apart from a writable one and compiles
+    each kind again (about a minute and a half for the walk): a trace read from Parquet comes read-only, one
+    generated in memory writable; the compiled functions get every trace array read-only, one version for both."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def hobbit_counts(weights: np.ndarray, hi: float, lo: float) -> np.ndarray:
     """[3] selections HOBBIT's rule classes HIGH, LOW, SKIP: ``weights`` [M, K], ``hi`` / ``lo`` = T1 / T2 + EPS."""
-    return _counts(np.ascontiguousarray(weights), hi, lo)
+    return _counts(frozen(np.ascontiguousarray(weights)), hi, lo)
 
 
 def classes_and_mass(weights: np.ndarray, mode: str, t1: float, t2: float,
                      nan_zero: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(the class of every selection, its normalised gate mass) as the walk computes them: [..., K] int8 and
     float64. ``mode``: hobbit, high or low (``policies.precision.classes_for``)."""
-    w = np.ascontiguousarray(weights).reshape(-1, weights.shape[-1])
+    w = frozen(np.ascontiguousarray(weights).reshape(-1, weights.shape[-1]))
     cls, mass = _rows(w, nan_zero, mode == "hobbit", LOW if mode == "low" else HIGH, float(t1) + EPS,
                       float(t2) + EPS)
     return cls.reshape(weights.shape), mass.reshape(weights.shape)

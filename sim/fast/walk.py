@@ -1335,7 +1335,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             for j in range(n_need):
                 e = order[j]
                 c, n = need_c[e], need_n[e]
-                got = -1
+                got, a_tid = -1, -1
                 if resident[layer, e]:
                     served[HIGH_HIT] += 1
                     gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, -1, HIGH, n, e
@@ -1384,14 +1384,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
                         ng += 1
-                        ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, sprec, layer, per_layer,
-                                        policy, w) if policy >= BELADY else -1
-                        slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
-                                                   g_lb, st, i, layer, e, sprec, stid, token, per_layer, policy, w,
-                                                   fw, ch, evicted, nv, kept, nk)
-                        if slot >= 0 and policy >= SIEVE:
-                            _post_admit(gp, pool, size, index, sprec, layer, slot, per_layer, policy, w)
-                        got = sprec
+                        got, a_tid = sprec, stid  # admitted below, as a demand load's copy is
                     else:
                         cancel[nx, 0], cancel[nx, 1] = i, stid
                         nx += 1
@@ -1441,14 +1434,15 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
-                        ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer, per_layer,
-                                        policy, w) if policy >= BELADY else -1
-                        slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
-                                                   g_lb, st, i, layer, e, prec, tid, token, per_layer, policy, w,
-                                                   fw, ch, evicted, nv, kept, nk)
-                        if slot >= 0 and policy >= SIEVE:
-                            _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
-                        got = prec
+                        got, a_tid = prec, tid
+                if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
+                    ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer,
+                                    policy, w) if policy >= BELADY else -1
+                    slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
+                                               g_lb, st, i, layer, e, got, a_tid, token, per_layer, policy, w,
+                                               fw, ch, evicted, nv, kept, nk)
+                    if slot >= 0 and policy >= SIEVE:
+                        _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
             for j in range(n_need):  # reset the need for the next step
