@@ -66,7 +66,7 @@ def test_mru_runs_on_the_bundled_trace_and_beats_lru_on_its_loop():
     """Layers run in a loop larger than the cache, LRU's worst case: MRU hits more (the reason
     HOBBIT's FLD term, which evicts the layer just passed, carries most of its gain)."""
     tr = bundled(8)
-    lru = hobbit.simulate(tr, system="hobbit-lru", engine="plain")
-    mru = hobbit.simulate(tr, system="hobbit-lru", system__cache__policy="mru", engine="plain")
+    lru = hobbit.simulate(tr, system="hobbit-lru")
+    mru = hobbit.simulate(tr, system="hobbit-lru", system__cache__policy="mru")
     assert mru.summary["system_config"]["cache"]["policy"] == "mru" and mru.summary["evictions"] > 0
     assert lru.hit_rate < mru.hit_rate < 1

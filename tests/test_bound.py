@@ -38,7 +38,7 @@ def test_no_system_beats_its_bound(hardware):
     tr = bundled(6)
     for system in SYSTEMS:
         cfg = compose_sim(f"system={system}", f"hardware={hardware}")
-        r = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="plain")
+        r = simulate(tr, cfg.model, cfg.hardware, cfg.system)  # the default engine (tests/test_fast.py: the reference's times)
         p = r.passes
         assert (p.latency_ms >= p.bound_ms * (1 - 1e-9)).all(), (system, hardware)
         assert r.summary["gap_to_bound"] >= 1.0

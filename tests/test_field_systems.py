@@ -20,7 +20,7 @@ def trace():
 
 def _run(trace, system: str, *over: str):
     cfg = compose_sim(f"system={system}", *over)
-    res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
+    res = simulate(trace, cfg.model, cfg.hardware, cfg.system)
     assert res.summary["decode_ms_per_token"]["mean"] >= res.summary["bound"]["decode_ms_per_token"] - 1e-9, system
     return res
 

@@ -18,7 +18,7 @@ from sim_helpers import bundled, compose_sim
 
 def _decode_ms(trace, system: str, *over: str) -> float:
     cfg = compose_sim(f"system={system}", *over)
-    return simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain").summary["decode_ms_per_token"]["mean"]
+    return simulate(trace, cfg.model, cfg.hardware, cfg.system).summary["decode_ms_per_token"]["mean"]
 
 
 def test_bundled_trace_on_an_rtx4090():
