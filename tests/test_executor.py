@@ -318,6 +318,8 @@ def test_bad_input_is_refused_before_work(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert run_cli(["calibrate", "scale=7", f"hydra.run.dir={tmp_path / 'd'}"]) == 2
     assert "scale=7" in capsys.readouterr().err
+    assert run_cli(["validate", "rounds=0", f"hydra.run.dir={tmp_path / 'e'}"]) == 2
+    assert "rounds" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
