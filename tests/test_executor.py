@@ -273,11 +273,14 @@ def test_decisions_the_profile_changes_are_replayed_again(tmp_path, capsys, monk
     import hobbit.executor.validate as V
 
     monkeypatch.setattr(V, "same_decisions", lambda a, b: False)
+    rounds, real = [], V.calibrate
+    monkeypatch.setattr(V, "calibrate", lambda *a, **kw: rounds.append(kw["rounds"]) or real(*a, **kw))
     run = tmp_path / "val"
     assert run_cli(["validate", "system=fiddler", "scale=32", "layers=4", "requests=1", "replays=2",
                     "rounds=6", f"hydra.run.dir={run}"]) == 0
     out = capsys.readouterr().out
     assert "between its rounds" in out and "replaying them again" in out
+    assert rounds == [1, 6]  # the one-round profile the first decisions come from, then rounds=6 (3 per replay)
     sim_r = json.loads((run / "sim" / "results.json").read_text())
     rep_r = json.loads((run / "replay" / "results.json").read_text())
     assert sim_r["served_mix"] == rep_r["served_mix"] and sim_r["served_mix"]["cpu"] > 0
