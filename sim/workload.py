@@ -38,7 +38,8 @@ class Workload:
     pass_context: list[int]  # [P] sequence length after the pass (attention span)
     token_in_request: np.ndarray  # [N] 0-based index of the token in its request
     layers_total: int  # the model's MoE layers (> num_layers when only some were recorded)
-    memo: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)  # ``derived``'s
+    # ``derived``'s; not an init field, so that a workload made by dataclasses.replace (other arrays) starts empty
+    memo: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False, compare=False)
 
     MEMO_KEPT = 16
 
