@@ -289,3 +289,22 @@ def test_queue_policies_per_layer_as_the_reference(trace, policy):
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
     assert got.decisions.evictions > 1000
     assert_same(got, simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain"), compiled=True)
+
+
+def test_one_compiled_walk_for_read_only_and_writable_traces():
+    """joblib hands a worker a large array as a read-only memory map (``hobbit.sweep(..., n_jobs=2)``), a trace
+    built in this process is writable; numba would compile the walk for each (minutes, in every worker): the
+    compiled core gets the trace's arrays read-only either way."""
+    from hobbit.sim.fast import walk
+
+    tr = bundled(2)
+    arrays, meta = tr.arrays, tr.meta
+    frozen = dataclasses.replace(arrays, **{k: np.array(getattr(arrays, k)) for k in ("expert_ids", "gate_weights",
+                                                                                       "pred_ids", "pred_weights")})
+    for k in ("expert_ids", "gate_weights", "pred_ids", "pred_weights"):
+        getattr(frozen, k).flags.writeable = False
+    cfg = compose_sim("system=hobbit")
+    for tr in (Trace(meta, arrays), Trace(meta, frozen)):
+        simulate(tr, cfg.model, cfg.hardware, cfg.system)
+    assert len(walk.walk.signatures) == 1, walk.walk.signatures
+    assert arrays.gate_weights.flags.writeable  # the trace itself is left as it was
