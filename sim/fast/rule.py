@@ -45,8 +45,9 @@ def _rows(w, nan_zero, hobbit, uniform, hi, lo):
 
 def frozen(a: np.ndarray) -> np.ndarray:
     """A read-only view of ``a`` (no copy). numba types a read-only array apart from a writable one and compiles
-    each kind again (about a minute and a half for the walk): a trace read from Parquet comes read-only, one
-    generated in memory writable; the compiled functions get every trace array read-only, one version for both."""
+    each kind again (minutes for the walk): joblib hands a sweep's worker the trace's large arrays as read-only
+    memory maps, a trace read or built in the process is writable; the compiled functions get every trace array
+    read-only, one version for both."""
     v = a.view()
     v.flags.writeable = False
     return v
