@@ -205,17 +205,22 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
 # lowers it to its own). An eviction scans the layers in order of their bound on the score, bound * (1/T) +
 # w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
-# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_lb; g_on per pool) are the first of the walk's state tuple
-# ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used.
+# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are the first of the walk's state tuple
+# ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` mirrors,
+# in each list's order, what an eviction reads of a listed slot (``_key_set``: its record part, inf while pinned,
+# then R, F, H and TOUCHED, as floats, exact below 2**53); it is written wherever those fields or the pin change.
 MARGIN = 1.0 - 1e-9
+K_Q, K_LU, K_US, K_HU, K_TOUCHED = range(5)  # g_key[pool, layer, field, position]
 
 
 @njit(cache=True, inline="always")
-def _group_move(slots, n, pos, pr, s, old_layer, new_layer):
+def _group_move(slots, n, pos, key, pr, s, old_layer, new_layer):
     if old_layer >= 0:
         i, last = pos[pr, s], n[pr, old_layer] - 1
         moved = slots[pr, old_layer, last]
         slots[pr, old_layer, i] = moved
+        for x in range(5):
+            key[pr, old_layer, x, i] = key[pr, old_layer, x, last]
         pos[pr, moved] = i
         n[pr, old_layer] = last
     slots[pr, new_layer, n[pr, new_layer]] = s
@@ -223,14 +228,31 @@ def _group_move(slots, n, pos, pr, s, old_layer, new_layer):
     n[pr, new_layer] += 1
 
 
+@njit(cache=True, inline="always")
+def _key_set(key, pos, pool, pr, s, w):
+    """Slot ``s``'s entry in ``g_key`` from its pool fields: its record part w_lru * R + w_lfu * F + w_lhu * H (inf
+    while it is pinned), R, F, H, TOUCHED; the record part."""
+    lu, us, hu = pool[pr, s, LAST_USE], pool[pr, s, USES], pool[pr, s, HIGH_USES]
+    q = w[0] * lu + w[1] * us + w[2] * hu
+    g, j = pool[pr, s, LAYER], pos[pr, s]
+    key[pr, g, K_Q, j] = np.inf if pool[pr, s, PINNED] else q
+    key[pr, g, K_LU, j], key[pr, g, K_US, j], key[pr, g, K_HU, j] = lu, us, hu
+    key[pr, g, K_TOUCHED, j] = pool[pr, s, TOUCHED]
+    return q
+
+
 @njit(cache=True)
-def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
+def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound. One pass computes
     the bounds, the lowest and the second lowest; most evictions end after the first layer (1.2 layers on average
     on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
     w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
-    its score is not computed."""
+    its score is not computed. Everything is read from ``key`` (``_key_set``: each slot's record part, inf for a
+    pinned copy, and its fields, side by side in the order of the layer's list), so a layer's scan reads short
+    runs of memory and never the pool. ``qlb`` rows 0 and 1 hold each pool's bounds (over its
+    unpinned copies: a copy whose pin drops lowers its layer's bound), row 2 the bounds of this eviction."""
     t = 1.0 / inv_t
+    lb = qlb[2]
     g1, lb1, lb2 = -1, np.inf, np.inf
     for g in range(num_layers):
         v = (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN if n[pr, g] else np.inf
@@ -239,7 +261,7 @@ def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now,
             g1, lb1, lb2 = g, v, lb1
         elif v < lb2:
             lb2 = v
-    best, bk, bt = -1, 0.0, 0
+    best, bk, bt = -1, 0.0, 0.0
     g = g1
     while g >= 0:
         lb[g] = np.inf
@@ -247,15 +269,14 @@ def _pruned_evict(pool, slots, n, qlb, lb, pr, w, a, b, c, inv_t, fw, layer_now,
         f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
         thr = np.inf if best < 0 else _beaten(bk, f, t)
         for j in range(n[pr, g]):
-            s = slots[pr, g, j]
-            lu, us, hu = pool[pr, s, LAST_USE], pool[pr, s, USES], pool[pr, s, HIGH_USES]
-            q = w[0] * lu + w[1] * us + w[2] * hu
+            q = key[pr, g, K_Q, j]
             q_min = min(q_min, q)
-            if q > thr or pool[pr, s, PINNED]:
+            if q > thr or q == np.inf:
                 continue
-            k = a * lu + b * us + c * hu + f
-            if best < 0 or k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
-                best, bk, bt = s, k, pool[pr, s, TOUCHED]
+            k = a * key[pr, g, K_LU, j] + b * key[pr, g, K_US, j] + c * key[pr, g, K_HU, j] + f
+            tj = key[pr, g, K_TOUCHED, j]
+            if best < 0 or k < bk or (k == bk and tj < bt):
+                best, bk, bt = slots[pr, g, j], k, tj
                 thr = _beaten(bk, f, t)
         qlb[pr, g] = q_min
         if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
@@ -837,7 +858,7 @@ def _lirs_evict(gp, pool, pr, g):
 
 
 @njit(cache=True)
-def _note_use(pool, index, rec, layer, e, precision, token):
+def _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
     if precision == HIGH:
@@ -848,14 +869,16 @@ def _note_use(pool, index, rec, layer, e, precision, token):
             pool[pr, s, LAST_USE] = rec[layer, e, 0]
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
+            if g_on[pr]:
+                _key_set(g_key, g_pos, pool, pr, s, w)
 
 
 @njit(cache=True)
-def _use(pool, index, rec, st, pr, slot, token):
+def _use(pool, index, rec, g_on, g_pos, g_key, w, st, pr, slot, token):
     st[CLOCK] += 1
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, ALL_USES] += 1
-    _note_use(pool, index, rec, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
+    _note_use(pool, index, rec, g_on, g_pos, g_key, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
 
 
 @njit(cache=True)
@@ -909,7 +932,7 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
 
 
 @njit(cache=True, inline="always")
-def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr, layer_now,
+def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, layer, e, pr, layer_now,
            transfer, pinned, per_layer, policy, w, fw, chosen):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
     ``chosen``: the victim ``_pre_admit`` picked, for the policies that have it pick (``policy`` >= BELADY; their
@@ -936,7 +959,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb
     if slot < 0:
         if g_on[pr]:
             inv_t = 1.0 / max(st[TOKENS], 1)
-            slot = _pruned_evict(pool, g_slots, g_n, g_qlb, g_lb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
+            slot = _pruned_evict(pool, g_slots, g_n, g_key, g_qlb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
                                  inv_t, fw, layer_now, num_layers)
         elif policy >= BELADY:
             slot = chosen
@@ -948,9 +971,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
     if g_on[pr]:
-        _group_move(g_slots, g_n, g_pos, pr, slot, pool[pr, slot, LAYER], layer)
-        q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
-        g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
+        _group_move(g_slots, g_n, g_pos, g_key, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
     pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
@@ -960,15 +981,18 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb
     pool[pr, slot, TRANSFER] = transfer
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
+    if g_on[pr]:
+        q = _key_set(g_key, g_pos, pool, pr, slot, w)
+        g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
     return slot, victim
 
 
 @njit(cache=True, inline="always")
-def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer, e, pr, tid,
+def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, i, layer, e, pr, tid,
                 token, per_layer, policy, w, fw, chosen, evicted, nv, kept, nk):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
-    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
+    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, layer, e, pr,
                           layer, tid, False, per_layer, policy, w, fw, chosen)
     num_experts = index.shape[2]
     if victim >= 0:
@@ -977,21 +1001,21 @@ def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
             victim % num_experts, pr
         nv += 1
     if slot >= 0:
-        _use(pool, index, rec, st, pr, slot, token)
+        _use(pool, index, rec, g_on, g_pos, g_key, w, st, pr, slot, token)
         kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
         nk += 1
     else:
-        _note_use(pool, index, rec, layer, e, pr, token)
+        _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, pr, token)
     return slot, nv, nk
 
 
 @njit(cache=True, inline="always")
-def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, i, layer_now, layer, e,
+def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, i, layer_now, layer, e,
                 pr, pinned, per_layer, policy, w, fw, chosen, loads, nl, evicted, nv, kept, nk):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
     counts the copy's bytes."""
-    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, st, layer, e, pr,
+    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, layer, e, pr,
                           layer_now, -1, pinned, per_layer, policy, w, fw, chosen)
     num_experts = index.shape[2]
     if slot < 0:
@@ -1198,9 +1222,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     g_slots, g_n, g_pos = np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
-    g_qlb, g_lb = np.zeros((2, L)), np.zeros(L)
+    g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, 5, gS))
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
-          g_lb, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
+          g_key, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
     index = np.full((2, L, E), -1, np.int32)  # int32: the walk is bound by cache misses on its state
     rec = np.zeros((L, E, 3), np.int32)
     counts = np.zeros((L, E), np.int32)
@@ -1238,11 +1262,11 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     nl = ng = nc = nx = nv = nk = 0
     # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
     # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``*_own``)
-    owners = (pool, size, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_lb, served, mass, row, rc, rm)
+    owners = (pool, size, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_key, served, mass, row, rc, rm)
     pool, size, nfree, index, rec, st = _borrowed(pool), _borrowed(size), _borrowed(nfree), _borrowed(index), \
         _borrowed(rec), _borrowed(st)
-    g_on, g_slots, g_n, g_pos, g_qlb, g_lb = _borrowed(g_on), _borrowed(g_slots), _borrowed(g_n), _borrowed(g_pos), \
-        _borrowed(g_qlb), _borrowed(g_lb)
+    g_on, g_slots, g_n, g_pos, g_qlb, g_key = _borrowed(g_on), _borrowed(g_slots), _borrowed(g_n), _borrowed(g_pos), \
+        _borrowed(g_qlb), _borrowed(g_key)
     row, rc, rm = _borrowed(row), _borrowed(rc), _borrowed(rm)
     ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
     loads_own, evicted_own, kept_own = loads, evicted, kept
@@ -1256,7 +1280,12 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             pool[:, :, HIGH_USES] = 0
             counts[:] = 0
             eam_match[0] = -1  # EAMPrefetch.end_request
-            g_qlb[:] = 0.0  # records reset: every bound is 0
+            g_qlb[:2] = 0.0  # records reset: every bound and record part is 0 (inf while pinned)
+            for pr in range(2):
+                if g_on[pr]:
+                    for s in range(size[pr]):
+                        if pool[pr, s, LAYER] >= 0:
+                            _key_set(g_key, g_pos, pool, pr, s, w)
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -1355,7 +1384,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         hp = LOW
                     if hp >= 0:
                         slot = index[hp, layer, e]
-                        _use(pool, index, rec, st, hp, slot, token)
+                        _use(pool, index, rec, g_on, g_pos, g_key, w, st, hp, slot, token)
                         if policy == SIEVE or policy == LFRU:
                             _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
                         elif policy == S3FIFO:
@@ -1376,7 +1405,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     stg_tid[layer, e] = -1
                     for q in range(n_stg):  # out of the insertion-ordered list
                         if stg_list[q, 0] == layer and stg_list[q, 1] == e:
-                            stg_list[q:n_stg - 1] = stg_list[q + 1:n_stg]
+                            for y in range(q, n_stg - 1):
+                                for x in range(3):
+                                    stg_list[y, x] = stg_list[y + 1, x]
                             n_stg -= 1
                             break
                     if sprec == HIGH or need == LOW or any_prec:
@@ -1413,7 +1444,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer,
                                             per_layer, policy, w) if policy >= BELADY else -1
                             slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n,
-                                                           g_pos, g_qlb, g_lb, st, i, layer, layer, e, prec, False,
+                                                           g_pos, g_qlb, g_key, st, i, layer, layer, e, prec, False,
                                                            per_layer, policy, w, fw, ch, loads, nl, evicted, nv,
                                                            kept, nk)
                             if slot >= 0 and policy >= SIEVE:
@@ -1439,7 +1470,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer,
                                     policy, w) if policy >= BELADY else -1
                     slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
-                                               g_lb, st, i, layer, e, got, a_tid, token, per_layer, policy, w,
+                                               g_key, st, i, layer, e, got, a_tid, token, per_layer, policy, w,
                                                fw, ch, evicted, nv, kept, nk)
                     if slot >= 0 and policy >= SIEVE:
                         _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
@@ -1450,30 +1481,35 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                 need_n[e] = 0
                 need_c[e] = SKIP
                 on_cpu[e] = False
-            # ---- _drop_stale
-            q = 0
-            while q < n_pins:
+            # ---- _drop_stale: the pins and staged copies of this layer leave their lists (kept in order)
+            kq = 0
+            for q in range(n_pins):
                 if pins[q, 0] == layer:
                     pr, pl, pe = pins[q, 1], pins[q, 2], pins[q, 3]
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
+                        if g_on[pr]:  # a candidate again: its record part, and its layer's bound covers it
+                            rq = _key_set(g_key, g_pos, pool, pr, s, w)
+                            g_qlb[pr, pl] = min(g_qlb[pr, pl], rq)
                     prefetched[pl, pe] = False
-                    pins[q:n_pins - 1] = pins[q + 1:n_pins]
-                    n_pins -= 1
                 else:
-                    q += 1
-            q = 0
-            while q < n_stg:
+                    for x in range(4):
+                        pins[kq, x] = pins[q, x]
+                    kq += 1
+            n_pins = kq
+            kq = 0
+            for q in range(n_stg):
                 if stg_list[q, 2] == layer:
                     sl, se = stg_list[q, 0], stg_list[q, 1]
                     cancel[nx, 0], cancel[nx, 1] = i, stg_tid[sl, se]
                     nx += 1
                     stg_tid[sl, se] = -1
-                    stg_list[q:n_stg - 1] = stg_list[q + 1:n_stg]
-                    n_stg -= 1
                 else:
-                    q += 1
+                    for x in range(3):
+                        stg_list[kq, x] = stg_list[q, x]
+                    kq += 1
+            n_stg = kq
             # ---- prefetch
             if not prefetching or prefetcher == PF_NONE:
                 continue
@@ -1555,7 +1591,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     ch = _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy,
                                     w) if policy >= BELADY else -1
                     slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
-                                                   g_lb, st, i, layer, tl, te, prec, True, per_layer, policy, w, fw,
+                                                   g_key, st, i, layer, tl, te, prec, True, per_layer, policy, w, fw,
                                                    ch, loads, nl, evicted, nv, kept, nk)
                     if slot >= 0 and policy >= SIEVE:
                         _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
