@@ -206,11 +206,9 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
 # w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
 # Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are the first of the walk's state tuple
-# ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` mirrors,
-# in each list's order, what an eviction reads of a listed slot (``_key_set``: its record part, inf while pinned,
-# then R, F, H and TOUCHED, as floats, exact below 2**53); it is written wherever those fields or the pin change.
+# ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` holds
+# each listed slot's record part (``_q_key``) in the list's order: kept where a record or a pin changes.
 MARGIN = 1.0 - 1e-9
-K_Q, K_LU, K_US, K_HU, K_TOUCHED = range(5)  # g_key[pool, layer, field, position]
 
 
 @njit(cache=True, inline="always")
@@ -219,8 +217,7 @@ def _group_move(slots, n, pos, key, pr, s, old_layer, new_layer):
         i, last = pos[pr, s], n[pr, old_layer] - 1
         moved = slots[pr, old_layer, last]
         slots[pr, old_layer, i] = moved
-        for x in range(5):
-            key[pr, old_layer, x, i] = key[pr, old_layer, x, last]
+        key[pr, old_layer, i] = key[pr, old_layer, last]
         pos[pr, moved] = i
         n[pr, old_layer] = last
     slots[pr, new_layer, n[pr, new_layer]] = s
@@ -229,16 +226,11 @@ def _group_move(slots, n, pos, key, pr, s, old_layer, new_layer):
 
 
 @njit(cache=True, inline="always")
-def _key_set(key, pos, pool, pr, s, w):
-    """Slot ``s``'s entry in ``g_key`` from its pool fields: its record part w_lru * R + w_lfu * F + w_lhu * H (inf
-    while it is pinned), R, F, H, TOUCHED; the record part."""
-    lu, us, hu = pool[pr, s, LAST_USE], pool[pr, s, USES], pool[pr, s, HIGH_USES]
-    q = w[0] * lu + w[1] * us + w[2] * hu
-    g, j = pool[pr, s, LAYER], pos[pr, s]
-    key[pr, g, K_Q, j] = np.inf if pool[pr, s, PINNED] else q
-    key[pr, g, K_LU, j], key[pr, g, K_US, j], key[pr, g, K_HU, j] = lu, us, hu
-    key[pr, g, K_TOUCHED, j] = pool[pr, s, TOUCHED]
-    return q
+def _q_key(pool, pr, s, w):
+    """A slot's entry in ``g_key``: its record part w_lru * R + w_lfu * F + w_lhu * H, or inf while it is pinned."""
+    if pool[pr, s, PINNED]:
+        return np.inf
+    return w[0] * pool[pr, s, LAST_USE] + w[1] * pool[pr, s, USES] + w[2] * pool[pr, s, HIGH_USES]
 
 
 @njit(cache=True)
@@ -247,9 +239,9 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
     the bounds, the lowest and the second lowest; most evictions end after the first layer (1.2 layers on average
     on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
     w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
-    its score is not computed. Everything is read from ``key`` (``_key_set``: each slot's record part, inf for a
-    pinned copy, and its fields, side by side in the order of the layer's list), so a layer's scan reads short
-    runs of memory and never the pool. ``qlb`` rows 0 and 1 hold each pool's bounds (over its
+    its score is not computed. The record parts are read from ``key`` (``_q_key`` of each slot, side by side in
+    the order of the layer's list, inf for a pinned copy), so a layer's scan reads one short run of memory and
+    visits the pool only for the few slots that can win. ``qlb`` rows 0 and 1 hold each pool's bounds (over its
     unpinned copies: a copy whose pin drops lowers its layer's bound), row 2 the bounds of this eviction."""
     t = 1.0 / inv_t
     lb = qlb[2]
@@ -261,7 +253,7 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
             g1, lb1, lb2 = g, v, lb1
         elif v < lb2:
             lb2 = v
-    best, bk, bt = -1, 0.0, 0.0
+    best, bk, bt = -1, 0.0, 0
     g = g1
     while g >= 0:
         lb[g] = np.inf
@@ -269,14 +261,14 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
         f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
         thr = np.inf if best < 0 else _beaten(bk, f, t)
         for j in range(n[pr, g]):
-            q = key[pr, g, K_Q, j]
+            q = key[pr, g, j]
             q_min = min(q_min, q)
             if q > thr or q == np.inf:
                 continue
-            k = a * key[pr, g, K_LU, j] + b * key[pr, g, K_US, j] + c * key[pr, g, K_HU, j] + f
-            tj = key[pr, g, K_TOUCHED, j]
-            if best < 0 or k < bk or (k == bk and tj < bt):
-                best, bk, bt = slots[pr, g, j], k, tj
+            s = slots[pr, g, j]
+            k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
+            if best < 0 or k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
+                best, bk, bt = s, k, pool[pr, s, TOUCHED]
                 thr = _beaten(bk, f, t)
         qlb[pr, g] = q_min
         if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
@@ -870,7 +862,7 @@ def _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, precision, toke
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
             if g_on[pr]:
-                _key_set(g_key, g_pos, pool, pr, s, w)
+                g_key[pr, layer, g_pos[pr, s]] = _q_key(pool, pr, s, w)
 
 
 @njit(cache=True)
@@ -982,7 +974,8 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
     if g_on[pr]:
-        q = _key_set(g_key, g_pos, pool, pr, slot, w)
+        q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
+        g_key[pr, layer, g_pos[pr, slot]] = np.inf if pinned else q
         g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
     return slot, victim
 
@@ -1222,7 +1215,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     g_slots, g_n, g_pos = np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
-    g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, 5, gS))
+    g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, gS))
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
           g_key, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
     index = np.full((2, L, E), -1, np.int32)  # int32: the walk is bound by cache misses on its state
@@ -1285,7 +1278,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                 if g_on[pr]:
                     for s in range(size[pr]):
                         if pool[pr, s, LAYER] >= 0:
-                            _key_set(g_key, g_pos, pool, pr, s, w)
+                            g_key[pr, pool[pr, s, LAYER], g_pos[pr, s]] = np.inf if pool[pr, s, PINNED] else 0.0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -1490,7 +1483,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
                         if g_on[pr]:  # a candidate again: its record part, and its layer's bound covers it
-                            rq = _key_set(g_key, g_pos, pool, pr, s, w)
+                            rq = _q_key(pool, pr, s, w)
+                            g_key[pr, pl, g_pos[pr, s]] = rq
                             g_qlb[pr, pl] = min(g_qlb[pr, pl], rq)
                     prefetched[pl, pe] = False
                 else:
