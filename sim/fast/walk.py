@@ -207,7 +207,7 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
 # Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are the first of the walk's state tuple
 # ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` holds
-# each listed slot's record part (``_q_key``) in the list's order: kept where a record or a pin changes.
+# each listed slot's record part in the list's order (``_q_key``), written wherever a record changes.
 MARGIN = 1.0 - 1e-9
 
 
@@ -226,11 +226,10 @@ def _group_move(slots, n, pos, key, pr, s, old_layer, new_layer):
 
 
 @njit(cache=True, inline="always")
-def _q_key(pool, pr, s, w):
-    """A slot's entry in ``g_key``: its record part w_lru * R + w_lfu * F + w_lhu * H, or inf while it is pinned."""
-    if pool[pr, s, PINNED]:
-        return np.inf
-    return w[0] * pool[pr, s, LAST_USE] + w[1] * pool[pr, s, USES] + w[2] * pool[pr, s, HIGH_USES]
+def _q_key(rec, layer, e, w):
+    """The record part w_lru * R + w_lfu * F + w_lhu * H of a copy of expert ``e`` of ``layer`` (its entry in
+    ``g_key``, and its share of its layer's bound)."""
+    return w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
 
 
 @njit(cache=True)
@@ -240,9 +239,8 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
     on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
     w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
     its score is not computed. The record parts are read from ``key`` (``_q_key`` of each slot, side by side in
-    the order of the layer's list, inf for a pinned copy), so a layer's scan reads one short run of memory and
-    visits the pool only for the few slots that can win. ``qlb`` rows 0 and 1 hold each pool's bounds (over its
-    unpinned copies: a copy whose pin drops lowers its layer's bound), row 2 the bounds of this eviction."""
+    the order of the layer's list), so a layer's scan reads one short run of memory and visits the pool only for
+    the few slots that can win. ``qlb`` rows 0 and 1 hold each pool's bounds, row 2 the bounds of this eviction."""
     t = 1.0 / inv_t
     lb = qlb[2]
     g1, lb1, lb2 = -1, np.inf, np.inf
@@ -263,9 +261,11 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
         for j in range(n[pr, g]):
             q = key[pr, g, j]
             q_min = min(q_min, q)
-            if q > thr or q == np.inf:
+            if q > thr:
                 continue
             s = slots[pr, g, j]
+            if pool[pr, s, PINNED]:
+                continue
             k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
             if best < 0 or k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
                 best, bk, bt = s, k, pool[pr, s, TOUCHED]
@@ -862,7 +862,7 @@ def _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, precision, toke
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
             if g_on[pr]:
-                g_key[pr, layer, g_pos[pr, s]] = _q_key(pool, pr, s, w)
+                g_key[pr, layer, g_pos[pr, s]] = _q_key(rec, layer, e, w)
 
 
 @njit(cache=True)
@@ -974,8 +974,8 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
     if g_on[pr]:
-        q = w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
-        g_key[pr, layer, g_pos[pr, slot]] = np.inf if pinned else q
+        q = _q_key(rec, layer, e, w)
+        g_key[pr, layer, g_pos[pr, slot]] = q
         g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
     return slot, victim
 
@@ -1273,12 +1273,12 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
             pool[:, :, HIGH_USES] = 0
             counts[:] = 0
             eam_match[0] = -1  # EAMPrefetch.end_request
-            g_qlb[:2] = 0.0  # records reset: every bound and record part is 0 (inf while pinned)
+            g_qlb[:2] = 0.0  # records reset: every bound and record part is 0
             for pr in range(2):
                 if g_on[pr]:
-                    for s in range(size[pr]):
-                        if pool[pr, s, LAYER] >= 0:
-                            g_key[pr, pool[pr, s, LAYER], g_pos[pr, s]] = np.inf if pool[pr, s, PINNED] else 0.0
+                    for g in range(L):
+                        for j in range(g_n[pr, g]):
+                            g_key[pr, g, j] = 0.0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -1482,10 +1482,6 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
-                        if g_on[pr]:  # a candidate again: its record part, and its layer's bound covers it
-                            rq = _q_key(pool, pr, s, w)
-                            g_key[pr, pl, g_pos[pr, s]] = rq
-                            g_qlb[pr, pl] = min(g_qlb[pr, pl], rq)
                     prefetched[pl, pe] = False
                 else:
                     for x in range(4):
