@@ -3,10 +3,32 @@
 The Python API (``hobbit.api``): ``read_trace``, ``simulate``, ``sweep``, ``capture`` and
 ``configure``; the libraries below it: ``hobbit.traces``, ``hobbit.sim``, ``hobbit.executor``,
 ``hobbit.analysis``; the command line: ``hobbit --help`` or ``python -m hobbit --help``.
+
+The API's names load on first use (PEP 562), so ``hobbit --help``, the command line's dispatch and a
+sweep's launching process do not import numba, pandas or pyarrow before they need them.
 """
 
-from hobbit.api import capture, configure, read_trace, simulate, simulate_config, sweep
-from hobbit.sim.results import Results
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hobbit.api import capture, configure, read_trace, simulate, simulate_config, sweep
+    from hobbit.sim.results import Results
 
 __all__ = ["Results", "capture", "configure", "read_trace", "simulate", "simulate_config", "sweep"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Results":
+        from hobbit.sim.results import Results
+        return Results
+    if name in __all__:
+        import hobbit.api
+        return getattr(hobbit.api, name)
+    raise AttributeError(f"module 'hobbit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

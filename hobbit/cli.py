@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                    "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
     "sim": ("hobbit.sim_commands", "sim_main",
             "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
-    "tune": ("hobbit.sim_commands", "tune_main",
+    "tune": ("hobbit.tune_command", "tune_main",
              "search T1/T2, cache split and cache weights with Optuna (resumable)"),
     "quality": ("hobbit.executor_commands", "quality_main",
                 "perplexity, top-1 agreement and KL of mixed precision vs full"),

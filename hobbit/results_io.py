@@ -16,9 +16,13 @@ import shutil
 import warnings
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from hobbit.sim.config import SimConfig
-from hobbit.sim.results import Results
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
+
+if TYPE_CHECKING:  # pandas loads with the results, not with this module (a sweep's launching process reads CACHED_MARK)
+    from hobbit.sim.results import Results
 
 RESULT_FILES = ("results.json", "passes.parquet", "layers.parquet")
 CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache

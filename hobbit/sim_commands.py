@@ -1,4 +1,8 @@
-"""``hobbit sim`` and ``hobbit tune``: the simulator's commands (Hydra apps over conf/)."""
+"""``hobbit sim``: the simulator's command (a Hydra app over conf/).
+
+The module imports only what composing and launching need; the simulator (numba, pandas, pyarrow)
+loads when a point runs, so a sweep's launching process stays light while its workers start.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,10 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf.errors import OmegaConfBaseException
 
-from hobbit.api import read_trace, simulate_config
 from hobbit.glue import CONF, hydra_command, set_values
 from hobbit.guard import guard
-from hobbit.results_io import CACHED_MARK, cache_root, config_key, from_cache, to_cache, write_results
 from hobbit.sim.config import ConfigError, SimConfig
-from hobbit.sim.tune import TuneConfig, tune
-from hobbit.timelines import write_sim_timeline
+from hobbit.sweeper import claim
 from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
@@ -32,13 +33,16 @@ def sim_main(cfg: SimConfig) -> None:
 
 
 def run_chunk(cfg: SimConfig) -> None:
-    """The sweep points of one multirun job (``hobbit.sweeper``): each point's values applied to the job's
-    composed config, each point's run directory written as a job of its own would be."""
+    """The sweep points of one multirun job (``hobbit.sweeper``), claimed one by one from the queue the job
+    shares with the launcher's other workers: each point's values applied to the job's composed config, each
+    point's run directory written as a job of its own would be."""
     chunk = Path(cfg.sweep_chunk)
     spec = json.loads(chunk.read_text())
     sweep_dir = chunk.parent.parent
     base = dataclasses.replace(cfg, sweep_chunk=None)
     for point in spec["points"]:
+        if not claim(chunk, point["index"]):  # another job of this queue has it
+            continue
         out = sweep_dir / str(point["index"])
         try:
             pcfg = set_values(base, [*point["values"], f"out_dir={out}"])
@@ -53,6 +57,10 @@ def run_chunk(cfg: SimConfig) -> None:
 
 def run_one(cfg: SimConfig) -> None:
     """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``."""
+    from hobbit.api import read_trace, simulate_config
+    from hobbit.results_io import cache_root, config_key, from_cache, to_cache, write_results
+    from hobbit.timelines import write_sim_timeline
+
     trace_path = Path(cfg.trace) if cfg.trace else bundled_trace()
     trace = read_trace(trace_path)
     out = Path(cfg.out_dir)
@@ -82,21 +90,9 @@ class SweepSummary(Callback):
     """At the end of a multirun: how many runs came from the result cache."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        from hobbit.results_io import CACHED_MARK
+
         root = Path(config.hydra.sweep.dir)
         runs = [p.parent for p in root.rglob("results.json") if "report" not in p.parts]
         cached = sum((r / CACHED_MARK).exists() for r in runs)
         print(f"sweep {root}: {len(runs)} runs finished, {cached} skipped as already simulated (result cache)")
-
-
-@hydra_command(CONF, "tune", TuneConfig)
-def tune_main(cfg: TuneConfig) -> None:
-    """Search T1, T2, the cache split and the four cache weights with Optuna."""
-    s = tune(read_trace(cfg.trace), cfg)
-    print(f"study {s['study']}: {s['trials']} trials ({s['resumed_from']} from earlier runs)")
-    if not s["best"]:
-        print(f"no trial met the quality budget ({cfg.quality_budget}); raise quality_budget or add trials")
-        return
-    for b in s["best"][:5]:
-        print(f"  trial {b['trial']}: {b['latency_ms']:.2f} ms/token, degraded gate mass {b['degraded_mass']:.3f}")
-    print(f"best configuration: {s['experiment']}")
-    print(f"  hobbit sim hydra.searchpath=[file://{Path(s['experiment']).parent.parent.resolve()}] +experiment=tuned")

@@ -7,15 +7,17 @@ command-line grammar (``a=1,2 b=x,y``: the product), then:
 
 - splits each point's overrides into structural ones (a config group such as ``system=``,
   ``+``/``~`` overrides, ``hydra.*``), which need Hydra's composition, and values, which do not;
-- groups the points by their structural overrides and cuts each group into chunks
-  (``chunk_size`` points; 0: about four chunks per worker of the launcher);
-- launches one job per chunk through the configured launcher (joblib, Ray, ...): Hydra composes
-  the chunk once; the job (``hobbit.sim_commands``) reads its points from a file under the
-  sweep directory (``.chunks/<n>.json``), applies each point's values to the composed
-  config, and writes each point's run directory ``<sweep dir>/<point>`` (results,
+- groups the points by their structural overrides; each group becomes one queue of points
+  (``.chunks/<n>.json`` under the sweep directory), drained by one job per worker of the launcher,
+  each job claiming the next point no job has taken (an exclusively created file per point under
+  ``.chunks/<n>.claims/``), so Hydra composes a group once per worker and a slow point holds up no
+  one; ``chunk_size: N`` cuts each group into fixed chunks of N points instead, one job each;
+- launches the jobs through the configured launcher (joblib, Ray, ...): the job
+  (``hobbit.sim_commands``) reads its points from the queue's file, applies each point's values to
+  the composed config, and writes each point's run directory ``<sweep dir>/<point>`` (results,
   ``.hydra/overrides.yaml`` and ``.hydra/config.yaml``) as one Hydra job per point would.
 
-In one worker the trace is read and laid out once for all its chunks (``hobbit.api.read_trace``,
+In one worker the trace is read and laid out once for all its points (``hobbit.api.read_trace``,
 ``sim.run.prepare``). The result cache and resume work per point, as before.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,24 @@ class HobbitSweeperConf:
     """``hydra.sweeper`` when ``hydra/sweeper=hobbit``."""
 
     _target_: str = TARGET
-    chunk_size: int = 0  # points per launched job; 0: about four chunks per worker of the launcher
+    chunk_size: int = 0  # points per launched job; 0: each group's points as one queue, one job per worker
+
+
+def claims_dir(spec: Path) -> Path:
+    """Where the jobs sharing the points of ``spec`` claim them: one empty file per point taken (``claim``)."""
+    return spec.with_suffix(".claims")
+
+
+def claim(spec: Path, index: int) -> bool:
+    """Take point ``index`` of ``spec`` for this job: true for exactly one of the jobs that ask (the file's
+    exclusive creation is the lock; a shared file system across machines works as it does for the specs)."""
+    d = claims_dir(spec)
+    d.mkdir(exist_ok=True)
+    try:
+        os.close(os.open(d / str(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
 
 
 def structural(o: Override, groups: Any) -> bool:
@@ -90,18 +110,25 @@ class HobbitSweeper(Sweeper):
         for i, point in enumerate(points):
             shape = tuple(s for s, k in zip(point, kinds) if k)
             by_shape.setdefault(shape, []).append(i)
-        size = self.chunk_size or max(1, -(-len(points) // (4 * self._workers())))
-        jobs = []
+        jobs: list[list[str]] = []
+        specs = 0
         for shape, idx in by_shape.items():
-            for part in (idx[i:i + size] for i in range(0, len(idx), size)):
+            if self.chunk_size:  # fixed chunks of points: one job each
+                parts = [(idx[i:i + self.chunk_size], 1) for i in range(0, len(idx), self.chunk_size)]
+            else:  # the shape's points as one queue, drained by one job per worker
+                parts = [(idx, min(self._workers(), len(idx)))]
+            for part, takers in parts:
                 spec = {"points": [{"index": i, "values": [s for s, k in zip(points[i], kinds) if not k],
                                     "overrides": list(points[i])} for i in part]}
-                path = sweep_dir / CHUNKS_DIR / f"{len(jobs)}.json"
+                path = sweep_dir / CHUNKS_DIR / f"{specs}.json"
+                shutil.rmtree(claims_dir(path), ignore_errors=True)  # a rerun into the same sweep dir claims afresh
                 tmp = path.with_suffix(".json.tmp")
                 tmp.write_text(json.dumps(spec))
                 tmp.replace(path)
-                jobs.append([*shape, f"sweep_chunk={path.resolve()}",
-                             f"hydra.sweep.subdir={CHUNKS_DIR}/{len(jobs)}"])
+                jobs += [[*shape, f"sweep_chunk={path.resolve()}",
+                          f"hydra.sweep.subdir={CHUNKS_DIR}/{specs}" + (f"-{j}" if takers > 1 else "")]
+                         for j in range(takers)]
+                specs += 1
         results = self.launcher.launch(jobs, initial_job_idx=0)
         for r in results:
             _ = r.return_value  # a job that failed raises here

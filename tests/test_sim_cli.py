@@ -47,6 +47,10 @@ def test_multirun_sweeps_with_joblib_into_distinct_dirs(small_trace, tmp_path):
     assert len(runs) == 4
     systems = sorted(json.loads((p / "results.json").read_text())["system"] for p in runs)
     assert systems == ["hobbit", "hobbit", "on-demand", "on-demand"]
+    # each system's points are one queue, drained by one job per worker; each point claimed by one of them
+    assert sorted(p.name for p in (sweep / ".chunks").iterdir() if p.is_dir()) == [
+        "0-0", "0-1", "0.claims", "1-0", "1-1", "1.claims"]
+    assert sorted(p.name for p in (sweep / ".chunks" / "1.claims").iterdir()) == ["2", "3"]
 
 
 def test_default_sweep_dirs_do_not_collide():

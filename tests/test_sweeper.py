@@ -6,10 +6,14 @@ import json
 
 import yaml
 
+import dataclasses
+
 from hobbit.api import simulate_config
 from hobbit.glue import compose, set_values
 from hobbit.results_io import CACHED_MARK
 from hobbit.sim.config import SimConfig
+from hobbit.sim_commands import run_chunk
+from hobbit.sweeper import claim, claims_dir
 from hobbit.traces.io import read_trace
 
 from conftest import run_cli
@@ -47,6 +51,38 @@ def test_points_run_in_chunks_and_write_their_own_run_directories(tmp_path):
     over = [o for o in yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text()) if not o.startswith("use_cache")]
     alone = simulate_config(read_trace(trace), compose("sim", SimConfig, ["out_dir=.", *over]))
     assert json.loads((run / "results.json").read_text())["decode_ms_per_token"] == alone.summary["decode_ms_per_token"]
+
+
+def test_a_queue_of_points_is_drained_once_by_the_jobs_that_share_it(tmp_path):
+    trace = write_first_requests(tmp_path, 1)
+    root = tmp_path / "sweep"
+    spec = root / ".chunks" / "0.json"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(json.dumps({"points": [{"index": i, "values": [f"system.precision.t1={t}"],
+                                            "overrides": [f"system.precision.t1={t}"]}
+                                           for i, t in enumerate((0.4, 0.5, 0.6))]}))
+    assert claim(spec, 1) and not claim(spec, 1)  # one job took point 1: no other job may
+    cfg = compose("sim", SimConfig, [f"trace={trace}", "use_cache=false", f"out_dir={tmp_path / 'job'}"])
+    job = dataclasses.replace(cfg, sweep_chunk=str(spec))
+    run_chunk(job)
+    assert sorted(_runs(root)) == [0, 2]
+    assert sorted(int(p.name) for p in claims_dir(spec).iterdir()) == [0, 1, 2]
+    for run in _runs(root).values():
+        (run / "results.json").unlink()
+    run_chunk(job)  # a second job of the same queue finds every point taken
+    assert _runs(root) == {}
+
+
+def test_a_sweep_run_again_into_its_directory_claims_its_points_afresh(tmp_path):
+    trace = write_first_requests(tmp_path, 1)
+    root = tmp_path / "sweep"
+    args = ["sim", "-m", f"trace={trace}", "system.precision.t1=0.4,0.6", "use_cache=false",
+            "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={root}"]
+    assert run_cli(args) == 0
+    for run in _runs(root).values():
+        (run / "results.json").unlink()
+    assert run_cli(args) == 0
+    assert sorted(_runs(root)) == [0, 1]
 
 
 def test_an_interrupted_sweep_resumes_from_the_result_cache(tmp_path):
