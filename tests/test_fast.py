@@ -308,3 +308,27 @@ def test_one_compiled_walk_for_read_only_and_writable_traces():
         simulate(tr, cfg.model, cfg.hardware, cfg.system)
     assert len(walk.walk.signatures) == 1, walk.walk.signatures
     assert arrays.gate_weights.flags.writeable  # the trace itself is left as it was
+
+
+def test_a_compilation_is_announced_and_timed_a_cache_load_is_silent():
+    import io
+
+    from numba import njit
+    from numba.core import event as numba_event
+
+    @njit
+    def helper(x):
+        return x + 1
+
+    out = io.StringIO()
+    notice = fast.CompileNotice((fast.walk.walk, fast.timing.replay), out)
+    with numba_event.install_listener("numba:compile", notice):
+        helper(1)  # a compilation that is not the core's: silent
+        assert out.getvalue() == ""
+        for d in (fast.walk.walk, fast.timing.replay):  # numba fires numba:compile only on a cache miss
+            notice.notify(numba_event.Event("numba:compile", numba_event.EventStatus.START, {"dispatcher": d}))
+            notice.notify(numba_event.Event("numba:compile", numba_event.EventStatus.END, {"dispatcher": d}))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and "compiling the simulator's core (walk first)" in lines[0]
+    assert lines[1].startswith("hobbit: compiled walk in ") and lines[2].startswith("hobbit: compiled replay in ")
+    assert fast.walk.walk in fast.ENTRY and fast.bound.pass_bounds in fast.ENTRY

@@ -12,9 +12,12 @@ the executor and the timelines.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
+from numba.core import event as numba_event
 
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
@@ -26,6 +29,35 @@ from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
+
+
+class CompileNotice(numba_event.Listener):
+    """Says on stderr when the compiled core is being compiled, not loaded from numba's on-disk cache: once per
+    machine and version, minutes on a small machine, silent otherwise. Numba fires ``numba:compile`` only on a cache
+    miss; the notice names the entry points (``ENTRY``), not the helpers they compile on the way."""
+
+    def __init__(self, entry: tuple[Callable, ...], out=None) -> None:
+        self.entry, self.out, self.started = entry, out, {}
+
+    def _say(self, text: str) -> None:
+        print(f"hobbit: {text}", file=self.out or sys.stderr, flush=True)
+
+    def on_start(self, event: numba_event.Event) -> None:
+        d = event.data["dispatcher"]
+        if d in self.entry and not self.started:
+            self._say(f"compiling the simulator's core ({d.py_func.__name__} first): once for this machine and "
+                      f"version, a few minutes on two cores; later runs load it from numba's cache")
+        if d in self.entry:
+            self.started[d] = time.perf_counter()
+
+    def on_end(self, event: numba_event.Event) -> None:
+        d = event.data["dispatcher"]
+        if d in self.started and d in self.entry:
+            self._say(f"compiled {d.py_func.__name__} in {time.perf_counter() - self.started[d]:.0f} s")
+
+
+ENTRY = (walk.walk, timing.replay, timing.replay_shared, bound.pass_bounds)
+numba_event.register("numba:compile", CompileNotice(ENTRY))
 
 
 def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
