@@ -332,3 +332,17 @@ def test_a_compilation_is_announced_and_timed_a_cache_load_is_silent():
     assert len(lines) == 3 and "compiling the simulator's core (walk first)" in lines[0]
     assert lines[1].startswith("hobbit: compiled walk in ") and lines[2].startswith("hobbit: compiled replay in ")
     assert fast.walk.walk in fast.ENTRY and fast.bound.pass_bounds in fast.ENTRY
+
+
+def test_per_pass_costs_are_the_costs_of_each_pass():
+    from hobbit.sim.cost import CostModel
+    from hobbit.sim.workload import build_workload
+
+    cfg = compose_sim()
+    wl = build_workload(bundled(6))
+    cost = CostModel(cfg.model, cfg.hardware)
+    sizes = np.asarray(wl.pass_end) - np.asarray(wl.pass_start)
+    dense, other = fast.per_pass(cost, sizes, wl.pass_context)
+    assert len(set(zip(sizes.tolist(), wl.pass_context))) < len(sizes)  # passes share (tokens, context) pairs
+    assert dense.tolist() == [cost.dense_s(int(n), int(c)) for n, c in zip(sizes, wl.pass_context)]
+    assert other.tolist() == [cost.other_s(int(n)) for n in sizes]

@@ -116,6 +116,21 @@ def _tables(wl: Workload) -> tuple[int, np.ndarray]:
     return (int(sizes.max()) if len(sizes) else 1) * wl.top_k, sizes
 
 
+def per_pass(cost: CostModel, sizes: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dense seconds, head seconds) of each pass, ``cost.cached`` asked once per distinct (tokens, context): a
+    decode pass each token, a million passes, take a few thousand distinct pairs, and the same values."""
+    n = np.asarray(sizes, np.int64)
+    c = np.asarray(context, np.int64)
+    if not len(n):
+        return np.zeros(0), np.zeros(0)
+    pair, at = np.unique(n * (int(c.max()) + 1) + c, return_inverse=True)
+    tokens, ctx = np.divmod(pair, int(c.max()) + 1)
+    dense = np.array([cost.cached("dense_s", int(a), int(b)) for a, b in zip(tokens, ctx)])
+    own, at_n = np.unique(n, return_inverse=True)
+    other = np.array([cost.cached("other_s", int(a)) for a in own])
+    return dense[at.ravel()], other[at_n.ravel()]
+
+
 PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
 LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this many entries per expert; beyond,
 # the reference walk decides (the list may hold a key more than once; no trace here has come near)
@@ -221,8 +236,7 @@ def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
     """``sim.plain.replay`` compiled: the same times (``shared``: as there)."""
     tab = dec.tables if dec.tables is not None else tables_from_steps(dec.steps, wl.num_layers)
     max_t, sizes = _tables(wl)
-    dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
-    other = np.array([cost.cached("other_s", int(n)) for n in sizes])
+    dense, other = per_pass(cost, sizes, wl.pass_context)
     top = max(max_t, int(tab.gpu[:, 3].max(initial=0)), int(tab.cpu[:, 1].max(initial=0)))
     expert = np.zeros((2, top + 1))
     cpu_s = np.zeros(top + 1)
@@ -283,8 +297,7 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
         expert_min[n] = min(cost.cached("expert_s", q, n) for q in precisions)
         if uses_cpu:
             cpu_s[n] = cost.cached("cpu_expert_s", n)
-    dense = np.array([cost.cached("dense_s", int(n), int(c)) for n, c in zip(sizes, wl.pass_context)])
-    other = np.array([cost.cached("other_s", int(n)) for n in sizes])
+    dense, other = per_pass(cost, sizes, wl.pass_context)
     return bound.pass_bounds(narrow(wl.ids, "expert_ids"), frozen(wl.weights), *rule_args(p.mode, p.t1, p.t2),
                              np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense, other,
                              expert_min, cpu_s, wl.num_experts, uses_cpu)
