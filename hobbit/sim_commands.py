@@ -22,6 +22,8 @@ from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
 
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: the same text, 4x faster
+
 
 @hydra_command(CONF, "sim", SimConfig)
 def sim_main(cfg: SimConfig) -> None:
@@ -52,7 +54,8 @@ def run_chunk(cfg: SimConfig) -> None:
         check_knobs(pcfg)
         run_one(pcfg)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
-        atomic_write_text(out / ".hydra" / "config.yaml", yaml.safe_dump(dataclasses.asdict(pcfg), sort_keys=False))
+        atomic_write_text(out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER,
+                                                                     sort_keys=False))
 
 
 def run_one(cfg: SimConfig) -> None:
