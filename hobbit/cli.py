@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from hobbit.glue import STATE, fail
+from hobbit.glue import STATE, fail, quick_exit
 from hobbit.guard import PathError, check_output
 
 # name -> (module, function, one-line description). A command's module is imported only to run
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
             except PathError as exc:
                 fail(str(exc))
     sys.argv = [f"hobbit-{command}", *rewrite(command, rest)]
+    quick_exit()
     try:
         getattr(importlib.import_module(module), func)()
     except SystemExit as exc:

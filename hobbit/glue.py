@@ -9,7 +9,9 @@ it; the task receives a typed object, never a ``DictConfig``. Bad input (any
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import gc
 import signal
 import sys
 from collections.abc import Callable
@@ -41,12 +43,23 @@ T = TypeVar("T")
 
 
 class _State:
-    """Whether the task function was entered (config errors happen before it)."""
+    """Whether the task function was entered (config errors happen before it); whether ``quick_exit`` is set."""
 
     started = False
+    quick_exit = False
 
 
 STATE = _State()
+
+
+def quick_exit() -> None:
+    """At this process's exit, after the atexit handlers registered before this call, freeze what the garbage
+    collector tracks: the interpreter's final collections would otherwise walk the ~170,000 objects numba, pandas
+    and Hydra leave, 0.7-0.9 s of every command and of every sweep worker's exit on this VM, against 0.1 s.
+    Nothing else changes: reference counts free what they free, files close, the other atexit handlers run."""
+    if not STATE.quick_exit:
+        atexit.register(gc.freeze)
+        STATE.quick_exit = True
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -82,6 +95,7 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
         @hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         def main(cfg: DictConfig) -> None:
             STATE.started = True
+            quick_exit()  # here, so that a launcher's worker processes exit quickly too
             signal.signal(signal.SIGTERM, _raise_interrupt)  # so writers clean up on `kill`
             try:
                 obj = OmegaConf.to_object(cfg)

@@ -97,3 +97,14 @@ def test_wheel_installs_one_package_hobbit(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hobbit", "--help"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "usage: hobbit <command>" in r.stdout, r.stderr[-2000:]
+
+
+def test_a_command_exits_without_the_interpreters_final_collections():
+    """``quick_exit``: the garbage collector's objects are frozen at exit, after the handlers registered before it
+    (which run last, and still see a normal exit), and only once however often it is asked."""
+    code = ("import atexit, gc; "
+            "atexit.register(lambda: print('at exit frozen:', gc.get_freeze_count() > 0)); "
+            "from hobbit.glue import quick_exit; quick_exit(); quick_exit(); "
+            "print('running frozen:', gc.get_freeze_count() > 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert r.stdout.split("\n")[:2] == ["running frozen: False", "at exit frozen: True"]
