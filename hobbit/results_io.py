@@ -15,7 +15,6 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from hobbit.sim.config import SimConfig

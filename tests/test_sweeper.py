@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import yaml
-
-import dataclasses
 
 from hobbit.api import simulate_config
 from hobbit.glue import compose, set_values
