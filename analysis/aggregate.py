@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
+
+if TYPE_CHECKING:  # pandas loads when a table is built: ``hobbit.api`` (flatten) is on every simulation's path
+    import pandas as pd
 
 KNOB_PREFIX = "knob."  # columns holding overridden knobs
 
@@ -81,6 +83,8 @@ def aggregate(root: str | Path) -> Aggregate:
             problems.append(f"{name}: results.json is unreadable ({exc})")
             continue
         rows.append({"run": name, **_overrides(run), **flatten(res)})
+    import pandas as pd
+
     return Aggregate(root, pd.DataFrame(rows), problems)
 
 

@@ -19,10 +19,9 @@ import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from joblib import Parallel, delayed
 from tqdm import tqdm
 
@@ -39,6 +38,9 @@ from hobbit.traces.capture import capture as capture_trace
 from hobbit.traces.io import Trace, atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
+
+if TYPE_CHECKING:  # pandas loads with a sweep's table or a run's tables, not with the API
+    import pandas as pd
 
 GROUPS = {"model": ModelConfig, "hardware": HardwareConfig, "system": SystemConfig}
 
@@ -155,6 +157,8 @@ def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *
             bar.update(len(part))
     rows = [{**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)}
             for s, over in zip(summaries, points)]
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from hobbit.sim.config import SimConfig
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
 
-if TYPE_CHECKING:  # pandas loads with the results, not with this module (a sweep's launching process reads CACHED_MARK)
+if TYPE_CHECKING:  # the tables are written from their columns: no pandas on a run's path
     from hobbit.sim.results import Results
 
 RESULT_FILES = ("results.json", "passes.parquet", "layers.parquet")
@@ -30,8 +30,8 @@ MANIFEST = "sha256.json"  # in a cache entry: result file -> its SHA-256
 
 def write_results(res: Results, out: Path) -> list[Path]:
     """results.json, passes.parquet, layers.parquet under ``out``; results.json is the last path."""
-    paths = [atomic_write_parquet(res.passes, out / "passes.parquet"),
-             atomic_write_parquet(res.layers, out / "layers.parquet")]
+    paths = [atomic_write_parquet(res.pass_columns, out / "passes.parquet"),
+             atomic_write_parquet(res.layer_columns, out / "layers.parquet")]
     paths.append(atomic_write_json(out / "results.json", res.summary))
     return paths
 

@@ -22,11 +22,10 @@ results.json keys (times in ms):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
 from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SERVED_NAMES, SKIPPED, Decisions
@@ -35,18 +34,42 @@ from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
 from hobbit.traces.io import Trace
 
+if TYPE_CHECKING:  # a run's tables become DataFrames when read (``Results.passes``); writing them needs no pandas
+    import pandas as pd
+
+Columns = dict[str, np.ndarray]
+
 
 @dataclass
 class Results:
-    """``summary`` is results.json; ``passes`` and ``layers`` are the Parquet tables."""
+    """``summary`` is results.json; ``passes`` and ``layers`` are the Parquet tables, as DataFrames built on first
+    use from ``pass_columns`` and ``layer_columns`` (what ``hobbit.results_io`` writes, without pandas)."""
 
     summary: dict[str, Any]
-    passes: pd.DataFrame
-    layers: pd.DataFrame
+    pass_columns: Columns
+    layer_columns: Columns
     decisions: Decisions
     timeline: Timeline
     workload: Workload | None = None  # what the run replayed and on what costs (for its schedule, ``sim.events``)
     cost: Any = None
+    _frames: dict[str, pd.DataFrame] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _frame(self, name: str, columns: Columns) -> pd.DataFrame:
+        if name not in self._frames:
+            import pandas as pd
+
+            self._frames[name] = pd.DataFrame(columns)
+        return self._frames[name]
+
+    @property
+    def passes(self) -> pd.DataFrame:
+        """One row per forward pass (passes.parquet)."""
+        return self._frame("passes", self.pass_columns)
+
+    @property
+    def layers(self) -> pd.DataFrame:
+        """One row per simulated layer (layers.parquet)."""
+        return self._frame("layers", self.layer_columns)
 
     @property
     def decode_ms_per_token(self) -> float | None:
@@ -70,8 +93,8 @@ def _stats(ms: np.ndarray) -> dict[str, float | None]:
     return {"mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95))}
 
 
-def _mean(ms: pd.Series) -> float | None:
-    return float(ms.mean()) if len(ms) and not ms.isna().any() else None
+def _mean(ms: np.ndarray) -> float | None:
+    return float(ms.mean()) if len(ms) and not np.isnan(ms).any() else None
 
 
 def _proxy(mass: np.ndarray) -> dict[str, float]:
@@ -81,34 +104,34 @@ def _proxy(mass: np.ndarray) -> dict[str, float]:
     return {"low_mass": low, "skip_mass": skip, "degraded_mass": low + skip}
 
 
-def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> pd.DataFrame:
+def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> Columns:
     L = wl.num_layers
     stall = tl.step_stall.reshape(-1, L).sum(axis=1) if L else np.zeros(len(wl.pass_start))
-    return pd.DataFrame({
-        "request_id": wl.pass_request,
-        "phase": wl.pass_phase,
-        "tokens": np.asarray(wl.pass_end) - np.asarray(wl.pass_start),
-        "context": wl.pass_context,
-        "start_ms": tl.pass_start * 1e3,
-        "latency_ms": (tl.pass_end - tl.pass_start) * 1e3,
-        "stall_ms": stall * 1e3,
-        "bound_ms": (bound if bound is not None else np.full(len(wl.pass_start), np.nan)) * 1e3,
-    })
+    return {
+        "request_id": np.asarray(wl.pass_request, np.int64),
+        "phase": np.asarray(wl.pass_phase, np.int64),
+        "tokens": np.asarray(wl.pass_end, np.int64) - np.asarray(wl.pass_start, np.int64),
+        "context": np.asarray(wl.pass_context, np.int64),
+        "start_ms": np.asarray(tl.pass_start, np.float64) * 1e3,
+        "latency_ms": np.asarray(tl.pass_end - tl.pass_start, np.float64) * 1e3,
+        "stall_ms": np.asarray(stall, np.float64) * 1e3,
+        "bound_ms": np.asarray(bound if bound is not None else np.full(len(wl.pass_start), np.nan), np.float64) * 1e3,
+    }
 
 
-def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, ...]) -> pd.DataFrame:
+def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, ...]) -> Columns:
     L = wl.num_layers
     decode = np.repeat(np.asarray(wl.pass_phase) == 1, L)
     stall = tl.step_stall.reshape(-1, L)
     loads, prefetches = (x.reshape(-1, L) for x in dec.loads_per_step())
     n_dec = max(int(decode.reshape(-1, L)[:, 0].sum()), 1)
-    return pd.DataFrame({
-        "layer": list(layers),
+    return {
+        "layer": np.asarray(list(layers), np.int64),
         "stall_ms_total": stall.sum(axis=0) * 1e3,
         "decode_stall_ms_per_token": (stall * decode.reshape(-1, L)).sum(axis=0) * 1e3 / n_dec,
         "demand_loads": loads.sum(axis=0),
         "prefetches_issued": prefetches.sum(axis=0),
-    })
+    }
 
 
 def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: ModelConfig, hw: HardwareConfig,
@@ -116,32 +139,32 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
               mix: dict[str, float] | None = None) -> Results:
     """``mix``: the rule mix of HOBBIT's classes at the system's T1 and T2, when already counted."""
     passes = pass_table(wl, tl, bound)
-    dec_rows = passes[passes.phase == 1]
-    pre_rows = passes[passes.phase == 0]
+    tokens, latency, phase = passes["tokens"], passes["latency_ms"], passes["phase"]
+    dec_rows, pre_rows = phase == 1, phase == 0
+    dec_tokens = tokens[dec_rows]
     served = dec.served.astype(float)
     uses = served.sum()
     not_skipped = uses - served[SKIPPED]
     hits = served[HIGH_HIT] + served[LOW_HIT]
     makespan = tl.makespan
     summary = {
-        "tokens": {"total": int(passes.tokens.sum()), "prefill": int(pre_rows.tokens.sum()),
-                   "decode": int(dec_rows.tokens.sum())},
+        "tokens": {"total": int(tokens.sum()), "prefill": int(tokens[pre_rows].sum()), "decode": int(dec_tokens.sum())},
         "requests": len(set(wl.pass_request)),
-        "decode_ms_per_token": _stats(dec_rows.latency_ms.to_numpy() / dec_rows.tokens.clip(lower=1).to_numpy()),
-        "prefill_ms_per_request": _stats(pre_rows.latency_ms.to_numpy()),
+        "decode_ms_per_token": _stats(latency[dec_rows] / np.clip(dec_tokens, 1, None)),
+        "prefill_ms_per_request": _stats(latency[pre_rows]),
         "precision_rule_mix": mix if mix is not None else rule_mix(hobbit_classes(
             wl.weights, system.precision.t1, system.precision.t2)),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
-        "bound": {"decode_ms_per_token": _mean(dec_rows.bound_ms / dec_rows.tokens.clip(lower=1)),
-                  "prefill_ms_per_request": _mean(pre_rows.bound_ms)},
+        "bound": {"decode_ms_per_token": _mean(passes["bound_ms"][dec_rows] / np.clip(dec_tokens, 1, None)),
+                  "prefill_ms_per_request": _mean(passes["bound_ms"][pre_rows])},
         "quality_proxy": _proxy(dec.mass),
         "prefetch": {"issued": dec.prefetch_issued, "used": dec.prefetch_used, "cancelled": tl.cancelled,
                      "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None},
         "bytes_loaded": int(tl.bytes_moved),
         "evictions": int(dec.evictions),
         "link_busy_fraction": float(tl.link_busy_s / makespan) if makespan else 0.0,
-        "stall_ms_per_token": float(dec_rows.stall_ms.sum() / max(dec_rows.tokens.sum(), 1)),
+        "stall_ms_per_token": float(np.nansum(passes["stall_ms"][dec_rows]) / max(dec_tokens.sum(), 1)),
         "cache": dataclasses.asdict(sizing),
         "layers_simulated": {"recorded": len(trace.meta.layers), "model": model.num_layers},
         "model": model.name, "hardware": hw.name, "system": system.name,

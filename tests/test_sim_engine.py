@@ -205,3 +205,19 @@ def test_small_random_traces_keep_the_invariants(seed, layers, experts, k, syste
     assert s["bytes_loaded"] <= dec.bytes_requested
     assert 0.0 <= s["hit_rate"] <= 1.0 and 0.0 <= s["link_busy_fraction"] <= 1.0 + 1e-9
     assert np.all(np.diff(a.timeline.pass_start) >= 0) and np.all(a.timeline.step_stall >= 0)
+
+
+def test_the_tables_written_without_pandas_read_back_as_the_runs_frames(small, tmp_path):
+    import pandas as pd
+
+    from hobbit.results_io import write_results
+
+    cfg = compose_sim()
+    res = simulate(small, cfg.model, cfg.hardware, cfg.system)
+    write_results(res, tmp_path)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "passes.parquet"), res.passes)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "layers.parquet"), res.layers)
+    assert res.passes is res.passes  # built once, on first use
+    dec = res.passes[res.passes.phase == 1]
+    assert res.summary["decode_ms_per_token"]["mean"] == (dec.latency_ms / dec.tokens.clip(lower=1)).mean()
+    assert res.summary["stall_ms_per_token"] == dec.stall_ms.sum() / dec.tokens.sum()
