@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from hobbit.glue import STATE, fail, quick_exit
+from hobbit.glue import STATE, fail, pipe_closed, quick_exit
 from hobbit.guard import PathError, check_output
 
 # name -> (module, function, one-line description). A command's module is imported only to run
@@ -54,7 +54,7 @@ def usage() -> str:
     lines = ["usage: hobbit <command> [key=value ...] [-m] [--help]", "", "commands:"]
     lines += [f"  {name:<{width}}  {desc}" for name, (_, _, desc) in COMMANDS.items()]
     lines += ["", "Each command is a Hydra app: `hobbit <command> --help` lists its knobs and defaults.",
-              "Exit codes: 0 success, 2 bad input (the message names the file, field and fix)."]
+              "Exit codes: 0 success, 2 bad input (the message names the file, field and fix), 141 output pipe closed."]
     return "\n".join(lines)
 
 
@@ -81,7 +81,13 @@ def rewrite(command: str, args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:  # `hobbit sim --help | head`: Hydra prints the help outside the task
+        pipe_closed()
+
+
+def _main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         sys.exit(0 if argv else 2)

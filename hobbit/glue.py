@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import gc
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -62,6 +63,16 @@ def quick_exit() -> None:
         STATE.quick_exit = True
 
 
+PIPE_CLOSED = 141  # the exit code of a process that SIGPIPE ends (128 + 13), as `cat big | head` leaves it
+
+
+def pipe_closed() -> None:
+    """The reader of standard output went away (``hobbit ... | head``): exit quietly, as a shell tool does. Python
+    would flush the rest into the closed pipe again at exit; it goes to /dev/null instead."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(PIPE_CLOSED)
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -106,6 +117,8 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
                 task(guard(obj, HydraConfig.get().runtime.cwd))
             except InputError as exc:
                 fail(str(exc))
+            except BrokenPipeError:
+                pipe_closed()
             except OSError as exc:  # the file system refused (full, gone, permissions): name the path
                 fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 

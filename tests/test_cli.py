@@ -108,3 +108,14 @@ def test_a_command_exits_without_the_interpreters_final_collections():
             "print('running frozen:', gc.get_freeze_count() > 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.split("\n")[:2] == ["running frozen: False", "at exit frozen: True"]
+
+
+@pytest.mark.parametrize("args", [["sim", "--help"], ["trace-info", str(ROOT / "traces" / "tiny" / "trace.parquet")]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(args, tmp_path):
+    """``hobbit ... | head``: the pipe closes before the command writes; no traceback, SIGPIPE's exit code."""
+    exe = Path(sys.executable).with_name("hobbit")
+    p = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    p.stdout.close()  # the reader is gone before the first write
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "Broken pipe" not in err
