@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from hobbit.sim.config import SimConfig
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
 
-if TYPE_CHECKING:  # the tables are written from their columns: no pandas on a run's path
+if TYPE_CHECKING:  # the tables are written from their columns through pyarrow, not from DataFrames
     from hobbit.sim.results import Results
 
 RESULT_FILES = ("results.json", "passes.parquet", "layers.parquet")

@@ -34,7 +34,7 @@ from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
 from hobbit.traces.io import Trace
 
-if TYPE_CHECKING:  # a run's tables become DataFrames when read (``Results.passes``); writing them needs no pandas
+if TYPE_CHECKING:  # a run's tables become DataFrames when read (``Results.passes``); writing them needs no DataFrame
     import pandas as pd
 
 Columns = dict[str, np.ndarray]
@@ -43,7 +43,7 @@ Columns = dict[str, np.ndarray]
 @dataclass
 class Results:
     """``summary`` is results.json; ``passes`` and ``layers`` are the Parquet tables, as DataFrames built on first
-    use from ``pass_columns`` and ``layer_columns`` (what ``hobbit.results_io`` writes, without pandas)."""
+    use from ``pass_columns`` and ``layer_columns`` (what ``hobbit.results_io`` writes, through pyarrow)."""
 
     summary: dict[str, Any]
     pass_columns: Columns
