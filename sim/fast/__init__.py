@@ -44,15 +44,16 @@ class CompileNotice(numba_event.Listener):
 
     def on_start(self, event: numba_event.Event) -> None:
         d = event.data["dispatcher"]
-        if d in self.entry and not self.started:
+        if d not in self.entry:
+            return
+        if not self.started:
             self._say(f"compiling the simulator's core ({d.py_func.__name__} first): once for this machine and "
                       f"version, a few minutes on two cores; later runs load it from numba's cache")
-        if d in self.entry:
-            self.started[d] = time.perf_counter()
+        self.started[d] = time.perf_counter()
 
     def on_end(self, event: numba_event.Event) -> None:
         d = event.data["dispatcher"]
-        if d in self.started and d in self.entry:
+        if d in self.started:
             self._say(f"compiled {d.py_func.__name__} in {time.perf_counter() - self.started[d]:.0f} s")
 
 
@@ -123,8 +124,9 @@ def per_pass(cost: CostModel, sizes: np.ndarray, context: np.ndarray) -> tuple[n
     c = np.asarray(context, np.int64)
     if not len(n):
         return np.zeros(0), np.zeros(0)
-    pair, at = np.unique(n * (int(c.max()) + 1) + c, return_inverse=True)
-    tokens, ctx = np.divmod(pair, int(c.max()) + 1)
+    span = int(c.max()) + 1
+    pair, at = np.unique(n * span + c, return_inverse=True)
+    tokens, ctx = np.divmod(pair, span)
     dense = np.array([cost.cached("dense_s", int(a), int(b)) for a, b in zip(tokens, ctx)])
     own, at_n = np.unique(n, return_inverse=True)
     other = np.array([cost.cached("other_s", int(a)) for a in own])
