@@ -10,7 +10,8 @@ and cpu_insert.
 
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
-expert, (R, F, H)]``, scalars in ``st`` (``CLOCK`` ..), and the policies' own state in the
+expert, (R, F, H)]`` (both views of one row per (layer, expert), ``xs``), scalars in ``st`` (``CLOCK`` ..),
+and the policies' own state in the
 tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists of SIEVE, LFRU,
 S3-FIFO and ARC per slot (5) and per region (6), their ghost keys (7), ARC's p and capacity
 per region (9, 10), LIRS's lists (11-14). The log is appended to
@@ -1218,20 +1219,22 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, gS))
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
           g_key, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
-    index = np.full((2, L, E), -1, np.int32)  # int32: the walk is bound by cache misses on its state
-    rec = np.zeros((L, E, 3), np.int32)
-    counts = np.zeros((L, E), np.int32)
+    # what the walk keeps per (layer, expert), side by side in one row of ``xs`` (the walk is bound by cache misses
+    # on its state, and a use reads and writes all of it): its slot in each pool (``index``, -1: none), its record
+    # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
+    xs = np.zeros((L, E, 8), np.int32)
+    xs[:, :, :2] = -1
+    index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
     st = np.zeros(N_ST, np.int64)
     served = np.zeros(6, np.int64)
     mass = np.zeros(3)
     # staged prefetches (insertion order), pins (target layer, pool, layer, expert), prefetched flags
-    stg_tid = np.full((L, E), -1, np.int64)
+    stg_tid = np.full((L, E), -1, np.int64)  # read only when ``staging`` (nothing is staged otherwise)
     stg_prec = np.zeros((L, E), np.int64)
     stg_list = np.zeros((max(staging, 1), 3), np.int64)  # layer, expert, target; in insertion order
     n_stg = 0
     pins = np.zeros((16, 4), np.int64)
     n_pins = 0
-    prefetched = np.zeros((L, E), np.bool_)
     # need of one (pass, layer): expert -> class, tokens, mass, in first-appearance order
     need_c = np.full(E, SKIP, np.int64)
     need_n = np.zeros(E, np.int64)
@@ -1261,7 +1264,9 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     g_on, g_slots, g_n, g_pos, g_qlb, g_key = _borrowed(g_on), _borrowed(g_slots), _borrowed(g_n), _borrowed(g_pos), \
         _borrowed(g_qlb), _borrowed(g_key)
     row, rc, rm = _borrowed(row), _borrowed(rc), _borrowed(rm)
+    rule = (hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)  # _wanted takes its buffers out of it: borrowed
     ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
+    pred, pred_w = _borrowed(pred), _borrowed(pred_w)  # sliced for _wanted at every step
     loads_own, evicted_own, kept_own = loads, evicted, kept
     loads, evicted, kept = _borrowed(loads_own), _borrowed(evicted_own), _borrowed(kept_own)
     for p in range(P):
@@ -1393,7 +1398,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, pool[hp, slot, TRANSFER], hp, n, e
                         ng += 1
                         got = hp
-                if got < 0 and stg_tid[layer, e] >= 0:
+                if got < 0 and staging and stg_tid[layer, e] >= 0:
                     stid, sprec = stg_tid[layer, e], stg_prec[layer, e]
                     stg_tid[layer, e] = -1
                     for q in range(n_stg):  # out of the insertion-ordered list
@@ -1515,7 +1520,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                             neg[j * E + e] = -((eam_lib[m, layer + 1 + j, e] + EAM_FLOOR) * decay)
                     for idx in np.argsort(neg, kind="mergesort"):
                         tl, te = layer + 1 + idx // E, idx % E
-                        if stg_tid[tl, te] >= 0 or resident[tl, te] or cpu_layer[tl] or index[HIGH, tl, te] >= 0 or \
+                        if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
+                                index[HIGH, tl, te] >= 0 or \
                                 index[LOW, tl, te] >= 0:
                             continue
                         props[n_props, 0], props[n_props, 1], props[n_props, 2] = tl, te, uniform
@@ -1548,7 +1554,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                 found = 0
                 for q in range(nw):
                     e = worder[q]
-                    present = stg_tid[target, e] >= 0 or resident[target, e] or cpu_layer[target] or \
+                    present = (staging and stg_tid[target, e] >= 0) or resident[target, e] or cpu_layer[target] or \
                         index[HIGH, target, e] >= 0 or index[LOW, target, e] >= 0
                     if not present:
                         props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
@@ -1559,7 +1565,8 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     break
             for q in range(n_props):
                 tl, te = props[q, 0], props[q, 1]
-                if stg_tid[tl, te] >= 0 or resident[tl, te] or cpu_layer[tl] or index[HIGH, tl, te] >= 0 or \
+                if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
+                        index[HIGH, tl, te] >= 0 or \
                         index[LOW, tl, te] >= 0:
                     continue
                 prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
