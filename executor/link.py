@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -67,6 +68,13 @@ class CopyEngine:
                 if c.tid in drop:
                     self.copies.pop(c.tid, None)
             self.queue = kept
+
+    def first(self, tids: Iterable[int]) -> int:
+        """Of ``tids``, the copy this engine finishes first: one in flight or done, else the one queued
+        earliest (the first given, on a tie). The queue is read under the lock its thread pops it with."""
+        with self.cv:
+            rank = {c.tid: i + 1 for i, c in enumerate(self.queue)}
+        return min(tids, key=lambda tid: rank.get(tid, 0))
 
     def done(self, tid: int) -> bool:
         c = self.copies.get(tid)

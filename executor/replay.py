@@ -126,7 +126,7 @@ class Replayer:
             ready = [j for j in todo if link.done(step.gpu[j].tid)]
             if not ready:
                 t0 = time.perf_counter()
-                link.wait(min((step.gpu[j].tid for j in todo), key=lambda tid: self._queue_rank(link, tid)))
+                link.wait(link.first(step.gpu[j].tid for j in todo))
                 stall += self._note(i, "stall", t0) - t0
                 continue
             for j in ready:
@@ -147,13 +147,6 @@ class Replayer:
             if timed:
                 self._note(i, "cpu_expert", t0, j)
         return stall
-
-    @staticmethod
-    def _queue_rank(link: CopyEngine, tid: int) -> int:
-        for i, c in enumerate(link.queue):
-            if c.tid == tid:
-                return i + 1
-        return 0  # in flight
 
     def _settle(self, link: CopyEngine, step: LayerStep) -> None:
         """After the layer: free what the decisions evicted, keep what they kept (prefetches pinned in

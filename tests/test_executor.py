@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from hobbit.executor.kernels import ExpertKernel, reference
+from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.replay import Replayer
 from hobbit.executor.weights import build_store, reduce_model
 from hobbit.sim.policies.base import HIGH, LOW
@@ -388,3 +390,35 @@ def test_a_profiles_minimum_takes_as_many_samples_as_a_replayed_tokens():
     x = rng.normal(1.0, 0.1, (300_000, 1))
     assert pick(x, "min", axis=0, group=5)[0] == pytest.approx(np.min(x[:5000].reshape(1000, 5), axis=1).mean(),
                                                                abs=0.005)
+
+
+def test_the_copy_engine_names_the_copy_it_finishes_first_while_its_queue_moves():
+    """``CopyEngine.first``: a copy not queued (in flight or done) first, then queue order (a demand copy ahead of
+    queued prefetches). The replayer asks while the engine's thread pops the queue: it reads the queue under the
+    engine's lock (it iterated the deque unlocked, and a pop in between raised "deque mutated during iteration")."""
+    link = CopyEngine(torch.device("cpu"), dry=True)
+    link.close()  # no thread serves the queue: the test moves it
+    t = torch.zeros(1)
+    link.submit([Copy(1, t, t, demand=False), Copy(2, t, t, demand=False), Copy(3, t, t, demand=True)])
+    assert [c.tid for c in link.queue] == [3, 1, 2]
+    assert link.first([2, 1]) == 1 and link.first([1, 3]) == 3 and link.first([2, 9, 3]) == 9
+    stop = threading.Event()
+
+    def churn() -> None:  # the engine's thread, as fast as it can: a copy in, the oldest out, under its lock
+        tid = 100
+        while not stop.is_set():
+            with link.cv:
+                link.queue.append(Copy(tid, t, t, demand=False))
+                link.queue.popleft()
+            tid += 1
+
+    for _ in range(60):
+        link.queue.append(Copy(10, t, t, demand=False))
+    mover = threading.Thread(target=churn)
+    mover.start()
+    try:
+        for _ in range(20_000):
+            assert link.first([1, 2]) in (1, 2)
+    finally:
+        stop.set()
+        mover.join()
