@@ -160,45 +160,74 @@ class DecisionTables:
     def steps(self) -> Steps:
         return Steps(self)
 
-    def layer_steps(self) -> list[LayerStep]:
-        """The tables as ``LayerStep`` records (what the reference walk builds)."""
+    def rows(self, table: str, start: int, stop: int) -> tuple[int, np.ndarray]:
+        """The rows of ``table`` in steps ``start`` to ``stop`` - 1, and the index of the first (rows are in step
+        order)."""
+        t = getattr(self, table)
+        lo, hi = np.searchsorted(t[:, 0], [start, stop], side="left")
+        return int(lo), t[lo:hi]
+
+    def layer_steps(self, start: int = 0, stop: int | None = None) -> list[LayerStep]:
+        """The tables as ``LayerStep`` records (what the reference walk builds): every step, or steps ``start`` to
+        ``stop`` - 1."""
         L, eb = self.num_layers, self.expert_bytes
-        out = [LayerStep(i // L, i % L) for i in range(self.n_steps)]
-        for tid, (i, demand, layer, e, prec) in enumerate(self.loads.tolist()):
-            s = out[i]
+        n = self.n_steps if stop is None else min(stop, self.n_steps)
+        out = [LayerStep(i // L, i % L) for i in range(start, n)]
+        first, loads = self.rows("loads", start, n)
+        for tid, (i, demand, layer, e, prec) in enumerate(loads.tolist(), start=first):
+            s = out[i - start]
             s.loads.append(Load(tid, eb[prec], bool(demand)))
             s.load_keys.append(CopyKey(layer, e, PRECISION[prec]))
-        for i, tid, prec, n, e in self.gpu.tolist():
-            out[i].gpu.append(Compute(tid, PRECISION[prec], n))
-            out[i].gpu_keys.append((i % L, e))
-        for i, n, e in self.cpu.tolist():
-            out[i].cpu.append(n)
-            out[i].cpu_keys.append((i % L, e))
-        for i, tid in self.cancel.tolist():
-            out[i].cancel.append(tid)
-        for i, layer, e, prec in self.evicted.tolist():
-            out[i].evicted.append(CopyKey(layer, e, PRECISION[prec]))
-        for i, layer, e, prec in self.kept.tolist():
-            out[i].kept.append(CopyKey(layer, e, PRECISION[prec]))
+        for i, tid, prec, k, e in self.rows("gpu", start, n)[1].tolist():
+            out[i - start].gpu.append(Compute(tid, PRECISION[prec], k))
+            out[i - start].gpu_keys.append((i % L, e))
+        for i, k, e in self.rows("cpu", start, n)[1].tolist():
+            out[i - start].cpu.append(k)
+            out[i - start].cpu_keys.append((i % L, e))
+        for i, tid in self.rows("cancel", start, n)[1].tolist():
+            out[i - start].cancel.append(tid)
+        for i, layer, e, prec in self.rows("evicted", start, n)[1].tolist():
+            out[i - start].evicted.append(CopyKey(layer, e, PRECISION[prec]))
+        for i, layer, e, prec in self.rows("kept", start, n)[1].tolist():
+            out[i - start].kept.append(CopyKey(layer, e, PRECISION[prec]))
         return out
 
 
 class Steps(Sequence):
-    """``Decisions.steps`` of a compiled walk: its tables, laid out as ``LayerStep`` records on first use."""
+    """``Decisions.steps`` of a compiled walk: its tables, laid out as ``LayerStep`` records on first use, as far
+    as asked (a timeline of a run's first passes lays out those and not the run's million others)."""
+
+    MIN_RUN = 1024  # steps laid out at a time, at least
 
     def __init__(self, tables: DecisionTables) -> None:
-        self.tables, self._steps = tables, None
+        self.tables, self._steps = tables, []
 
-    def _all(self) -> list[LayerStep]:
-        if self._steps is None:
-            self._steps = self.tables.layer_steps()
+    def laid_out(self) -> int:
+        """How many steps, from the first, are laid out as records so far."""
+        return len(self._steps)
+
+    def _upto(self, n: int) -> list[LayerStep]:
+        """The records, at least the first ``n`` laid out (the next ones are laid out in runs at least as long as
+        those before them and ``MIN_RUN``: few runs when the steps are read in order)."""
+        have = len(self._steps)
+        if n > have:
+            self._steps += self.tables.layer_steps(have, max(n, 2 * have, self.MIN_RUN))
         return self._steps
 
     def __len__(self) -> int:
         return self.tables.n_steps
 
     def __getitem__(self, i):
-        return self._all()[i]
+        if isinstance(i, slice):
+            return self._upto(self.tables.n_steps)[i]
+        n = self.tables.n_steps
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"step {i} out of range for {n} steps")
+        return self._upto(j + 1)[j]
+
+    def __iter__(self):
+        return iter(self._upto(self.tables.n_steps))
 
     def __eq__(self, other: object) -> bool:
         return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented

@@ -71,10 +71,18 @@ def parse_window(text: str, n_pass: int) -> tuple[int, int]:
     return start, max(start, stop)
 
 
-def occupancy(dec: Decisions) -> np.ndarray:
-    """[S, 2] copies each pool holds after each (pass, layer) step, from what the decisions kept and evicted."""
-    delta = np.zeros((len(dec.steps), 2), np.int64)
-    for i, s in enumerate(dec.steps):
+def occupancy(dec: Decisions, steps: int | None = None) -> np.ndarray:
+    """[S, 2] copies each pool holds after each (pass, layer) step, from what the decisions kept and evicted: every
+    step, or the first ``steps``."""
+    n = len(dec.steps) if steps is None else min(steps, len(dec.steps))
+    delta = np.zeros((n, 2), np.int64)
+    if dec.tables is not None:
+        for table, sign in (("kept", 1), ("evicted", -1)):
+            rows = dec.tables.rows(table, 0, n)[1]
+            np.add.at(delta, (rows[:, 0], rows[:, 3]), sign)
+        return np.cumsum(delta, axis=0)
+    for i in range(n):
+        s = dec.steps[i]
         for _, _, prec in s.kept:
             delta[i, prec] += 1
         for _, _, prec in s.evicted:
@@ -89,7 +97,7 @@ def build(wl: Workload, dec: Decisions, tl: Timeline, work: list, window: tuple[
     L = wl.num_layers
     a, b = window
     out: list[Slice] = []
-    held = occupancy(dec)
+    held = occupancy(dec, b * L)
     counters = []
     copy_info = {}
     for i in range(a * L, b * L):
@@ -143,8 +151,25 @@ def build(wl: Workload, dec: Decisions, tl: Timeline, work: list, window: tuple[
 
 
 def simulated(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, window: tuple[int, int]) -> Schedule:
-    """The simulator's schedule of ``dec``: its decisions re-timed with the plain engine, recording."""
-    work: list = []
-    tl = replay(wl, dec, cost, demand_first, rec=work)
+    """The simulator's schedule of ``dec``: its decisions re-timed with the plain engine, recording.
+
+    Only as many passes are re-timed as the window needs: a pass's times depend on nothing after it, so the passes
+    up to the window's end are timed as in the whole run, and then every copy issued in the window has to be
+    resolved (landed, or cancelled before it started). While one is not, the re-timed span doubles, up to the
+    whole run. A window at the start of a long trace thus costs its own passes and a few more, not the trace's
+    (``Schedule.pass_start`` / ``pass_end`` are 0 after the passes re-timed)."""
+    L, n_pass = wl.num_layers, len(wl.pass_start)
+    a, b = window
+    issued = [ld.tid for i in range(a * L, b * L) for ld in dec.steps[i].loads]
+    stop = max(b, 1)
+    while True:
+        work: list = []
+        tl = replay(wl, dec, cost, demand_first, rec=work, passes=stop)
+        if stop >= n_pass:
+            break
+        cancelled = {tid for i in range(stop * L) for tid in dec.steps[i].cancel}  # dropped unless started before
+        if all(tid in tl.transfer_done or (tid in cancelled and tid not in tl.transfer_start) for tid in issued):
+            break
+        stop = min(2 * stop, n_pass)
     copies = {tid: (tl.transfer_start[tid], done) for tid, done in tl.transfer_done.items() if tid in tl.transfer_start}
     return build(wl, dec, tl, work, window, copies)

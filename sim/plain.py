@@ -138,15 +138,15 @@ class _SharedLink:
         return self.now
 
 
-def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, rec: list | None = None
-                   ) -> Timeline:
+def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, rec: list | None = None,
+                   passes: int | None = None) -> Timeline:
     """``replay`` with contention: the same rules, the overlap of copies and compute charged."""
     f, issue = cost.contention, cost.issue_s()
     link = _SharedLink(demand_first, f)
     n_pass, L = len(wl.pass_start), wl.num_layers
     tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(len(dec.steps)), np.zeros(len(dec.steps)))
     cpu_free = 0.0
-    for p in range(n_pass):
+    for p in range(n_pass if passes is None else min(passes, n_pass)):
         tokens = wl.pass_end[p] - wl.pass_start[p]
         tl.pass_start[p] = link.now
         dense = cost.cached("dense_s", tokens, wl.pass_context[p])
@@ -212,21 +212,24 @@ def _cpu_work(step, cost: CostModel, start: float, i: int, rec: list | None) -> 
 
 
 def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True, shared: bool | None = None,
-           rec: list | None = None) -> Timeline:
+           rec: list | None = None, passes: int | None = None) -> Timeline:
     """Times of every pass and layer of ``dec`` on ``cost``'s machine. ``shared``: charge contention
     (None: when the cost model has any; True with no contention gives the same times, the slow way).
     ``rec``: a list that receives the compute stream's and the CPU's work as (step, kind, start, end,
     index into the step's gpu or cpu list, or -1), kinds dense | issue | stall | expert | cpu_expert |
-    wait_cpu | head (``sim.events``); copies are in the timeline's transfer_start / transfer_done."""
+    wait_cpu | head (``sim.events``); copies are in the timeline's transfer_start / transfer_done.
+    ``passes``: time only the first ``passes`` passes (the rest of the timeline stays 0). Their times are those of
+    the whole run's: a pass's times depend on nothing after it. A copy still queued or in flight at their end is
+    not in transfer_start / transfer_done, or in transfer_start only."""
     if shared if shared is not None else cost.contention.active:
-        return _replay_shared(wl, dec, cost, demand_first, rec)
+        return _replay_shared(wl, dec, cost, demand_first, rec, passes)
     link = _Link(demand_first)
     issue = cost.issue_s()
     n_pass = len(wl.pass_start)
     tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(len(dec.steps)), np.zeros(len(dec.steps)))
     t = cpu_free = 0.0
     L = wl.num_layers
-    for p in range(n_pass):
+    for p in range(n_pass if passes is None else min(passes, n_pass)):
         tokens = wl.pass_end[p] - wl.pass_start[p]
         tl.pass_start[p] = t
         dense = cost.cached("dense_s", tokens, wl.pass_context[p])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -64,3 +65,52 @@ def test_timeline_window_and_bad_range(trace, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "timeline_tokens='5'" in err and "fix: A:B" in err
     assert not (tmp_path / "x" / "results.json").exists() or not (tmp_path / "x" / "timeline.json").exists()
+
+
+def _whole_run_schedule(res, demand_first, window):
+    """The schedule as built from re-timing every pass of the run (what ``simulated`` did before it stopped early)."""
+    from hobbit.sim.events import build
+    from hobbit.sim.plain import replay
+
+    work: list = []
+    tl = replay(res.workload, res.decisions, res.cost, demand_first, rec=work)
+    copies = {t: (tl.transfer_start[t], d) for t, d in tl.transfer_done.items() if t in tl.transfer_start}
+    return build(res.workload, res.decisions, tl, work, window, copies)
+
+
+@pytest.mark.parametrize("system,hardware", [
+    ("hobbit", "rtx4090-pcie4"),
+    ("hobbit-cpu", "rtx4090-pcie4"),
+    ("hobbit", "jetson-agx-orin"),  # contention: a copy in flight ends at a time later compute shapes
+])
+def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(system, hardware, monkeypatch):
+    """A timeline of a few passes re-times as many passes as its copies need, not the whole run, and its slices,
+    copies and counters are exactly those of re-timing the whole run."""
+    from sim_helpers import bundled, compose_sim
+
+    from hobbit.sim import events
+    from hobbit.sim.events import parse_window, simulated
+    from hobbit.sim.run import simulate
+
+    cfg = compose_sim(f"system={system}", f"hardware={hardware}")
+    res = simulate(bundled(8), cfg.model, cfg.hardware, cfg.system)
+    n_pass = len(res.timeline.pass_start)
+    assert n_pass > 100
+    timed = []
+    real_replay = events.replay
+    monkeypatch.setattr(events, "replay", lambda *a, **k: timed.append(k["passes"]) or real_replay(*a, **k))
+    for text in ("0:4", "30:33", "-3:", ":"):
+        window = parse_window(text, n_pass)
+        a, b = window
+        timed.clear()
+        got = simulated(res.workload, res.decisions, res.cost, cfg.system.demand_first, window)
+        assert timed[-1] >= b
+        if b < n_pass // 2:  # an early window: far fewer passes re-timed than the run has
+            assert timed[-1] <= 4 * max(b, 8) < n_pass
+        if text == "0:4":  # nor steps laid out as records (before the whole run's re-timing below lays out all)
+            assert res.decisions.steps.laid_out() < len(res.decisions.steps) // 4
+        want = _whole_run_schedule(res, cfg.system.demand_first, window)
+        assert got.slices == want.slices and got.counters == want.counters and got.window == want.window
+        assert {s.kind for s in got.slices} >= {"token", "layer", "expert", "copy"}
+        np.testing.assert_array_equal(got.pass_end[a:b], want.pass_end[a:b])
+        np.testing.assert_allclose(got.pass_end[a:b], res.timeline.pass_end[a:b], rtol=1e-9, atol=0)
