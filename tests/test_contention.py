@@ -106,6 +106,7 @@ def _compute_s(tl, num_layers: int) -> float:
     return float(np.sum(end - start - tl.step_stall))
 
 
+@pytest.mark.serial  # replays timed on this machine: alone (make test)
 def test_a_replay_with_copies_differs_from_one_without_as_the_calibrated_factors_predict():
     """The same decisions replayed twice over, with the copies running and with them dry (served,
     no bytes moved): the compute stream's time differs by the ratio the simulator predicts from

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hobbit.traces.io import read_trace
 
 from conftest import run_cli
+
+pytestmark = pytest.mark.serial  # its validation step measures this machine's time: alone (make test)
 
 
 def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):

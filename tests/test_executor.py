@@ -22,6 +22,8 @@ from hobbit.sim.run import simulate
 from conftest import run_cli
 from sim_helpers import bundled, compose_sim
 
+pytestmark = pytest.mark.serial  # replays timed on this machine: alone (make test)
+
 CPU = torch.device("cpu")
 
 

@@ -11,6 +11,8 @@ from sim_helpers import bundled
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the ray extra is not installed (pip install .[ray])")
 
+pytestmark = pytest.mark.serial  # a local Ray takes the machine's cores: alone (make test)
+
 
 def test_sweep_through_the_ray_launcher(tmp_path):
     from hobbit.traces.io import write_trace

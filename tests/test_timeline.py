@@ -86,11 +86,11 @@ def _whole_run_schedule(res, demand_first, window):
 def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(system, hardware, monkeypatch):
     """A timeline of a few passes re-times as many passes as its copies need, not the whole run, and its slices,
     copies and counters are exactly those of re-timing the whole run."""
-    from sim_helpers import bundled, compose_sim
-
     from hobbit.sim import events
     from hobbit.sim.events import parse_window, simulated
     from hobbit.sim.run import simulate
+
+    from sim_helpers import bundled, compose_sim
 
     cfg = compose_sim(f"system={system}", f"hardware={hardware}")
     res = simulate(bundled(8), cfg.model, cfg.hardware, cfg.system)

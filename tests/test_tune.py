@@ -84,6 +84,7 @@ def test_bad_objective_exits_2(one_request, tmp_path):
     assert run_cli(["tune", f"trace={one_request}", "objective=fastest", f"hydra.run.dir={tmp_path}"]) == 2
 
 
+@pytest.mark.serial  # a replay measured on this machine
 def test_validate_replays_the_tuned_configuration(one_request, tmp_path, capsys):
     """`hobbit validate tuned=RUN` takes the system `hobbit tune` found (its run directory or the
     experiment file in it), and names a path that is neither."""
