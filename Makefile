@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.hobbit-installed
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# make test's workers: one per core, up to four (each compiles the core once)
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: demo test venv bench clean
 
