@@ -62,7 +62,6 @@ def run_one(cfg: SimConfig) -> None:
     """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``."""
     from hobbit.api import read_trace, simulate_config
     from hobbit.results_io import cache_root, config_key, from_cache, to_cache, write_results
-    from hobbit.timelines import write_sim_timeline
 
     trace_path = Path(cfg.trace) if cfg.trace else bundled_trace()
     trace = read_trace(trace_path)
@@ -76,6 +75,8 @@ def run_one(cfg: SimConfig) -> None:
     res = simulate_config(trace, cfg)
     paths = write_results(res, out)
     if cfg.timeline:
+        from hobbit.timelines import write_sim_timeline  # pandas and matplotlib: only for a timeline
+
         for p in write_sim_timeline(res, cfg.system.demand_first, cfg.timeline_tokens, out):
             print(f"timeline: {p.resolve()}")
     if entry is not None:

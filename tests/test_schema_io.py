@@ -204,3 +204,28 @@ def test_a_header_declaring_more_layers_or_experts_than_int16_is_refused(field, 
                                                       *rows]) + "\n")
     with pytest.raises(InputError, match=f"model.{field} must fit in int16"):
         convert(ConvertConfig("jsonl", str(src), str(tmp_path / "out.parquet")))
+
+
+def test_columns_to_and_from_arrow_without_pandas_keep_slices_and_types():
+    """``to_numpy`` views a column's buffer (sliced arrays start at their offset, chunks are joined, nulls and other
+    types go through pyarrow); ``arrow_of`` builds an array on a numpy buffer, numbers only."""
+    import pyarrow as pa
+
+    from hobbit.traces.arrays import flat_values, list_lengths, to_numpy
+    from hobbit.traces.io import arrow_of
+
+    for dt in (np.int8, np.int16, np.int32, np.int64, np.float32, np.float64):
+        x = (np.arange(10) * 3 - 7).astype(dt)
+        a = pa.array(x)
+        assert to_numpy(a).dtype == dt and np.array_equal(to_numpy(a), x)
+        assert np.array_equal(to_numpy(a.slice(3, 4)), x[3:7])
+        assert np.array_equal(to_numpy(pa.chunked_array([a.slice(0, 2), a.slice(5)])), np.r_[x[:2], x[5:]])
+        b = arrow_of(x[::2])  # not contiguous: copied first
+        assert b.type == pa.from_numpy_dtype(np.dtype(dt)) and b.to_pylist() == x[::2].tolist()
+    assert to_numpy(pa.array([1, None, 3])).tolist()[::2] == [1.0, 3.0]  # a null: pyarrow's own path
+    assert len(to_numpy(pa.array([], pa.int32()))) == 0
+    assert arrow_of(np.array(["a", "b"])).to_pylist() == ["a", "b"]
+    assert arrow_of(np.array([np.nan, 1.0])).to_pylist()[1] == 1.0
+    lists = pa.array([[1, 2], [3], [4, 5, 6], []], pa.list_(pa.int16())).slice(1, 2)
+    assert list_lengths(lists).tolist() == [1, 3]
+    assert flat_values(lists).tolist() == [3, 4, 5, 6]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -81,3 +82,31 @@ def test_bad_input_exits_2_naming_it(small_trace, tmp_path, capsys, args, needle
     assert run_cli(["sim", f"trace={small_trace}", *args, f"hydra.run.dir={tmp_path / 'r'}"]) == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "r" / "results.json").exists()
+
+
+def test_a_run_neither_imports_pandas_nor_changes_its_tables(small_trace, tmp_path):
+    """Reading a trace and writing a run's tables go through pyarrow's buffers: pandas (half a second of every
+    command's start) is not imported, and the tables read back as what the run computed."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    code = ("import sys; from hobbit.cli import main\n"
+            "try:\n"
+            f"    main(['sim', 'trace={small_trace}', 'use_cache=false', 'hydra.run.dir={out}'])\n"
+            "except SystemExit as e:\n"
+            "    assert not e.code, e.code\n"
+            "print('imported:', sorted(m for m in ('pandas', 'matplotlib', 'torch') if m in sys.modules))\n")
+    p = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "imported: []" in p.stdout
+    from hobbit.api import read_trace, simulate_config
+    from hobbit.glue import compose
+    from hobbit.sim.config import SimConfig
+
+    res = simulate_config(read_trace(small_trace), compose("sim", SimConfig, [f"trace={small_trace}", "out_dir=."]))
+    for name, cols in (("passes", res.pass_columns), ("layers", res.layer_columns)):
+        got = pd.read_parquet(out / f"{name}.parquet")
+        assert list(got.columns) == list(cols)
+        for k, v in cols.items():
+            assert got[k].dtype == v.dtype and np.array_equal(got[k].to_numpy(), v, equal_nan=True), (name, k)

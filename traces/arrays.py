@@ -97,16 +97,34 @@ def _list_array_nested(inner: pa.ListArray, lengths: np.ndarray, typ: pa.DataTyp
     return pa.ListArray.from_arrays(pa.array(offsets), inner, type=typ)
 
 
+NUMPY_OF = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+            pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column's values as numpy, a view of its buffer where the type is fixed-width and nothing is null.
+    ``pyarrow.Array.to_numpy`` imports pandas on first use (half a second of every command's start); the
+    trace's columns never need it. Anything else goes through it."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    dt = NUMPY_OF.get(arr.type)
+    if dt is None or arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    dt = np.dtype(dt)
+    buf = arr.buffers()[1]
+    if buf is None:
+        return np.zeros(0, dt)
+    return np.frombuffer(buf, dt, count=len(arr), offset=arr.offset * dt.itemsize)
+
+
 def list_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offsets = arr.offsets.to_numpy()
-    return np.diff(offsets)
+    return np.diff(to_numpy(arr.offsets))
 
 
 def flat_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Values of a list column, respecting slices (offsets may not start at 0)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return arr.flatten().to_numpy(zero_copy_only=False)
+    return to_numpy(arr.flatten())
 
 
 def nested_dense(col: pa.ChunkedArray, n: int, d: int, k: int, fill: float | int, dtype) -> np.ndarray:

@@ -227,6 +227,16 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
 
 
+def arrow_of(values: Any) -> pa.Array:
+    """A 1-D numpy array as an Arrow array: numbers from their own buffer (``pyarrow.array`` on numpy imports
+    pandas, half a second of a command's start, for no use here); anything else through ``pyarrow.array``."""
+    a = np.asarray(values)
+    if a.ndim != 1 or a.dtype.kind not in "iuf":
+        return pa.array(a)
+    a = np.ascontiguousarray(a)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+
+
 def atomic_write_parquet(df: Any, path: str | os.PathLike) -> Path:
     """Write a pandas table, or columns (name -> 1-D array, written through pyarrow without pandas), as Parquet so
     that the final name is complete or absent."""
@@ -235,7 +245,7 @@ def atomic_write_parquet(df: Any, path: str | os.PathLike) -> Path:
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
         if isinstance(df, dict):
-            pq.write_table(pa.table(df), tmp)
+            pq.write_table(pa.Table.from_arrays([arrow_of(v) for v in df.values()], names=list(df)), tmp)
         else:
             df.to_parquet(tmp, index=False)
         os.replace(tmp, p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense, to_table
+from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense, to_numpy, to_table
 from hobbit.traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, WEIGHT_SUMS, TraceError, TraceMeta
 
 
@@ -166,7 +166,7 @@ def validate_table(table: pa.Table, meta: TraceMeta, file: str) -> TraceArrays:
     """Validate ``table`` against ``meta``; return its columns as dense arrays."""
     check_columns(table, meta, file)
     ids, wts = _check_lists(table, meta, file)
-    col = lambda name, dt: table.column(name).to_numpy().astype(dt)  # noqa: E731
+    col = lambda name, dt: to_numpy(table.column(name)).astype(dt)  # noqa: E731
     a = TraceArrays(col("request_id", np.int32), col("phase", np.int8), col("step", np.int32),
                     col("position", np.int32), col("layer", np.int16), ids, wts)
     if table.num_rows == 0:
