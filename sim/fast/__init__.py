@@ -12,12 +12,22 @@ the executor and the timelines.
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
+import numba
 import numpy as np
 from numba.core import event as numba_event
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, every process compiles for itself (as numba alone does)
+    fcntl = None
 
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
@@ -59,6 +69,55 @@ class CompileNotice(numba_event.Listener):
 
 ENTRY = (walk.walk, timing.replay, timing.replay_shared, bound.pass_bounds)
 numba_event.register("numba:compile", CompileNotice(ENTRY))
+
+
+WAITED: list[str] = []  # the entry points this process waited on another's compilation for (said once)
+
+
+def lock_path() -> Path:
+    """The file whose lock the processes compiling this copy of the core take: one per source directory, numba
+    version and cache directory (``first_use``)."""
+    key = f"{Path(__file__).resolve().parent}|{numba.__version__}|{numba.config.CACHE_DIR}"
+    return Path(tempfile.gettempdir()) / f"hobbit-core-{hashlib.sha1(key.encode()).hexdigest()[:16]}.lock"
+
+
+def _in_cache(d) -> bool:
+    """Whether numba's on-disk cache holds compiled code of dispatcher ``d`` for its current source (read from
+    the cache's index; anything unexpected reads as no)."""
+    try:
+        return bool(d._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 - numba's cache internals: when they differ, the lock is simply taken
+        return False
+
+
+@contextmanager
+def first_use(d, out=None) -> Iterator[None]:
+    """Around the first call of a compiled entry point in a process: when numba would have to compile it (neither
+    this process nor the on-disk cache has it), one process at a time goes on (an exclusive lock on
+    ``lock_path()``). A sweep's workers all start at once; without the lock each of them compiles the walk for
+    itself, about 100 s and 700 MB each on a fresh machine, with the lock one compiles and the others then load its
+    code from the cache in under a second. A process that dies releases the lock."""
+    if fcntl is None or d.overloads or _in_cache(d):
+        yield
+        return
+    try:
+        f = open(lock_path(), "a")  # noqa: SIM115 - held to the end of the block
+    except OSError:
+        yield
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not WAITED:
+                print("hobbit: another process is compiling the simulator's core; waiting for it, then loading its "
+                      "code from numba's cache", file=out or sys.stderr, flush=True)
+            WAITED.append(d.py_func.__name__)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
@@ -200,17 +259,18 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
-    out = walk.walk(
-        narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
-        np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
-        np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
-        np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
-        int(per_step),
-        walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
-        bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
-        walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
-        float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64),
-        int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E)
+    with first_use(walk.walk):
+        out = walk.walk(
+            narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
+            np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
+            np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
+            np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
+            int(per_step),
+            walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
+            bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
+            walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
+            float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64),
+            int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E)
     loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _ = out
     if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
         return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
@@ -254,9 +314,11 @@ def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
     args = (tab.n_steps, wl.num_layers, tab.loads, tab.gpu, tab.cpu, tab.cancel, dur, nbytes, dense, other, expert,
             cpu_s, float(cost.issue_s()), bool(demand_first))
     if shared if shared is not None else f.active:
-        out = timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
+        with first_use(timing.replay_shared):
+            out = timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
     else:
-        out = timing.replay(*args)
+        with first_use(timing.replay):
+            out = timing.replay(*args)
     ps, pe, stall, end, started, done, busy, moved, cancelled = out
     tl = Timeline(ps, pe, stall, end, link_busy_s=float(busy), bytes_moved=int(moved), cancelled=int(cancelled))
     tl.transfer_start, tl.transfer_done = Times(started), Times(done)
@@ -300,6 +362,7 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
         if uses_cpu:
             cpu_s[n] = cost.cached("cpu_expert_s", n)
     dense, other = per_pass(cost, sizes, wl.pass_context)
-    return bound.pass_bounds(narrow(wl.ids, "expert_ids"), frozen(wl.weights), *rule_args(p.mode, p.t1, p.t2),
-                             np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense, other,
-                             expert_min, cpu_s, wl.num_experts, uses_cpu)
+    with first_use(bound.pass_bounds):
+        return bound.pass_bounds(narrow(wl.ids, "expert_ids"), frozen(wl.weights), *rule_args(p.mode, p.t1, p.t2),
+                                 np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense,
+                                 other, expert_min, cpu_s, wl.num_experts, uses_cpu)
