@@ -60,9 +60,12 @@ def _overrides(run: Path) -> dict[str, Any]:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    """Directories under ``root`` (itself included) that are runs: they hold results.json or a .hydra dir."""
+    """Directories under ``root`` (itself included) that are runs: they hold results.json or a .hydra dir. Not the
+    report's, nor any under a hidden directory: a sweep's launched jobs (``.chunks/<n>-<j>``, each with Hydra's
+    .hydra) write their points' runs beside them and are no runs themselves."""
     found = {p.parent for p in root.rglob("results.json")} | {p.parent for p in root.rglob(".hydra")}
-    return sorted(d for d in found if "report" not in d.relative_to(root).parts)
+    return sorted(d for d in found if not any(part == "report" or part.startswith(".")
+                                              for part in d.relative_to(root).parts))
 
 
 def aggregate(root: str | Path) -> Aggregate:
