@@ -45,6 +45,9 @@ def _varies(df: pd.DataFrame, *cols: str) -> bool:
     return all(c in df and df[c].nunique() > 1 for c in cols)
 
 
+FLAT = 1e-4  # a heatmap whose values span less than this share of their size is flat: float noise, not a trend
+
+
 def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
     """Decode ms/token over the T1 x T2 grid (runs with the T1/T2 rule; the best over any other
     knob swept), and the precision-rule mix over the same grid."""
@@ -59,8 +62,10 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 4, figsize=(17, 4))
     for ax, (col, label, cmap) in zip(axes, panels):
         grid = df.pivot_table(index=T2, columns=T1, values=col, aggfunc="min" if col == LAT else "mean")
-        im = ax.imshow(grid.values, origin="lower", cmap=cmap, aspect="auto")
         lo, hi = np.nanmin(grid.values), np.nanmax(grid.values)
+        if hi - lo <= FLAT * max(abs(lo), abs(hi)):  # a flat grid (float noise apart): one light shade, dark text
+            lo, hi = lo - 1.0, hi + 2.0
+        im = ax.imshow(grid.values, origin="lower", cmap=cmap, aspect="auto", vmin=lo, vmax=hi)
         ax.set_xticks(range(len(grid.columns)), [f"{v:g}" for v in grid.columns])
         ax.set_yticks(range(len(grid.index)), [f"{v:g}" for v in grid.index])
         ax.set_xlabel("T1 (high up to this mass above)")
@@ -68,7 +73,7 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_title(label)
         for (i, j), v in np.ndenumerate(grid.values):
             if np.isfinite(v):
-                dark = (v - lo) / (hi - lo + 1e-12) > 0.5 if cmap != "viridis_r" else (v - lo) / (hi - lo + 1e-12) > 0.5
+                dark = (v - lo) / (hi - lo + 1e-12) > 0.5  # every panel's map is darker for higher values
                 ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=8, color="white" if dark else "black")
         fig.colorbar(im, ax=ax)
     fig.suptitle("HOBBIT's precision thresholds: latency (best over the other swept knobs) and the mix they give")

@@ -98,3 +98,25 @@ def test_report_of_a_single_run_and_of_nothing(tmp_path, capsys, sweep):
     assert run_cli(["report", f"dir={root / '0'}"]) == 0
     assert "1 runs aggregated" in capsys.readouterr().out
     assert run_cli(["report", f"dir={tmp_path / 'nope'}"]) == 2
+
+
+def test_a_flat_heatmap_panel_is_one_colour_while_a_varying_one_is_not(tmp_path):
+    """A T1 x T2 panel whose values differ only by float noise (the share high of top-2 routing, 0.5 at every T1)
+    is drawn in one shade, not stretched into full contrast; a panel that varies keeps its contrast."""
+    import base64
+    import io
+
+    import matplotlib.image as mpimg
+
+    from hobbit.analysis.plots import LAT, T1, T2, t1_t2_heatmaps
+
+    rows = [{T1: t1, T2: t2, LAT: 300 + 10 * t1 + 20 * t2, "precision_rule_mix.high": 0.5 + 4e-6 * t1,
+             "precision_rule_mix.low": 0.4, "precision_rule_mix.skip": 0.1 * t2}
+            for t1 in (0.3, 0.5) for t2 in (0.8, 0.9)]
+    t1_t2_heatmaps(pd.DataFrame(rows), tmp_path)
+    images = re.findall(r'xlink:href="data:image/png;base64,([^"]+)"', (tmp_path / "t1_t2.svg").read_text())
+    assert len(images) >= 4  # the four panels, then their colour bars
+    panels = [mpimg.imread(io.BytesIO(base64.b64decode(b)), format="png") for b in images[:4]]
+    shades = [len({tuple(px) for px in p.reshape(-1, p.shape[-1]).round(3).tolist()}) for p in panels]
+    assert shades[1] == 1 and shades[2] == 1  # share high (noise) and share low (constant): one shade each
+    assert shades[0] > 1 and shades[3] > 1  # latency and share skipped vary
