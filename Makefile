@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.hobbit-installed
-# make test's workers: one per core, up to four (each compiles the core once)
+# make test's workers: one per core, up to four (the first to need the compiled core compiles it, the others wait and load it)
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: demo test venv bench clean
