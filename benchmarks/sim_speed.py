@@ -12,9 +12,11 @@
    (``traces.synthetic``) on h200-pcie5; the reference runs on its first 160 tokens only
    (it takes ~30 s for those), the compiled core on all --qwen-tokens.
 3. Scale: the compiled core on 10^4, 10^5 and 10^6 tokens of the repeated Mixtral trace, each
-   from a fresh trace object: seconds and token-layers/s, then in a second run (tracing slows
-   allocation) the peak of memory allocated during it (tracemalloc, numpy's arrays included),
-   next to the trace's own arrays.
+   from a fresh trace object, streaming as ``hobbit sim`` and sweeps do (``keep_decisions=False``:
+   a chunk of passes walked, timed and dropped at a time): seconds and token-layers/s, then in a
+   second run (tracing slows allocation) the peak of memory allocated during it (tracemalloc,
+   numpy's arrays included), next to the trace's own arrays; then the same peak for a run that
+   keeps its decisions (``keep_decisions=True``, the Python API's default).
 
 Each rate is the median of --repeats runs after a warm-up (numba loads its compiled code
 from its on-disk cache, or compiles it once), each laying its trace out afresh (the rate with
@@ -89,13 +91,15 @@ def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, float, object]:
     from hobbit.sim.run import simulate
 
     n = len(trace.arrays)
-    res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
+    res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0,
+                   keep_decisions=False)
     fresh, prepared = [], []
     for _ in range(repeats):
         forget()
         for times in (fresh, prepared):
             t0 = time.perf_counter()
-            res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0)
+            res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0,
+                           keep_decisions=False)
             times.append(time.perf_counter() - t0)
     return n / statistics.median(fresh), n / statistics.median(prepared), res
 
@@ -136,22 +140,28 @@ def main() -> None:
     scale = [int(x) for x in args.scale.split(",") if x]
     if scale:
         print("scale (compiled core, whole run from a fresh trace object: layout included):")
+    def peak(tr, keep: bool) -> float:
+        """MiB allocated at the most during a run (tracing slows allocation: a run of its own)."""
+        forget()
+        tracemalloc.start()
+        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0, keep_decisions=keep)
+        top = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        forget()
+        return top / 2**20
+
     for tokens in scale:
         tr = repeated_trace(tokens)
         own = sum(v.nbytes for v in vars(tr.arrays).values() if isinstance(v, np.ndarray))
         simulate(first_tokens(tr, 100), cfg.model, cfg.hardware, cfg.system, profile_share=0.0)  # warm
         forget()
         t0 = time.perf_counter()
-        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
+        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0, keep_decisions=False)
         dt = time.perf_counter() - t0
-        forget()
-        tracemalloc.start()  # a second run for the memory (tracing slows allocation down)
-        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        forget()
+        streamed, kept = peak(tr, False), peak(tr, True)
         print(f"  {tokens:>9,} tokens: {dt:8.2f} s  {len(tr.arrays) / dt:12,.0f} token-layers/s  "
-              f"peak {peak / 2**20:8.0f} MiB allocated during the run (the trace's arrays: {own / 2**20:.0f} MiB)")
+              f"peak {streamed:8.0f} MiB allocated during the run, {kept:.0f} keeping its decisions "
+              f"(the trace's arrays: {own / 2**20:.0f} MiB)")
     print(f"qwen_token_layers_per_s={q_fast:.0f} qwen_ratio_vs_reference={q_fast / q_ref:.1f}")
     print(f"token_layers_per_s={fast:.0f} ratio_vs_reference={fast / ref:.1f}")
 

@@ -103,11 +103,14 @@ def simulate(trace: Trace | str | Path | None = None, model: str | ModelConfig |
     return simulate_config(tr, configure(model, hardware, system, **knobs), keep_log=keep_log)
 
 
-def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False) -> Results:
-    """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written."""
+def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False, keep_decisions: bool = True) -> Results:
+    """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written. ``keep_decisions=False``:
+    the run streams (``hobbit.sim.run.simulate``): the same results in the trace's memory and little more, without
+    the decisions' records."""
     profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
     return simulate_configs(trace, cfg.model, cfg.hardware, cfg.system, np.random.default_rng(cfg.seed), cfg.engine,
-                            keep_log=keep_log, profile=profile, profile_share=cfg.profile_share)
+                            keep_log=keep_log, profile=profile, profile_share=cfg.profile_share,
+                            keep_decisions=keep_decisions)
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:
@@ -118,7 +121,7 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:
 
 def _point(trace: Trace, cfg: SimConfig, out: Path | None, overrides: list[str]) -> dict[str, Any]:
     """One sweep point (in a joblib worker): simulate; with ``out``, write its run directory."""
-    res = simulate_config(trace, cfg)
+    res = simulate_config(trace, cfg, keep_decisions=False)
     if out is not None:
         write_results(res, out)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))

@@ -125,7 +125,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     rows = []
     for system in tqdm(systems, desc="compare", unit="system"):
         res = simulate(timed, cfg.model, hw, system, np.random.default_rng(cfg.seed), engine="fast",
-                       profile=profile, profile_share=0.0)
+                       profile=profile, profile_share=0.0, keep_decisions=False)
         write_results(res, out / "systems" / system.name)
         rows.append(res.summary)
     rows = rank(rows)

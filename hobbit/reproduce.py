@@ -173,7 +173,7 @@ def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline
     if out.exists() and (timeline is None or tl_file.exists()):
         return json.loads(out.read_text())
     cfg = configure(model, hardware, system, engine="fast")
-    res = simulate_config(read_trace(path), cfg)
+    res = simulate_config(read_trace(path), cfg, keep_decisions=timeline is not None)
     if timeline is not None:
         write_sim_timeline(res, cfg.system.demand_first, timeline, out.parent, gantt=False, name=tl_file.name)
     s = res.summary

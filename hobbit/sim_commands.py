@@ -72,7 +72,7 @@ def run_one(cfg: SimConfig) -> None:
         s = json.loads((out / "results.json").read_text())
         print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
         return
-    res = simulate_config(trace, cfg)
+    res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline))  # a timeline reads the decisions
     paths = write_results(res, out)
     if cfg.timeline:
         from hobbit.timelines import write_sim_timeline  # pandas and matplotlib: only for a timeline

@@ -235,6 +235,21 @@ class Steps(Sequence):
     __hash__ = None
 
 
+class NotKept(Sequence):
+    """``Decisions.steps`` of a streamed run (``sim.fast.stream``): the log was timed a chunk of passes at a time
+    and dropped, so its records cannot be read back. Its length is the run's step count."""
+
+    def __init__(self, n_steps: int) -> None:
+        self.n_steps = n_steps
+
+    def __len__(self) -> int:
+        return self.n_steps
+
+    def __getitem__(self, i):
+        raise LookupError("this run streamed its decisions and kept none (simulate(..., keep_decisions=False)); "
+                          "run it with keep_decisions=True to read them")
+
+
 def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTables:
     """The reference walk's ``LayerStep`` records as ``DecisionTables`` (for the compiled timing)."""
     if isinstance(steps, Steps):
@@ -271,9 +286,17 @@ class Decisions:
     staging: int = 0  # staging slots for prefetched experts, carved from the high pool's memory
     prefetch_dropped: int = 0  # prefetches not issued: no slot (every one pinned) or no free staging slot
     tables: DecisionTables | None = None  # the log as tables (the compiled walk's; None from the reference walk)
+    per_layer: tuple[np.ndarray, np.ndarray] | None = None  # a streamed run's (demand loads, prefetches) per layer
+
+    def loads_per_layer(self, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+        """(demand loads, prefetches) issued at each layer over the run."""
+        if self.per_layer is not None:
+            return self.per_layer
+        demand, ahead = self.loads_per_step()
+        return demand.reshape(-1, num_layers).sum(axis=0), ahead.reshape(-1, num_layers).sum(axis=0)
 
     def loads_per_step(self) -> tuple[np.ndarray, np.ndarray]:
-        """(demand loads, prefetches) issued in each step."""
+        """(demand loads, prefetches) issued in each step (not kept by a streamed run: ``loads_per_layer``)."""
         if self.tables is not None:
             demand = self.tables.column("loads", "demand")
             steps = self.tables.column("loads", "step")

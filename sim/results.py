@@ -105,8 +105,7 @@ def _proxy(mass: np.ndarray) -> dict[str, float]:
 
 
 def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> Columns:
-    L = wl.num_layers
-    stall = tl.step_stall.reshape(-1, L).sum(axis=1) if L else np.zeros(len(wl.pass_start))
+    stall = tl.pass_stall(wl.num_layers)
     return {
         "request_id": np.asarray(wl.pass_request, np.int64),
         "phase": np.asarray(wl.pass_phase, np.int64),
@@ -120,17 +119,16 @@ def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> C
 
 
 def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, ...]) -> Columns:
-    L = wl.num_layers
-    decode = np.repeat(np.asarray(wl.pass_phase) == 1, L)
-    stall = tl.step_stall.reshape(-1, L)
-    loads, prefetches = (x.reshape(-1, L) for x in dec.loads_per_step())
-    n_dec = max(int(decode.reshape(-1, L)[:, 0].sum()), 1)
+    decode = np.asarray(wl.pass_phase) == 1
+    total, in_decode = tl.layer_stall(wl.num_layers, decode)
+    loads, prefetches = dec.loads_per_layer(wl.num_layers)
+    n_dec = max(int(decode.sum()), 1)
     return {
         "layer": np.asarray(list(layers), np.int64),
-        "stall_ms_total": stall.sum(axis=0) * 1e3,
-        "decode_stall_ms_per_token": (stall * decode.reshape(-1, L)).sum(axis=0) * 1e3 / n_dec,
-        "demand_loads": loads.sum(axis=0),
-        "prefetches_issued": prefetches.sum(axis=0),
+        "stall_ms_total": total * 1e3,
+        "decode_stall_ms_per_token": in_decode * 1e3 / n_dec,
+        "demand_loads": loads,
+        "prefetches_issued": prefetches,
     }
 
 

@@ -192,14 +192,17 @@ def prepare(trace: Trace, profile: Trace | None, profile_share: float, fallback:
 
 def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
              rng: np.random.Generator | None = None, engine: str = "fast", keep_log: bool = False,
-             profile: Trace | None = None, profile_share: float = 0.25) -> Results:
+             profile: Trace | None = None, profile_share: float = 0.25, keep_decisions: bool = True) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
 
     What a system learns offline comes from ``profile``, a profiling trace; without one, from the
     first ``profile_share`` of ``trace``'s requests, which are then not timed (``split_requests``).
     ``engine``: fast (the compiled core, ``sim.fast``), plain (the Python reference walk and timing, ``sim.plain``)
     or simpy (the reference walk, timed by the discrete-event engine, ``sim.engine``); all three give the same
-    decisions and the same times (within 1e-9 relative)."""
+    decisions and the same times (within 1e-9 relative). ``keep_decisions=False`` lets the fast engine stream: it
+    walks and times a chunk of passes at a time and drops each chunk's log (``sim.fast.stream``), so the run's memory
+    is the trace's, its per-step times and the cache's state; the results are the same, but the decisions' records
+    (``Results.decisions.steps``) and the copies' times (``Results.timeline.transfer_start``) are not kept."""
     t_wall = time.perf_counter()
     for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
         check_knobs(cfg, prefix)
@@ -235,13 +238,20 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         return cost.cached("transfer_s", eb[prec]), cost.cached("cpu_expert_s", tokens)
 
     profile_matrices = prof.request_matrices() if prof is not None and "profile" in needs(system) else None
-    if engine == "fast":
+    streamed = None
+    if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
+        streamed = fast.stream(wl, system, slots, eb, cost, system.demand_first, placement, cpu_faster=cpu_faster,
+                               miss_costs=miss_costs, profile=profile_matrices)
+    if streamed is not None:
+        dec, tl = streamed
+    elif engine == "fast":
         dec = fast.decide_or_refer(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
                                    miss_costs=miss_costs, profile=profile_matrices)
     else:
         dec = Decider(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
                       miss_costs=miss_costs, profile=profile_matrices).run()
-    tl = time_decisions(wl, dec, cost, system.demand_first, engine)
+    if streamed is None:
+        tl = time_decisions(wl, dec, cost, system.demand_first, engine)
     res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,
                     bound=(fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system),
                     mix=fast.rule_mix(wl, system.precision.t1, system.precision.t2) if engine == "fast" else None)

@@ -34,10 +34,38 @@ class Timeline:
     cancelled: int = 0  # prefetches dropped from the queue before they started
     transfer_done: dict[int, float] = field(default_factory=dict)
     transfer_start: dict[int, float] = field(default_factory=dict)  # copies that ran: when each started
+    # a streamed run's (``sim.fast.stream``) stall per pass, per layer, and per layer in decode passes; its step_stall
+    # and step_end are then empty, and so are transfer_done and transfer_start
+    stall_sums: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def makespan(self) -> float:
         return float(self.pass_end[-1]) if len(self.pass_end) else 0.0
+
+    def pass_stall(self, num_layers: int) -> np.ndarray:
+        """[P] the stall of each pass (its steps' stalls summed)."""
+        if self.stall_sums is not None:
+            return self.stall_sums[0]
+        if not num_layers:
+            return np.zeros(len(self.pass_start))
+        return self.step_stall.reshape(-1, num_layers).sum(axis=1)
+
+    def layer_stall(self, num_layers: int, decode: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([L] each layer's stall over the run, [L] over the passes where ``decode`` [P] is true), added pass after
+        pass (``layer_sums``)."""
+        if self.stall_sums is not None:
+            return self.stall_sums[1], self.stall_sums[2]
+        stall = self.step_stall.reshape(-1, num_layers)
+        return layer_sums(stall), layer_sums(stall * decode[:, None])
+
+
+def layer_sums(rows: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """The column sums of ``rows`` [passes, layers], added one pass after another and continuing ``start`` (a sum so
+    far): the same floats however the passes are cut into consecutive parts (numpy's ``sum`` adds a lone column
+    pairwise)."""
+    if start is not None:
+        rows = np.concatenate([start[None], rows])
+    return np.cumsum(rows, axis=0)[-1] if len(rows) else np.zeros(rows.shape[1])
 
 
 def demand_insert_at(queue: list, demand_first: bool) -> int:

@@ -63,7 +63,8 @@ def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
 
 def evaluate(trace: Any, cfg: TuneConfig, system: SystemConfig) -> tuple[float, float]:
     """(decode ms/token, degraded gate mass) of one system."""
-    s = simulate(trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="fast").summary
+    s = simulate(trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="fast",
+                 keep_decisions=False).summary
     return s["decode_ms_per_token"]["mean"], s["quality_proxy"]["degraded_mass"]
 
 

@@ -58,6 +58,30 @@ def assert_same(got, ref, compiled: bool | None = None) -> None:
         assert ta.transfer_done[tid] == pytest.approx(t, rel=1e-9, abs=1e-15)
 
 
+def assert_streamed(got, whole) -> None:
+    """``got`` (streamed: ``keep_decisions=False``) has the results of ``whole`` (the same run, its log kept), float
+    for float: the summary, both tables and the decisions' counters; its decisions' records are not kept."""
+    assert {k: v for k, v in got.summary.items() if k != "wall_s"} == \
+        {k: v for k, v in whole.summary.items() if k != "wall_s"}
+    for mine, theirs in ((got.pass_columns, whole.pass_columns), (got.layer_columns, whole.layer_columns)):
+        assert mine.keys() == theirs.keys()
+        for name in theirs:
+            np.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
+            assert mine[name].dtype == theirs[name].dtype, name
+    for name in COUNTERS:
+        assert getattr(got.decisions, name) == getattr(whole.decisions, name), name
+    np.testing.assert_array_equal(got.timeline.pass_end, whole.timeline.pass_end)
+    assert got.decisions.tables is None and len(got.decisions.steps) == len(whole.decisions.steps)
+    with pytest.raises(LookupError, match="keep_decisions=True"):
+        got.decisions.steps[0]
+
+
+def streamed(trace, model, hw, system, chunk_passes: int, **kw):
+    """``simulate`` streaming, ``chunk_passes`` passes at a time."""
+    with mock.patch.object(fast, "CHUNK_STEPS", chunk_passes * model.num_layers):
+        return simulate(trace, model, hw, system, keep_decisions=False, **kw)
+
+
 @pytest.fixture(scope="module")
 def trace():
     """The bundled trace's first six requests (the golden test holds the whole trace to the simpy engine's numbers)."""
@@ -73,6 +97,7 @@ def test_every_registered_system_decides_and_times_as_the_reference(trace, syste
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
     assert_same(got, ref, compiled=True)
     assert got.summary["engine"] == "fast"
+    assert_streamed(streamed(trace, cfg.model, cfg.hardware, cfg.system, 1), got)
     if cfg.system.cache.policy == "multidim":
         with mock.patch.object(fast, "PRUNE_MIN_SLOTS", 0):
             assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
@@ -185,6 +210,57 @@ def test_a_run_lays_the_trace_out_in_its_own_memory():
     assert peak < 1.5 * own, (peak, own)
 
 
+def test_a_streamed_run_holds_the_trace_and_little_more():
+    """Scale: streaming (``keep_decisions=False``), a run walks and times a chunk of passes at a time and drops each
+    chunk's log; besides the trace it allocates its per-pass results, the cache's state and one chunk. Here (chunks
+    of 32 passes) that is under a sixth of the trace's bytes, where a run keeping its log holds the log's tables
+    (about 0.55x the trace) and more."""
+    import tracemalloc
+
+    from hobbit.sim import run
+
+    tr = bundled()
+    own = sum(v.nbytes for v in vars(tr.arrays).values() if isinstance(v, np.ndarray))
+    cfg = compose_sim("system=hobbit")
+    peaks = {}
+    for keep in (True, False):
+        with mock.patch.object(fast, "CHUNK_STEPS", 32 * cfg.model.num_layers):
+            simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=keep)  # compiled code loaded
+            run._PREPARED.clear()
+            tracemalloc.start()
+            try:
+                res = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=keep)
+                peaks[keep] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+                run._PREPARED.clear()
+        if keep:
+            log = sum(getattr(res.decisions.tables, n).nbytes for n in DecisionTables.COLUMNS)
+    assert log > 0.5 * own, (log, own)
+    assert peaks[False] < own / 6 and peaks[False] < peaks[True] - log, (peaks, own, log)
+
+
+def test_a_streamed_run_carries_the_copies_still_running_into_its_next_chunk():
+    """A copy started in one chunk can end in a later one, where a step waits for it, with the link shared by the
+    compute (contention): the next chunk must know when it ends. Streamed one pass at a time, this run (found by a
+    random search) differs from the whole run if the copies carried over lose their times."""
+    arrays, meta = generate(SyntheticConfig(num_layers=2, num_experts=16, top_k=6, requests=2, prompt_tokens=3,
+                                            decode_tokens=8, lookahead_depth=2, seed=8330))
+    tr = Trace(meta, arrays, "synthetic")
+    model = ModelConfig(name="m", num_layers=2, num_experts=16, top_k=6, hidden_size=256, expert_ffn=512,
+                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    cfg = compose_sim("system=hobbit")
+    hw = dataclasses.replace(cfg.hardware, link_gbps=1e4, contention_compute=1.3, contention_link=1.7)
+    s = cfg.system
+    system = dataclasses.replace(
+        s, cpu_misses="split", split_threshold=2.0,
+        precision=dataclasses.replace(s.precision, t1=0.029574963966907064, t2=0.4896935204622582),
+        prefetch=dataclasses.replace(s.prefetch, kind="eam"),
+        cache=dataclasses.replace(s.cache, policy="lfru", high_bytes=13369344, low_bytes=208896))
+    whole = simulate(tr, model, hw, system)
+    assert_streamed(streamed(tr, model, hw, system, 1), whole)
+
+
 POLICIES = [p for p in fast.walk.POLICIES]
 
 
@@ -203,12 +279,13 @@ POLICIES = [p for p in fast.walk.POLICIES]
        gbps=st.sampled_from([0.5, 25.0, 1e4]), contention=st.sampled_from([(1.0, 1.0), (1.4, 1.0), (1.0, 2.0),
                                                                           (1.3, 1.7)]),
        demand_first=st.booleans(), split_max=st.sampled_from([-1, 0, 1]), split_threshold=st.sampled_from([0.0, 2.0, 1e9]),
-       prune=st.sampled_from([0, fast.PRUNE_MIN_SLOTS]))
+       prune=st.sampled_from([0, fast.PRUNE_MIN_SLOTS]), chunk=st.sampled_from([1, 2, 3, 1000]))
 def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, requests, policy, kind, mode, t, high, low,
                                  staging, per_layer, cpu_misses, cpu_insert, any_cached, multi, depth, fallback,
                                  predictions, pf_precision, weights, gbps, contention, demand_first, split_max,
-                                 split_threshold, prune):
-    """``prune`` 0: multidim evicts layer by layer in every pool (``fast.PRUNE_MIN_SLOTS``), as large pools do."""
+                                 split_threshold, prune, chunk):
+    """``prune`` 0: multidim evicts layer by layer in every pool (``fast.PRUNE_MIN_SLOTS``), as large pools do.
+    ``chunk``: the passes a streamed run walks and times at a time; it must give the whole run's results."""
     assume(sum(weights) > 0)
     k = min(k, experts)
     arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests + 1,
@@ -240,7 +317,9 @@ def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, reque
     ref = simulate(tr, model, hw, system, engine="plain")
     with mock.patch.object(fast, "PRUNE_MIN_SLOTS", prune):
         got = simulate(tr, model, hw, system, engine="fast")
-    assert_same(got, ref, compiled=True)
+        assert_same(got, ref, compiled=True)
+        if got.decisions.tables is not None:  # a run the compiled walk decided (LIRS past its entries: the reference)
+            assert_streamed(streamed(tr, model, hw, system, chunk), got)
 
 
 def test_the_compiled_bound_is_the_reference_bound(trace):

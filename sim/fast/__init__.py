@@ -7,7 +7,9 @@ decisions and to its times within 1e-9 relative). What the compiled walk does no
 (``unsupported`` names it: a kept log, a policy registered but not written here) is decided by
 the reference walk and timed here. The log comes out as tables (``DecisionTables``);
 ``Decisions.steps`` lays them out as ``LayerStep`` records on first use, for the simpy engine,
-the executor and the timelines.
+the executor and the timelines. ``stream`` runs both a chunk of passes at a time, dropping each
+chunk's log once it is timed: what ``hobbit sim``, sweeps, tuning and comparisons run (they read
+only the results), in the trace's memory plus per-pass results and O(cache + chunk) state.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
-from hobbit.sim.timeline import Timeline
+from hobbit.sim.timeline import Timeline, layer_sums
 from hobbit.sim.workload import Workload
 
 
@@ -197,13 +199,11 @@ LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this m
 # the reference walk decides (the list may hold a key more than once; no trace here has come near)
 
 
-def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-           placement: Placement | None = None, cpu_faster: Callable[[int, int], bool] | None = None,
-           miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
-           profile: list[np.ndarray] | None = None) -> Decisions:
-    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
-    of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
-    victim; ``walk._pruned_evict``)."""
+def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
+                 placement: Placement | None, cpu_faster: Callable[[int, int], bool] | None,
+                 miss_costs: Callable[[int, int], tuple[float, float]] | None,
+                 profile: list[np.ndarray] | None) -> tuple[tuple, tuple]:
+    """(``walk.walk_state``'s arguments, ``walk.walk``'s between the state and the pass range) for ``system``."""
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
@@ -259,29 +259,53 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
-    with first_use(walk.walk):
-        out = walk.walk(
-            narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
+    state_args = (L, E, np.array(slots, np.int64), bool(ev.per_layer), policy, int(pf.staging_slots),
+                  int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E)
+    args = (narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
             np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
             np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
             np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
             int(per_step),
             walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
-            bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching), int(pf.staging_slots),
-            walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s, cpu_s,
-            float(system.split_threshold), int(system.split_max_fetch), per_expert, np.array(expert_bytes, np.int64),
-            int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E)
-    loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _ = out
-    if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
-        return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
-                       profile=profile).run()
-    tables = DecisionTables(num_layers=L, n_steps=len(wl.pass_start) * L, expert_bytes=tuple(expert_bytes),
-                            loads=loads, gpu=gpu, cpu=cpu, cancel=cancel, evicted=evicted, kept=kept)
-    return Decisions(steps=tables.steps(), served=served, prefetch_issued=int(st[walk.ISSUED]),
+            bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching),
+            int(pf.staging_slots), walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s,
+            cpu_s, float(system.split_threshold), int(system.split_max_fetch), per_expert,
+            np.array(expert_bytes, np.int64))
+    return state_args, args
+
+
+def _decisions(st: np.ndarray, served: np.ndarray, mass: np.ndarray, slots: tuple[int, int], system: SystemConfig,
+               steps, tables: DecisionTables | None,
+               per_layer: tuple[np.ndarray, np.ndarray] | None = None) -> Decisions:
+    pf = system.prefetch
+    prefetching = prefetcher_class(pf.kind).loads_ahead and system.cpu_misses != "always"
+    return Decisions(steps=steps, served=served, prefetch_issued=int(st[walk.ISSUED]),
                      prefetch_used=int(st[walk.USED]), bytes_requested=int(st[walk.BYTES]), mass=mass,
                      evictions=int(st[walk.EVICTIONS]), slots=(int(slots[HIGH]), int(slots[LOW])),
                      staging=int(pf.staging_slots) if prefetching else 0, prefetch_dropped=int(st[walk.DROPPED]),
-                     tables=tables)
+                     tables=tables, per_layer=per_layer)
+
+
+def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
+           placement: Placement | None = None, cpu_faster: Callable[[int, int], bool] | None = None,
+           miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+           profile: list[np.ndarray] | None = None) -> Decisions:
+    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
+    of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
+    victim; ``walk._pruned_evict``)."""
+    state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    with first_use(walk.walk_state):
+        state = walk.walk_state(*state_args)
+    with first_use(walk.walk):
+        out = walk.walk(state, *args, 0, len(wl.pass_start))
+    loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _, _ = out
+    if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
+        return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
+                       profile=profile).run()
+    tables = DecisionTables(num_layers=wl.num_layers, n_steps=len(wl.pass_start) * wl.num_layers,
+                            expert_bytes=tuple(expert_bytes), loads=loads, gpu=gpu, cpu=cpu, cancel=cancel,
+                            evicted=evicted, kept=kept)
+    return _decisions(st, served, mass, slots, system, tables.steps(), tables)
 
 
 def decide_or_refer(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
@@ -293,36 +317,158 @@ def decide_or_refer(wl: Workload, system: SystemConfig, slots: tuple[int, int], 
     return Decider(wl, system, slots, expert_bytes, placement, keep_log=keep_log, **kw).run()
 
 
-def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True,
-                   shared: bool | None = None) -> Timeline:
-    """``sim.plain.replay`` compiled: the same times (``shared``: as there)."""
-    tab = dec.tables if dec.tables is not None else tables_from_steps(dec.steps, wl.num_layers)
-    max_t, sizes = _tables(wl)
+def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: tuple[int, int], top: int) -> tuple:
+    """(dense seconds per pass, head seconds per pass, expert seconds [precision, tokens], CPU expert seconds
+    [tokens], copy seconds per precision, bytes per precision) for tokens up to ``top``."""
+    _, sizes = _tables(wl)
     dense, other = per_pass(cost, sizes, wl.pass_context)
-    top = max(max_t, int(tab.gpu[:, 3].max(initial=0)), int(tab.cpu[:, 1].max(initial=0)))
     expert = np.zeros((2, top + 1))
     cpu_s = np.zeros(top + 1)
     for n in range(1, top + 1):
         expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
-    if len(tab.cpu):
-        cpu_s[1:] = [cost.cached("cpu_expert_s", n) for n in range(1, top + 1)]
-    nbytes_of = np.array(tab.expert_bytes, np.int64)
-    prec = tab.loads[:, 4]
-    nbytes = nbytes_of[prec]
-    dur = np.array([cost.cached("transfer_s", int(b)) for b in nbytes_of])[prec]
+    nbytes_of = np.array(expert_bytes, np.int64)
+    dur_of = np.array([cost.cached("transfer_s", int(b)) for b in nbytes_of])
+    return dense, other, expert, cpu_s, dur_of, nbytes_of
+
+
+def _fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
+    cpu_s[1:] = [cost.cached("cpu_expert_s", n) for n in range(1, len(cpu_s))]
+
+
+def _replay(wl: Workload, cost: CostModel, shared: bool | None, p0: int, p1: int, tables: tuple, per_tid: tuple,
+            inputs: tuple, demand_first: bool, link: tuple, base: int, out: tuple) -> None:
+    """The timing of passes ``p0:p1`` (``timing.replay`` or, with contention, ``replay_shared``)."""
     f = cost.contention
-    args = (tab.n_steps, wl.num_layers, tab.loads, tab.gpu, tab.cpu, tab.cancel, dur, nbytes, dense, other, expert,
-            cpu_s, float(cost.issue_s()), bool(demand_first))
+    dense, other, expert, cpu_s = inputs[:4]
+    args = (p0, p1, wl.num_layers, *tables, *per_tid, dense, other, expert, cpu_s, float(cost.issue_s()),
+            bool(demand_first), link, base, *out)
     if shared if shared is not None else f.active:
         with first_use(timing.replay_shared):
-            out = timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
+            timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
     else:
         with first_use(timing.replay):
-            out = timing.replay(*args)
-    ps, pe, stall, end, started, done, busy, moved, cancelled = out
-    tl = Timeline(ps, pe, stall, end, link_busy_s=float(busy), bytes_moved=int(moved), cancelled=int(cancelled))
+            timing.replay(*args)
+
+
+def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True,
+                   shared: bool | None = None) -> Timeline:
+    """``sim.plain.replay`` compiled: the same times (``shared``: as there)."""
+    tab = dec.tables if dec.tables is not None else tables_from_steps(dec.steps, wl.num_layers)
+    max_t, _ = _tables(wl)
+    top = max(max_t, int(tab.gpu[:, 3].max(initial=0)), int(tab.cpu[:, 1].max(initial=0)))
+    inputs = _timing_inputs(wl, cost, tab.expert_bytes, top)
+    if len(tab.cpu):
+        _fill_cpu(cost, inputs[3])
+    prec = tab.loads[:, 4]
+    P = len(wl.pass_start)
+    out = (np.zeros(P), np.zeros(P), np.zeros(tab.n_steps), np.zeros(tab.n_steps))
+    with first_use(timing.link_state):
+        link = timing.link_state(tab.loads)
+    _replay(wl, cost, shared, 0, P, (tab.loads, tab.gpu, tab.cpu, tab.cancel), (inputs[4][prec], inputs[5][prec]),
+            inputs, demand_first, link, 0, out)
+    started, done, fs, ls = link[3], link[4], link[5], link[6]
+    tl = Timeline(*out, link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
+                  cancelled=int(ls[timing.CANCELLED]))
     tl.transfer_start, tl.transfer_done = Times(started), Times(done)
     return tl
+
+
+CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many steps at a time (whole passes, >= 1)
+
+
+def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
+           cost: CostModel, demand_first: bool = True, placement: Placement | None = None,
+           cpu_faster: Callable[[int, int], bool] | None = None,
+           miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+           profile: list[np.ndarray] | None = None, chunk_steps: int | None = None,
+           shared: bool | None = None) -> tuple[Decisions, Timeline] | None:
+    """``decide`` then ``time_decisions``, a chunk of ``chunk_steps`` steps (``CHUNK_STEPS``; whole passes) at a time: each chunk's
+    log is timed, counted and dropped, so a run holds the trace, its per-pass and per-step times and O(cache +
+    chunk) state, not its log. The same decisions and times as the two in turn; ``Decisions.steps`` and the
+    timeline's copy times are not kept (``decide_or_refer`` and ``time_decisions`` for those). None when LIRS runs
+    out of its counted-out entries (``decide`` hands such a run to the reference).
+
+    The timing numbers copies afresh for each chunk: the copies a later step can still name (held in a slot,
+    staged, queued or on the link when the chunk starts) first, in order, then the chunk's own loads, so its
+    per-copy arrays hold those and no others."""
+    state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    L, P = wl.num_layers, len(wl.pass_start)
+    n_steps = P * L
+    max_t, _ = _tables(wl)
+    inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
+    cpu_known = False  # CPU expert times, looked up once a chunk computes experts there (as time_decisions does)
+    dur_of, nbytes_of = inputs[4], inputs[5]
+    ps, pe, pass_stall = np.zeros(P), np.zeros(P), np.zeros(P)
+    decode = np.asarray(wl.pass_phase) == 1
+    layer_stall, decode_stall = np.zeros(L), np.zeros(L)
+    demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
+    with first_use(walk.walk_state):
+        state = walk.walk_state(*state_args)
+    pins_at = walk.STATE.index("pins")
+    pool, stg_tid, st = state[0], state[walk.STATE.index("stg_tid")], state[walk.STATE.index("st")]
+    fs, ls = np.zeros(6), np.zeros(5, np.int64)
+    ls[timing.CUR] = -1
+    space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted): the previous chunk's
+    demand = dropped = np.zeros(0, np.bool_)
+    started = done = dur = np.zeros(0)
+    nbytes = np.zeros(0, np.int64)
+    waiting = np.zeros(0, np.int64)  # the link's queue and the copy on it, as transfer ids
+    per = max(1, (chunk_steps or CHUNK_STEPS) // max(L, 1))  # passes per chunk
+    for p0 in range(0, P, per):
+        p1 = min(P, p0 + per)
+        tid0 = int(st[walk.NEXT_TID])
+        held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
+        live = np.unique(held[held >= 0])
+        with first_use(walk.walk):
+            loads, gpu, cpu, cancel, *_, pins = walk.walk(state, *args, p0, p1)
+        state = (*state[:pins_at], pins, *state[pins_at + 1:])
+        if st[walk.OVERFLOW]:
+            return None
+        old = np.searchsorted(space, live)
+        if len(live) and not np.array_equal(space[np.minimum(old, len(space) - 1)], live):
+            raise AssertionError("a copy the timing must still know of is not in its arrays")
+        n_new = len(loads)
+        prec = loads[:, 4]
+        space = np.concatenate([live, np.arange(tid0, tid0 + n_new, dtype=np.int64)])
+        demand = np.concatenate([demand[old], loads[:, 1] == 1])
+        dur, nbytes = np.concatenate([dur[old], dur_of[prec]]), np.concatenate([nbytes[old], nbytes_of[prec]])
+        started = np.concatenate([started[old], np.full(n_new, np.nan)])
+        done = np.concatenate([done[old], np.full(n_new, np.nan)])
+        dropped = np.zeros(len(space) + 1, np.bool_)
+        n_wait = len(waiting) - (ls[timing.CUR] >= 0)
+        q = np.zeros(n_wait + n_new + 1, np.int64)
+        q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
+        ls[timing.HEAD], ls[timing.TAIL] = 0, n_wait
+        if ls[timing.CUR] >= 0:
+            ls[timing.CUR] = np.searchsorted(space, waiting[-1])
+        for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
+            if not timing.renumber(t[:, 1], live, tid0, len(live)):
+                raise AssertionError("a step names a copy the timing was not told to keep")
+        if len(cpu) and not cpu_known:
+            _fill_cpu(cost, inputs[3])
+            cpu_known = True
+        link = (demand, q, dropped, started, done, fs, ls)
+        n = (p1 - p0) * L
+        stall = np.zeros(n)
+        _replay(wl, cost, shared, p0, p1, (loads, gpu, cpu, cancel), (dur, nbytes), inputs, demand_first, link,
+                len(live), (ps, pe, stall, np.zeros(n)))
+        rows = stall.reshape(-1, L)
+        pass_stall[p0:p1] = rows.sum(axis=1)
+        layer_stall = layer_sums(rows, layer_stall)
+        decode_stall = layer_sums(rows * decode[p0:p1, None], decode_stall)
+        waiting = space[q[ls[timing.HEAD]:ls[timing.TAIL]]]
+        if ls[timing.CUR] >= 0:
+            waiting = np.append(waiting, space[ls[timing.CUR]])
+        layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
+        demand_n += np.bincount(layer[loads[:, 1] == 1], minlength=L)
+        prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
+    from hobbit.sim.decide import NotKept
+
+    dec = _decisions(st, state[walk.STATE.index("served")], state[walk.STATE.index("mass")], slots, system,
+                     NotKept(n_steps), None, (demand_n, prefetch_n))
+    tl = Timeline(ps, pe, np.zeros(0), np.zeros(0), link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
+                  cancelled=int(ls[timing.CANCELLED]), stall_sums=(pass_stall, layer_stall, decode_stall))
+    return dec, tl
 
 
 class Times(Mapping):

@@ -5,8 +5,11 @@ rows in step order) and per-size costs looked up in arrays built once per run: `
 ``other_s[P]``, ``expert_s[precision, tokens]``, ``cpu_s[tokens]``, ``dur`` and ``nbytes`` per
 transfer. ``shared``: the link and the compute stream slow each other (``plain._SharedLink``).
 The link's state lives in ``fs`` (floats: free_at or now, busy, the copy in flight's seconds
-left and its start) and ``ls`` (ints: queue head and tail, bytes moved, cancelled, the copy in
-flight); the queue holds transfer ids not yet started.
+left and its start, the compute stream's clock, the CPU's) and ``ls`` (ints: queue head and
+tail, bytes moved, cancelled, the copy in flight); the queue holds transfer ids not yet started.
+``replay`` and ``replay_shared`` time a range of passes and leave that state (``link_state``)
+where the next range picks it up: a whole run is one range, a streamed run
+(``sim.fast.stream``) one per chunk, with its copies numbered afresh each time (``renumber``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-FREE_AT, BUSY, LEFT, CUR_START = range(4)  # fs (FREE_AT is ``now`` for the shared link)
+FREE_AT, BUSY, LEFT, CUR_START, CLOCK, CPU_FREE = range(6)  # fs (FREE_AT is ``now`` for the shared link; CLOCK:
+# the compute stream's time in ``replay``; CPU_FREE: when the CPU's experts are done)
 HEAD, TAIL, MOVED, CANCELLED, CUR = range(5)  # ls
 
 
@@ -103,9 +107,28 @@ def _compute(q, fs, ls, dur, nbytes, started, done, solo, factor, f_link):
 
 
 @njit(cache=True)
-def _setup(n_steps, loads, gpu, cpu, cancel):
-    lo_l, lo_g = _offsets(loads[:, 0], n_steps), _offsets(gpu[:, 0], n_steps)
-    lo_c, lo_x = _offsets(cpu[:, 0], n_steps), _offsets(cancel[:, 0], n_steps)
+def renumber(tids, live, first, base):
+    """Transfer ids ``tids`` (a table's column, in place) in a streamed chunk's numbering (``sim.fast.stream``): an
+    id ``first`` or above (the chunk's own loads) becomes ``base`` + its distance from ``first``, one below it its
+    place in ``live`` (sorted; it must be there), -1 (resident) stays; false when one was not in ``live``."""
+    n = live.shape[0]
+    for r in range(tids.shape[0]):
+        t = tids[r]
+        if t >= first:
+            tids[r] = base + (t - first)
+        elif t >= 0:
+            at = np.searchsorted(live, t)
+            if at >= n or live[at] != t:
+                return False
+            tids[r] = at
+    return True
+
+
+@njit(cache=True)
+def _setup(i0, n_steps, loads, gpu, cpu, cancel):
+    """Each table's first row of each of the steps ``i0:i0 + n_steps`` (and the end), the most GPU rows of one."""
+    lo_l, lo_g = _offsets(loads[:, 0] - i0, n_steps), _offsets(gpu[:, 0] - i0, n_steps)
+    lo_c, lo_x = _offsets(cpu[:, 0] - i0, n_steps), _offsets(cancel[:, 0] - i0, n_steps)
     max_g = 1
     for i in range(n_steps):
         max_g = max(max_g, lo_g[i + 1] - lo_g[i])
@@ -113,12 +136,13 @@ def _setup(n_steps, loads, gpu, cpu, cancel):
 
 
 @njit(cache=True)
-def _link(loads):
-    """The link's state: which loads are demand, the queue, cancel marks, start and end times, ``fs`` and ``ls``."""
+def link_state(loads):
+    """The link's state for a run whose copies are ``loads`` (transfer id = row): which loads are demand, the queue,
+    cancel marks, start and end times, ``fs`` and ``ls``."""
     n_loads = loads.shape[0]
-    fs, ls = np.zeros(4), np.zeros(5, np.int64)
+    fs, ls = np.zeros(6), np.zeros(5, np.int64)
     ls[CUR] = -1
-    return (loads[:, 1] == 1, np.zeros(n_loads + 1, loads.dtype), np.zeros(n_loads + 1, np.bool_),
+    return (loads[:, 1] == 1, np.zeros(n_loads + 1, np.int64), np.zeros(n_loads + 1, np.bool_),
             np.full(n_loads, np.nan), np.full(n_loads, np.nan), fs, ls)
 
 
@@ -132,22 +156,24 @@ def _cpu_end(cpu, cpu_s, c0, c1, start):
 
 
 @njit(cache=True)
-def replay(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
-           demand_first):
-    """``plain.replay`` without contention: (pass_start, pass_end, step_stall, step_end, started, done, busy, moved,
-    cancelled); ``started`` / ``done`` NaN for a copy that never ran."""
+def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
+           demand_first, link, base, pass_start, pass_end, step_stall, step_end):
+    """``plain.replay`` without contention, passes ``p0:p1``, continuing ``link`` (``link_state``; updated in
+    place): their times into ``pass_start`` .. ``step_end`` (indexed by pass and step); ``started`` / ``done`` of
+    ``link`` NaN for a copy that never ran. The tables hold these passes' rows; their loads are the transfers
+    ``base``, ``base + 1``, .. of ``link``'s arrays (``dur``, ``nbytes``, ``started`` and ``done`` are indexed by
+    transfer)."""
     L = num_layers
-    P = n_steps // L
-    lo_l, lo_g, lo_c, lo_x, max_g = _setup(n_steps, loads, gpu, cpu, cancel)
-    demand, q, dropped, started, done, fs, ls = _link(loads)
-    pass_start, pass_end, step_stall, step_end, ready = np.zeros(P), np.zeros(P), np.zeros(n_steps), \
-        np.zeros(n_steps), np.zeros(max_g)
-    t = cpu_free = 0.0
-    for p in range(P):
+    i0, n_steps = p0 * L, (p1 - p0) * L
+    lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
+    demand, q, dropped, started, done, fs, ls = link
+    ready = np.zeros(max_g)
+    t, cpu_free = fs[CLOCK], fs[CPU_FREE]
+    for p in range(p0, p1):
         pass_start[p] = t
         dense = dense_s[p]
         for layer in range(L):
-            i = p * L + layer
+            i = (p - p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
             t += dense
@@ -157,7 +183,8 @@ def replay(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, o
             if nl or lo_x[i + 1] > lo_x[i]:  # _Link.enqueue at t
                 while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     _start_next(q, fs, ls, dur, nbytes, started, done)
-                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], lo_l[i], lo_l[i + 1], demand_first)
+                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], base + lo_l[i], base + lo_l[i + 1],
+                         demand_first)
                 if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     fs[FREE_AT] = t
                     _start_next(q, fs, ls, dur, nbytes, started, done)
@@ -186,34 +213,35 @@ def replay(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, o
             step_end[i] = t
         t += other_s[p]
         pass_end[p] = t
-    return pass_start, pass_end, step_stall, step_end, started, done, fs[BUSY], ls[MOVED], ls[CANCELLED]
+    fs[CLOCK], fs[CPU_FREE] = t, cpu_free
 
 
 @njit(cache=True)
-def replay_shared(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
-                  demand_first, f_link, f_dense, f_high, f_low):
+def replay_shared(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
+                  demand_first, link, base, pass_start, pass_end, step_stall, step_end, f_link, f_dense, f_high,
+                  f_low):
     """``plain._replay_shared``: ``replay`` with the overlap of copies and compute charged (``Contention``)."""
     L = num_layers
-    P = n_steps // L
-    lo_l, lo_g, lo_c, lo_x, max_g = _setup(n_steps, loads, gpu, cpu, cancel)
-    demand, q, dropped, started, done, fs, ls = _link(loads)
-    pass_start, pass_end, step_stall, step_end, ready = np.zeros(P), np.zeros(P), np.zeros(n_steps), \
-        np.zeros(n_steps), np.zeros(max_g)
+    i0, n_steps = p0 * L, (p1 - p0) * L
+    lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
+    demand, q, dropped, started, done, fs, ls = link
+    ready = np.zeros(max_g)
     rows = np.zeros(max_g, np.int64)
     todo = np.zeros(max_g, np.int64)
-    cpu_free = 0.0
-    for p in range(P):
+    cpu_free = fs[CPU_FREE]
+    for p in range(p0, p1):
         pass_start[p] = fs[FREE_AT]
         dense = dense_s[p]
         for layer in range(L):
-            i = p * L + layer
+            i = (p - p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
             routed = _compute(q, fs, ls, dur, nbytes, started, done, dense, f_dense, f_link)
             if nl and issue:
                 _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)
             if nl or lo_x[i + 1] > lo_x[i]:
-                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], lo_l[i], lo_l[i + 1], demand_first)
+                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], base + lo_l[i], base + lo_l[i + 1],
+                         demand_first)
                 _start(q, fs, ls, dur, started)
             nt = g1 - g0
             for j in range(nt):
@@ -265,4 +293,4 @@ def replay_shared(n_steps, num_layers, loads, gpu, cpu, cancel, dur, nbytes, den
             step_stall[i] = stall
             step_end[i] = fs[FREE_AT]
         pass_end[p] = _compute(q, fs, ls, dur, nbytes, started, done, other_s[p], f_dense, f_link)
-    return pass_start, pass_end, step_stall, step_end, started, done, fs[BUSY], ls[MOVED], ls[CANCELLED]
+    fs[CPU_FREE] = cpu_free

@@ -15,7 +15,10 @@ and the policies' own state in the
 tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists of SIEVE, LFRU,
 S3-FIFO and ARC per slot (5) and per region (6), their ghost keys (7), ARC's p and capacity
 per region (9, 10), LIRS's lists (11-14). The log is appended to
-``out.*`` tables, one row per record, in the order the reference appends them.
+``out.*`` tables, one row per record, in the order the reference appends them. All the state a
+pass leaves to the next is made by ``walk_state`` and passed to ``walk``, which walks a range of
+passes: a whole run is one range; a streamed run (``sim.fast.stream``) walks a chunk of passes
+at a time, timing and dropping each chunk's log before the next.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
 
@@ -1161,17 +1164,11 @@ def _wanted(ids, w, nan_zero, rule, rows, want, order):
 
 
 @njit(cache=True)
-def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end, pass_request,
-         token_in_request, resident, cpu_layer,
-         slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
-         any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
-         split_threshold, split_max_fetch, per_expert, expert_bytes, prune_min_slots, victim_entries):
-    L, K = ids.shape[1], ids.shape[2]
-    E = resident.shape[1]
-    P = pass_start.shape[0]
-    D = min(pred.shape[2], max_depth)
-    rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
-    row, rc, rm = rule[4], rule[5], rule[6]
+def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune_min_slots, victim_entries):
+    """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
+    the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
+    one that ended at ``p0``: the same decisions as one walk over both ranges."""
+    L, E = num_layers, num_experts
     size = np.zeros(2, np.int64)
     size[0], size[1] = slots[0], slots[1]
     if per_layer:
@@ -1182,7 +1179,6 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     pool[:, :, TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
     eam_match = np.full(1, -1, np.int64)  # the prefetcher's current match (EAMPrefetch.match), -1: none
-    rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_pre_admit)
     S = pool.shape[1]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
@@ -1217,14 +1213,11 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     # costs two atomic reference counts each time
     g_slots, g_n, g_pos = np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
     g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, gS))
-    gp = (g_slots, g_n, g_pos, g_qlb, g_on, np.zeros((6, 2, hS), np.int64), hreg, np.zeros((3, 2, gK), np.int64),
-          g_key, np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free)
     # what the walk keeps per (layer, expert), side by side in one row of ``xs`` (the walk is bound by cache misses
     # on its state, and a use reads and writes all of it): its slot in each pool (``index``, -1: none), its record
     # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
     xs = np.zeros((L, E, 8), np.int32)
     xs[:, :, :2] = -1
-    index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
     st = np.zeros(N_ST, np.int64)
     served = np.zeros(6, np.int64)
     mass = np.zeros(3)
@@ -1232,9 +1225,37 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     stg_tid = np.full((L, E), -1, np.int64)  # read only when ``staging`` (nothing is staged otherwise)
     stg_prec = np.zeros((L, E), np.int64)
     stg_list = np.zeros((max(staging, 1), 3), np.int64)  # layer, expert, target; in insertion order
-    n_stg = 0
     pins = np.zeros((16, 4), np.int64)
-    n_pins = 0
+    counts = np.zeros(2, np.int64)  # staged copies (stg_list's rows) and pins (pins' rows)
+    return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, np.zeros((6, 2, hS), np.int64),
+            hreg, np.zeros((3, 2, gK), np.int64), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free, xs,
+            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts)
+
+
+STATE = ("pool", "size", "nfree", "eam_match", "g_on", "g_slots", "g_n", "g_pos", "g_qlb", "g_key", "hooks", "regions",
+         "ghosts", "arc_p", "cap", "lk", "lr", "ve", "ve_free", "xs", "st", "served", "mass", "stg_tid", "stg_prec",
+         "stg_list", "pins", "counts")  # walk_state's items
+
+
+@njit(cache=True)
+def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end,
+         pass_request, token_in_request, resident, cpu_layer,
+         slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
+         any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
+         split_threshold, split_max_fetch, per_expert, expert_bytes, p0, p1):
+    """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables, the
+    counters, and the pins' table (grown, it replaces ``state``'s)."""
+    L, K = ids.shape[1], ids.shape[2]
+    E = resident.shape[1]
+    D = min(pred.shape[2], max_depth)
+    (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk, hreg, ghosts, arc_p, cap, lk, lr, ve,
+     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held) = state
+    rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
+    row, rc, rm = rule[4], rule[5], rule[6]
+    rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_pre_admit)
+    gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
+    index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
+    n_stg, n_pins = n_held[0], n_held[1]
     # need of one (pass, layer): expert -> class, tokens, mass, in first-appearance order
     need_c = np.full(E, SKIP, np.int64)
     need_n = np.zeros(E, np.int64)
@@ -1269,7 +1290,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
     pred, pred_w = _borrowed(pred), _borrowed(pred_w)  # sliced for _wanted at every step
     loads_own, evicted_own, kept_own = loads, evicted, kept
     loads, evicted, kept = _borrowed(loads_own), _borrowed(evicted_own), _borrowed(kept_own)
-    for p in range(P):
+    for p in range(p0, p1):
         a, b = pass_start[p], pass_end[p]
         if p > 0 and pass_request[p] != pass_request[p - 1]:
             rec[:] = 0
@@ -1603,6 +1624,7 @@ def walk(ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, p
                     prefetched[tl, te] = True
                 st[ISSUED] += 1
     st[OVERFLOW] = ve_free[2]
+    n_held[0], n_held[1] = n_stg, n_pins
     _keep(owners)
     return (loads_own[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted_own[:nv].copy(),
-            kept_own[:nk].copy(), owners[12], owners[13], owners[5], owners[1])
+            kept_own[:nk].copy(), owners[12], owners[13], owners[5], owners[1], pins)
