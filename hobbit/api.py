@@ -96,11 +96,13 @@ def configure(model: str | ModelConfig | None = None, hardware: str | HardwareCo
 
 def simulate(trace: Trace | str | Path | None = None, model: str | ModelConfig | None = None,
              hardware: str | HardwareConfig | None = None, system: str | SystemConfig | None = None,
-             *, keep_log: bool = False, **knobs: Any) -> Results:
+             *, keep_log: bool = False, keep_decisions: bool = True, **knobs: Any) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hardware`` (defaults: conf/sim.yaml's:
-    mixtral-8x7b, rtx4090-pcie4, hobbit). No files are written."""
+    mixtral-8x7b, rtx4090-pcie4, hobbit). No files are written. ``keep_decisions=False`` streams the run (the same
+    results, in the trace's memory and little more, without ``Results.decisions.steps``)."""
     tr = trace if isinstance(trace, Trace) else read_trace(trace)
-    return simulate_config(tr, configure(model, hardware, system, **knobs), keep_log=keep_log)
+    return simulate_config(tr, configure(model, hardware, system, **knobs), keep_log=keep_log,
+                           keep_decisions=keep_decisions)
 
 
 def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False, keep_decisions: bool = True) -> Results:

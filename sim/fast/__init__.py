@@ -33,7 +33,7 @@ except ImportError:  # not POSIX: no lock, every process compiles for itself (as
 
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import Decider, Decisions, DecisionTables, Placement, log_dtype, tables_from_steps
+from hobbit.sim.decide import Decider, Decisions, DecisionTables, NotKept, Placement, log_dtype, tables_from_steps
 from hobbit.sim.fast import bound, rule, timing, walk
 from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
@@ -462,8 +462,6 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
         demand_n += np.bincount(layer[loads[:, 1] == 1], minlength=L)
         prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
-    from hobbit.sim.decide import NotKept
-
     dec = _decisions(st, state[walk.STATE.index("served")], state[walk.STATE.index("mass")], slots, system,
                      NotKept(n_steps), None, (demand_n, prefetch_n))
     tl = Timeline(ps, pe, np.zeros(0), np.zeros(0), link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
