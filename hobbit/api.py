@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 import os
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,14 +105,15 @@ def simulate(trace: Trace | str | Path | None = None, model: str | ModelConfig |
                            keep_decisions=keep_decisions)
 
 
-def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False, keep_decisions: bool = True) -> Results:
+def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False, keep_decisions: bool = True,
+                    progress: Callable[[int, int], None] | None = None) -> Results:
     """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written. ``keep_decisions=False``:
     the run streams (``hobbit.sim.run.simulate``): the same results in the trace's memory and little more, without
     the decisions' records."""
     profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
     return simulate_configs(trace, cfg.model, cfg.hardware, cfg.system, np.random.default_rng(cfg.seed), cfg.engine,
                             keep_log=keep_log, profile=profile, profile_share=cfg.profile_share,
-                            keep_decisions=keep_decisions)
+                            keep_decisions=keep_decisions, progress=progress)
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:

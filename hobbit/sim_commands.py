@@ -22,6 +22,7 @@ from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
 
+PROGRESS_DELAY_S = 2.0  # a run's progress bar shows once it has taken this long
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: the same text, 4x faster
 
 
@@ -52,14 +53,17 @@ def run_chunk(cfg: SimConfig) -> None:
             raise ConfigError(f"sweep point {' '.join(point['overrides'])}: {exc}".replace("\n", " ")) from exc
         pcfg = guard(pcfg, Path.cwd(), say=lambda _: None)
         check_knobs(pcfg)
-        run_one(pcfg)
+        run_one(pcfg, progress=False)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
         atomic_write_text(out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER,
                                                                      sort_keys=False))
 
 
-def run_one(cfg: SimConfig) -> None:
-    """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``."""
+def run_one(cfg: SimConfig, progress: bool = True) -> None:
+    """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``. ``progress``: a
+    bar on stderr for a run that takes more than a couple of seconds (passes timed; a sweep's points have none)."""
+    from tqdm import tqdm
+
     from hobbit.api import read_trace, simulate_config
     from hobbit.results_io import cache_root, config_key, from_cache, to_cache, write_results
 
@@ -72,7 +76,15 @@ def run_one(cfg: SimConfig) -> None:
         s = json.loads((out / "results.json").read_text())
         print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
         return
-    res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline))  # a timeline reads the decisions
+    with tqdm(desc="simulate", unit="pass", delay=PROGRESS_DELAY_S, leave=False,
+              disable=None if progress else True) as bar:  # None: shown on a terminal only
+
+        def advance(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        # streamed, unless a timeline is to be drawn from the decisions
+        res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline), progress=advance)
     paths = write_results(res, out)
     if cfg.timeline:
         from hobbit.timelines import write_sim_timeline  # pandas and matplotlib: only for a timeline

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,7 +193,8 @@ def prepare(trace: Trace, profile: Trace | None, profile_share: float, fallback:
 
 def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
              rng: np.random.Generator | None = None, engine: str = "fast", keep_log: bool = False,
-             profile: Trace | None = None, profile_share: float = 0.25, keep_decisions: bool = True) -> Results:
+             profile: Trace | None = None, profile_share: float = 0.25, keep_decisions: bool = True,
+             progress: Callable[[int, int], None] | None = None) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
 
     What a system learns offline comes from ``profile``, a profiling trace; without one, from the
@@ -202,7 +204,8 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     decisions and the same times (within 1e-9 relative). ``keep_decisions=False`` lets the fast engine stream: it
     walks and times a chunk of passes at a time and drops each chunk's log (``sim.fast.stream``), so the run's memory
     is the trace's, its per-step times and the cache's state; the results are the same, but the decisions' records
-    (``Results.decisions.steps``) and the copies' times (``Results.timeline.transfer_start``) are not kept."""
+    (``Results.decisions.steps``) and the copies' times (``Results.timeline.transfer_start``) are not kept.
+    ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end."""
     t_wall = time.perf_counter()
     for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
         check_knobs(cfg, prefix)
@@ -241,7 +244,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     streamed = None
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
         streamed = fast.stream(wl, system, slots, eb, cost, system.demand_first, placement, cpu_faster=cpu_faster,
-                               miss_costs=miss_costs, profile=profile_matrices)
+                               miss_costs=miss_costs, profile=profile_matrices, progress=progress)
     if streamed is not None:
         dec, tl = streamed
     elif engine == "fast":
@@ -252,6 +255,8 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
                       miss_costs=miss_costs, profile=profile_matrices).run()
     if streamed is None:
         tl = time_decisions(wl, dec, cost, system.demand_first, engine)
+        if progress is not None:
+            progress(len(wl.pass_start), len(wl.pass_start))
     res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,
                     bound=(fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system),
                     mix=fast.rule_mix(wl, system.precision.t1, system.precision.t2) if engine == "fast" else None)

@@ -240,6 +240,20 @@ def test_a_streamed_run_holds_the_trace_and_little_more():
     assert peaks[False] < own / 6 and peaks[False] < peaks[True] - log, (peaks, own, log)
 
 
+def test_a_run_reports_its_progress(trace):
+    """``progress(passes timed, passes)``: after each chunk of a streamed run (what ``hobbit sim``'s bar shows),
+    once at the end of a kept one."""
+    cfg = compose_sim("system=hobbit")
+    calls = []
+    streamed(trace, cfg.model, cfg.hardware, cfg.system, 32, progress=lambda *a: calls.append(a))
+    total = calls[-1][1]
+    assert total > 64 and calls[-1] == (total, total)
+    assert [c[0] for c in calls] == [min(32 * (i + 1), total) for i in range(-(-total // 32))]
+    kept = []
+    simulate(trace, cfg.model, cfg.hardware, cfg.system, progress=lambda *a: kept.append(a))
+    assert kept == [(total, total)]
+
+
 def test_a_streamed_run_carries_the_copies_still_running_into_its_next_chunk():
     """A copy started in one chunk can end in a later one, where a step waits for it, with the link shared by the
     compute (contention): the next chunk must know when it ends. Streamed one pass at a time, this run (found by a

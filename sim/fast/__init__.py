@@ -381,7 +381,8 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
            cpu_faster: Callable[[int, int], bool] | None = None,
            miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
            profile: list[np.ndarray] | None = None, chunk_steps: int | None = None,
-           shared: bool | None = None) -> tuple[Decisions, Timeline] | None:
+           shared: bool | None = None,
+           progress: Callable[[int, int], None] | None = None) -> tuple[Decisions, Timeline] | None:
     """``decide`` then ``time_decisions``, a chunk of ``chunk_steps`` steps (``CHUNK_STEPS``; whole passes) at a time: each chunk's
     log is timed, counted and dropped, so a run holds the trace, its per-pass and per-step times and O(cache +
     chunk) state, not its log. The same decisions and times as the two in turn; ``Decisions.steps`` and the
@@ -390,7 +391,7 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
 
     The timing numbers copies afresh for each chunk: the copies a later step can still name (held in a slot,
     staged, queued or on the link when the chunk starts) first, in order, then the chunk's own loads, so its
-    per-copy arrays hold those and no others."""
+    per-copy arrays hold those and no others. ``progress(passes done, passes)`` is called after each chunk."""
     state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
     L, P = wl.num_layers, len(wl.pass_start)
     n_steps = P * L
@@ -462,6 +463,8 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
         demand_n += np.bincount(layer[loads[:, 1] == 1], minlength=L)
         prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
+        if progress is not None:
+            progress(p1, P)
     dec = _decisions(st, state[walk.STATE.index("served")], state[walk.STATE.index("mass")], slots, system,
                      NotKept(n_steps), None, (demand_n, prefetch_n))
     tl = Timeline(ps, pe, np.zeros(0), np.zeros(0), link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
