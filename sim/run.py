@@ -203,8 +203,9 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     or simpy (the reference walk, timed by the discrete-event engine, ``sim.engine``); all three give the same
     decisions and the same times (within 1e-9 relative). ``keep_decisions=False`` lets the fast engine stream: it
     walks and times a chunk of passes at a time and drops each chunk's log (``sim.fast.stream``), so the run's memory
-    is the trace's, its per-step times and the cache's state; the results are the same, but the decisions' records
-    (``Results.decisions.steps``) and the copies' times (``Results.timeline.transfer_start``) are not kept.
+    is the trace's, its per-pass results, the cache's state and one chunk; the results are the same, but the
+    decisions' records (``Results.decisions.steps``), the steps' times (``Results.timeline.step_stall``, ``step_end``)
+    and the copies' (``transfer_start``, ``transfer_done``) are not kept.
     ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end."""
     t_wall = time.perf_counter()
     for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
