@@ -48,10 +48,12 @@ HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends
 # S3-FIFO per region (gp[6]): its lists S, M (slots, linked by NEWER/OLDER of gp[5], counts in H_USES, the list in
 # VISITED) and G (keys, linked in gp[7]), each a head, a tail and a length; the ghost-hit and has-evicted flags
 Q_HEAD, Q_TAIL, Q_LEN = range(3)
-S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = 1, 4, 7, 10, 11
+# The lists' numbers (S3_*, ARC_* and L_* below, ``which`` / ``lst`` of the list helpers) are numpy ints: numba types
+# a Python int constant as a literal and compiles a helper called with it once per value (``_q_push`` nine times).
+S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = np.int64(1), np.int64(4), np.int64(7), 10, 11
 # ARC per region (gp[6]): L1 and L2 (slots, as S3-FIFO's S and M), B1 and B2 (keys, linked in gp[7], gp[7][2] 1 or 2
 # for the list a key is in), the ghost-hit flag; its target p per region in gp[9]
-ARC_L1, ARC_L2, ARC_B1, ARC_GHOST_HIT, ARC_B2 = 1, 4, 7, 10, 12
+ARC_L1, ARC_L2, ARC_B1, ARC_GHOST_HIT, ARC_B2 = np.int64(1), np.int64(4), np.int64(7), 10, np.int64(12)
 N_REGION = 15
 # LIRS per key (gp[11][field, pool, key]): its ordered lists S, Q, NH (non-resident HIR keys of S) and H (the keys it
 # holds, in the order ``slot_of`` got them), each a next and a previous link; S's flags, the lists a key is in (IN_V:
@@ -62,7 +64,7 @@ N_REGION = 15
 S_NXT, S_PRV, Q_NXT, Q_PRV, N_NXT, N_PRV, H_NXT, H_PRV, V_NXT, V_PRV = range(10)
 IN_S, S_LIR, S_RES, IN_Q, IN_N, SLOT_OF, IN_V = range(10, 17)
 N_LK = 17
-L_S, L_Q, L_N, L_H, L_V = 0, 3, 6, 9, 12
+L_S, L_Q, L_N, L_H, L_V = np.int64(0), np.int64(3), np.int64(6), np.int64(9), np.int64(12)
 L_LIRS, L_HIRS, L_CAP, L_HLIM, L_LLIM = 15, 16, 17, 18, 19
 N_LR = 20
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
