@@ -159,7 +159,8 @@ def _cpu_end(cpu, cpu_s, c0, c1, start):
 def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
            demand_first, link, base, pass_start, pass_end, step_stall, step_end):
     """``plain.replay`` without contention, passes ``p0:p1``, continuing ``link`` (``link_state``; updated in
-    place): their times into ``pass_start`` .. ``step_end`` (indexed by pass and step); ``started`` / ``done`` of
+    place): their times into ``pass_start`` and ``pass_end`` (indexed by pass) and ``step_stall`` and ``step_end``
+    (by step of the range: the range's first step is 0); ``started`` / ``done`` of
     ``link`` NaN for a copy that never ran. The tables hold these passes' rows; their loads are the transfers
     ``base``, ``base + 1``, .. of ``link``'s arrays (``dur``, ``nbytes``, ``started`` and ``done`` are indexed by
     transfer)."""
