@@ -247,7 +247,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         streamed = fast.stream(wl, system, slots, eb, cost, system.demand_first, placement, cpu_faster=cpu_faster,
                                miss_costs=miss_costs, profile=profile_matrices, progress=progress)
     if streamed is not None:
-        dec, tl = streamed
+        dec, tl = streamed.decisions, streamed.timeline
     elif engine == "fast":
         dec = fast.decide_or_refer(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
                                    miss_costs=miss_costs, profile=profile_matrices)
@@ -258,9 +258,14 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         tl = time_decisions(wl, dec, cost, system.demand_first, engine)
         if progress is not None:
             progress(len(wl.pass_start), len(wl.pass_start))
+    if streamed is not None:  # the walk computed the bound and counted the rule's classes as it read the trace
+        bound = streamed.bound
+    else:
+        bound = (fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system)
+    mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes if streamed is not None else
+                        None) if engine == "fast" else None
     res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,
-                    bound=(fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system),
-                    mix=fast.rule_mix(wl, system.precision.t1, system.precision.t2) if engine == "fast" else None)
+                    bound=bound, mix=mix)
     res.workload, res.cost = wl, cost
     return res
 

@@ -346,6 +346,27 @@ def test_the_compiled_bound_is_the_reference_bound(trace):
                                    pass_bounds(res.workload, res.cost, cfg.system), rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("system", ["hobbit", "on-demand"])
+def test_a_streamed_walk_bounds_each_pass_and_counts_the_rule_as_it_reads_the_trace(trace, system):
+    """A streamed run takes each pass's bound and, under HOBBIT's rule, the mix of its classes from the walk
+    (``fast.Streamed``), not from passes of their own: the same floats as ``fast.pass_bounds`` and the same mix as
+    the reference's rule. A fresh trace object, so that the run lays out (and counts) its own workload."""
+    from hobbit.sim.policies.precision import hobbit_classes, rule_mix
+    from hobbit.traces.io import Trace
+
+    cfg = compose_sim(f"system={system}")
+    fresh = Trace(trace.meta, trace.arrays, trace.path)
+    with mock.patch.object(fast, "pass_bounds") as bounds, \
+            mock.patch.object(fast.rule, "hobbit_counts", wraps=fast.rule.hobbit_counts) as counts:
+        got = simulate(fresh, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
+    assert not bounds.called  # the walk's bound, not a pass of its own
+    assert counts.called == (cfg.system.precision.mode != "hobbit")  # the walk applied another rule: counted apart
+    wl, p = got.workload, cfg.system.precision
+    np.testing.assert_array_equal(got.pass_columns["bound_ms"],
+                                  fast.pass_bounds(wl, got.cost, cfg.system) * 1e3)
+    assert got.summary["precision_rule_mix"] == rule_mix(hobbit_classes(wl.weights.reshape(-1, wl.top_k), p.t1, p.t2))
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(seed=st.integers(0, 10_000), k=st.integers(1, 20), t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
        ties=st.booleans())

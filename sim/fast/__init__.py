@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -151,11 +152,11 @@ def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:
     return mode == "hobbit", float(t1) + EPS, float(t2) + EPS
 
 
-def rule_mix(wl: Workload, t1: float, t2: float) -> dict[str, float]:
+def rule_mix(wl: Workload, t1: float, t2: float, counts: np.ndarray | None = None) -> dict[str, float]:
     """``policies.precision.rule_mix`` of HOBBIT's classes of ``wl``'s selections at T1 / T2, counted in one pass
-    (once per workload and thresholds)."""
-    n = wl.derived(("mix", t1, t2), lambda: rule.hobbit_counts(wl.weights.reshape(-1, wl.top_k), float(t1) + EPS,
-                                                                float(t2) + EPS))
+    (once per workload and thresholds), or ``counts`` when a walk with HOBBIT's rule counted them (``stream``)."""
+    n = wl.derived(("mix", t1, t2), lambda: counts if counts is not None else rule.hobbit_counts(
+        wl.weights.reshape(-1, wl.top_k), float(t1) + EPS, float(t2) + EPS))
     total = max(int(n.sum()), 1)
     return {"high": float(n[HIGH] / total), "low": float(n[LOW] / total), "skip": float(n[SKIP] / total)}
 
@@ -202,8 +203,10 @@ LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this m
 def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
                  placement: Placement | None, cpu_faster: Callable[[int, int], bool] | None,
                  miss_costs: Callable[[int, int], tuple[float, float]] | None,
-                 profile: list[np.ndarray] | None) -> tuple[tuple, tuple]:
-    """(``walk.walk_state``'s arguments, ``walk.walk``'s between the state and the pass range) for ``system``."""
+                 profile: list[np.ndarray] | None, bound_inputs: tuple | None = None) -> tuple[tuple, tuple]:
+    """(``walk.walk_state``'s arguments, ``walk.walk``'s between the state and the pass range) for ``system``;
+    with ``bound_inputs`` (``_bound_inputs``) the walk also writes each pass's bound into the array that ends its
+    arguments but one, and counts the selections of each class into the last (``walk.walk``)."""
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
@@ -271,7 +274,11 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
             int(pf.staging_slots), walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s,
             cpu_s, float(system.split_threshold), int(system.split_max_fetch), per_expert,
             np.array(expert_bytes, np.int64))
-    return state_args, args
+    if bound_inputs is None:
+        bnd = (False, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), False, np.zeros(1))
+    else:
+        bnd = (True, *bound_inputs, np.zeros(len(wl.pass_start)))
+    return state_args, (*args, *bnd, np.zeros(3, np.int64))
 
 
 def _decisions(st: np.ndarray, served: np.ndarray, mass: np.ndarray, slots: tuple[int, int], system: SystemConfig,
@@ -373,6 +380,16 @@ def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
     return tl
 
 
+class Streamed(NamedTuple):
+    """A streamed run (``stream``): its decisions and timeline, each pass's bound (``pass_bounds``), and the
+    selections' counts per class of HOBBIT's rule (``rule_mix``; None when the system does not apply it)."""
+
+    decisions: Decisions
+    timeline: Timeline
+    bound: np.ndarray
+    classes: np.ndarray | None
+
+
 CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many steps at a time (whole passes, >= 1)
 
 
@@ -382,7 +399,7 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
            miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
            profile: list[np.ndarray] | None = None, chunk_steps: int | None = None,
            shared: bool | None = None,
-           progress: Callable[[int, int], None] | None = None) -> tuple[Decisions, Timeline] | None:
+           progress: Callable[[int, int], None] | None = None) -> Streamed | None:
     """``decide`` then ``time_decisions``, a chunk of ``chunk_steps`` steps (``CHUNK_STEPS``; whole passes) at a time: each chunk's
     log is timed, counted and dropped, so a run holds the trace, its per-pass and per-step times and O(cache +
     chunk) state, not its log. The same decisions and times as the two in turn; ``Decisions.steps`` and the
@@ -391,12 +408,16 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
 
     The timing numbers copies afresh for each chunk: the copies a later step can still name (held in a slot,
     staged, queued or on the link when the chunk starts) first, in order, then the chunk's own loads, so its
-    per-copy arrays hold those and no others. ``progress(passes done, passes)`` is called after each chunk."""
-    state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    per-copy arrays hold those and no others. ``progress(passes done, passes)`` is called after each chunk.
+
+    The walk also computes each pass's bound (``pass_bounds``' floats) and, under HOBBIT's rule, the mix of the
+    selections' classes (``rule_mix``'s counts) as it reads the selections (``Streamed``)."""
     L, P = wl.num_layers, len(wl.pass_start)
     n_steps = P * L
     max_t, _ = _tables(wl)
     inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
+    state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile,
+                                    _bound_inputs(wl, cost, system, inputs[:2]))
     cpu_known = False  # CPU expert times, looked up once a chunk computes experts there (as time_decisions does)
     dur_of, nbytes_of = inputs[4], inputs[5]
     ps, pe, pass_stall = np.zeros(P), np.zeros(P), np.zeros(P)
@@ -469,7 +490,7 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
                      NotKept(n_steps), None, (demand_n, prefetch_n))
     tl = Timeline(ps, pe, np.zeros(0), np.zeros(0), link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
                   cancelled=int(ls[timing.CANCELLED]), stall_sums=(pass_stall, layer_stall, decode_stall))
-    return dec, tl
+    return Streamed(dec, tl, args[-2], args[-1] if system.precision.mode == "hobbit" else None)
 
 
 class Times(Mapping):
@@ -496,19 +517,27 @@ class Times(Mapping):
         return len(self._dict())
 
 
-def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarray:
-    """``sim.bound.pass_bounds`` compiled: the same bound."""
-    p = system.precision
-    precisions = {"hobbit": (HIGH, LOW), "high": (HIGH,), "low": (LOW,)}[p.mode]
+def _bound_inputs(wl: Workload, cost: CostModel, system: SystemConfig,
+                  per_pass_s: tuple[np.ndarray, np.ndarray] | None = None) -> tuple:
+    """``bound.pass_bounds``'s tables (the walk's too, ``_walk_inputs``): (dense seconds per pass, head seconds per
+    pass (``per_pass_s`` when given), the cheapest device seconds of an expert per token count, its CPU seconds,
+    whether the CPU computes)."""
+    precisions = {"hobbit": (HIGH, LOW), "high": (HIGH,), "low": (LOW,)}[system.precision.mode]
     uses_cpu = system.cpu_misses != "never" or system.placement == "static"
     max_t, sizes = _tables(wl)
-    top = max_t
-    expert_min, cpu_s = np.zeros(top + 1), np.zeros(top + 1)
-    for n in range(1, top + 1):
+    expert_min, cpu_s = np.zeros(max_t + 1), np.zeros(max_t + 1)
+    for n in range(1, max_t + 1):
         expert_min[n] = min(cost.cached("expert_s", q, n) for q in precisions)
         if uses_cpu:
             cpu_s[n] = cost.cached("cpu_expert_s", n)
-    dense, other = per_pass(cost, sizes, wl.pass_context)
+    dense, other = per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_context)
+    return dense, other, expert_min, cpu_s, uses_cpu
+
+
+def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarray:
+    """``sim.bound.pass_bounds`` compiled: the same bound."""
+    p = system.precision
+    dense, other, expert_min, cpu_s, uses_cpu = _bound_inputs(wl, cost, system)
     with first_use(bound.pass_bounds):
         return bound.pass_bounds(narrow(wl.ids, "expert_ids"), frozen(wl.weights), *rule_args(p.mode, p.t1, p.t2),
                                  np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense,

@@ -5,32 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hobbit.sim.fast.walk import _rule_row
+from hobbit.sim.fast.walk import _rule_row, _split_makespan
 
 HIGH, SKIP = 0, 2
-
-
-@njit(cache=True)
-def _split_makespan(device, cpu, n, use_cpu):
-    total = 0.0
-    for i in range(n):
-        total += device[i]
-    if not use_cpu or n == 0 or total <= 0.0:
-        return total
-    ratio = np.empty(n)
-    for i in range(n):
-        ratio[i] = cpu[i] / device[i] if device[i] > 0 else np.inf
-    on_cpu = 0.0
-    for i in np.argsort(ratio, kind="mergesort"):
-        g, c = device[i], cpu[i]
-        if g <= 0.0:
-            continue
-        if on_cpu + c <= total - g:
-            on_cpu, total = on_cpu + c, total - g
-            continue
-        x = (total - on_cpu) / (c + g)
-        return on_cpu + x * c
-    return max(total, on_cpu)
 
 
 @njit(cache=True)

@@ -35,8 +35,8 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, INSERTED, TRANSFER, PINNED = range(10)
 N_FIELDS = 10
 # scalars of st
-CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW = range(11)
-N_ST = 11
+CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM = range(12)
+N_ST = 12
 # eviction policies, prefetchers, cpu_misses
 POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc",
             "lirs")
@@ -241,12 +241,13 @@ def _q_key(rec, layer, e, w):
 @njit(cache=True)
 def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound. One pass computes
-    the bounds, the lowest and the second lowest; most evictions end after the first layer (1.2 layers on average
-    on a 512-expert model), the rest go on in order of the bounds. Within a layer, a slot whose record part
-    w_lru * R + w_lfu * F + w_lhu * H exceeds ``_beaten``'s threshold cannot score at or below the best found, and
-    its score is not computed. The record parts are read from ``key`` (``_q_key`` of each slot, side by side in
-    the order of the layer's list), so a layer's scan reads one short run of memory and visits the pool only for
-    the few slots that can win. ``qlb`` rows 0 and 1 hold each pool's bounds, row 2 the bounds of this eviction."""
+    the bounds, the lowest and the second lowest; most evictions end after the first layer, the rest go on in order
+    of the bounds. The record parts w_lru * R + w_lfu * F + w_lhu * H are read from ``key`` (``_q_key`` of each
+    slot, side by side in the order of the layer's list; +inf for a pinned slot, which no eviction may take), so a
+    layer's scan reads one short run of memory: its lowest record part first, whose slot alone is scored, then the
+    slots whose record part is within ``_beaten``'s threshold of the best score (ties; usually none), so that an
+    eviction visits the pool for about one slot. ``qlb`` rows 0 and 1 hold each pool's bounds (each scanned layer's
+    lowest record part after the eviction: exact then), row 2 the bounds of this eviction."""
     t = 1.0 / inv_t
     lb = qlb[2]
     g1, lb1, lb2 = -1, np.inf, np.inf
@@ -258,25 +259,39 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
         elif v < lb2:
             lb2 = v
     best, bk, bt = -1, 0.0, 0
+    best_g, best_next = -1, np.inf  # the victim's layer and, when the victim is its lowest, the layer's next lowest
     g = g1
     while g >= 0:
         lb[g] = np.inf
-        q_min = np.inf
-        f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
-        thr = np.inf if best < 0 else _beaten(bk, f, t)
-        for j in range(n[pr, g]):
+        m = n[pr, g]
+        q1, q2, j1 = np.inf, np.inf, -1
+        for j in range(m):
             q = key[pr, g, j]
-            q_min = min(q_min, q)
-            if q > thr:
-                continue
-            s = slots[pr, g, j]
-            if pool[pr, s, PINNED]:
-                continue
+            if q < q2:
+                if q < q1:
+                    q1, q2, j1 = q, q1, j
+                else:
+                    q2 = q
+        qlb[pr, g] = q1
+        if j1 >= 0:  # an unpinned slot: the lowest record part scored, then any within the threshold of the best
+            f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
+            s = slots[pr, g, j1]
             k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
             if best < 0 or k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
                 best, bk, bt = s, k, pool[pr, s, TOUCHED]
-                thr = _beaten(bk, f, t)
-        qlb[pr, g] = q_min
+                best_g, best_next = g, q2
+            thr = _beaten(bk, f, t)
+            if q2 <= thr:
+                for j in range(m):
+                    q = key[pr, g, j]
+                    if q > thr or j == j1:
+                        continue
+                    s = slots[pr, g, j]
+                    k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
+                    if k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
+                        best, bk, bt = s, k, pool[pr, s, TOUCHED]
+                        best_g, best_next = g, q1
+                        thr = _beaten(bk, f, t)
         if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
             break
         g = 0
@@ -285,6 +300,8 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
                 g = x
         if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
             break
+    if best_g >= 0:  # the victim leaves its layer: the layer's bound is the lowest record part of the others
+        qlb[pr, best_g] = best_next
     return best
 
 
@@ -867,7 +884,7 @@ def _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, precision, toke
             pool[pr, s, LAST_USE] = rec[layer, e, 0]
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
-            if g_on[pr]:
+            if g_on[pr] and not pool[pr, s, PINNED]:  # a pinned slot's part stays +inf until it is unpinned
                 g_key[pr, layer, g_pos[pr, s]] = _q_key(rec, layer, e, w)
 
 
@@ -980,9 +997,12 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
     if g_on[pr]:
-        q = _q_key(rec, layer, e, w)
-        g_key[pr, layer, g_pos[pr, slot]] = q
-        g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
+        if pinned:  # no eviction takes it while it is pinned (_pruned_evict): its part is +inf till then
+            g_key[pr, layer, g_pos[pr, slot]] = np.inf
+        else:
+            q = _q_key(rec, layer, e, w)
+            g_key[pr, layer, g_pos[pr, slot]] = q
+            g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
     return slot, victim
 
 
@@ -1166,6 +1186,31 @@ def _wanted(ids, w, nan_zero, rule, rows, want, order):
 
 
 @njit(cache=True)
+def _split_makespan(device, cpu, n, use_cpu):
+    """The shortest time to compute ``n`` experts split between the device (``device`` seconds each) and the CPU
+    (``cpu``), both at once (``sim.bound.split_makespan``; ``bound.pass_bounds`` and the walk's bound)."""
+    total = 0.0
+    for i in range(n):
+        total += device[i]
+    if not use_cpu or n == 0 or total <= 0.0:
+        return total
+    ratio = np.empty(n)
+    for i in range(n):
+        ratio[i] = cpu[i] / device[i] if device[i] > 0 else np.inf
+    on_cpu = 0.0
+    for i in np.argsort(ratio, kind="mergesort"):
+        g, c = device[i], cpu[i]
+        if g <= 0.0:
+            continue
+        if on_cpu + c <= total - g:
+            on_cpu, total = on_cpu + c, total - g
+            continue
+        x = (total - on_cpu) / (c + g)
+        return on_cpu + x * c
+    return max(total, on_cpu)
+
+
+@njit(cache=True)
 def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune_min_slots, victim_entries):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
@@ -1244,9 +1289,16 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
          pass_request, token_in_request, resident, cpu_layer,
          slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
-         split_threshold, split_max_fetch, per_expert, expert_bytes, p0, p1):
+         split_threshold, split_max_fetch, per_expert, expert_bytes, bnd_on, bnd_dense, bnd_other, bnd_min, bnd_cpu,
+         bnd_uses_cpu, bnd_out, cls_n, p0, p1):
     """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables, the
-    counters, and the pins' table (grown, it replaces ``state``'s)."""
+    counters, and the pins' table (grown, it replaces ``state``'s).
+
+    With ``bnd_on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: its tables
+    ``bnd_dense``, ``bnd_other``, ``bnd_min``, ``bnd_cpu`` and ``bnd_uses_cpu``) into ``bnd_out[p]``, from the
+    experts and token counts each step needs (a bound's expert is one not every selection skips, as here), and
+    counts the selections of each class into ``cls_n`` (with HOBBIT's rule: ``rule.hobbit_counts``), so that a
+    run reads the trace's selections once."""
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
@@ -1271,6 +1323,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     m_c = np.zeros(E, np.int64)
     m_key = np.zeros(E, np.int64)
     hist = np.zeros(E, np.int64)
+    b_dev, b_cpu = np.zeros(E), np.zeros(E)  # the bound's device and CPU seconds of each expert a step needs
+    n_high = n_low = n_sel = 0  # the selections of the rule's classes HIGH and LOW, and all
     # log tables
     loads = np.zeros((1024, 5), log_proto.dtype)
     gpu = np.zeros((1024, 5), log_proto.dtype)
@@ -1306,11 +1360,13 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 if g_on[pr]:
                     for g in range(L):
                         for j in range(g_n[pr, g]):
-                            g_key[pr, g, j] = 0.0
+                            g_key[pr, g, j] = np.inf if pool[pr, g_slots[pr, g, j], PINNED] else 0.0
         token = token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
         bound = min(E, T * K)
+        n_sel += T * K * L
+        b_total = bnd_other[p] if bnd_on else 0.0
         for layer in range(L):
             i = p * L + layer
             st[STEP] = i
@@ -1337,6 +1393,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 _rule_row(weights[t, layer], False, hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)
                 for k in range(K):
                     e, c = ids[t, layer, k], rc[k]
+                    n_high += c == HIGH
+                    n_low += c == LOW
                     if need_n[e] == 0:
                         order[n_need] = e
                         n_need += 1
@@ -1346,6 +1404,16 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         need_c[e] = min(need_c[e], c)
                         need_m[e] += rm[k]
                     need_n[e] += 1
+            if bnd_on:  # bound.pass_bounds's step: the experts not every selection skips, in first-appearance order
+                nd = 0
+                for j in range(n_need):
+                    e = order[j]
+                    if need_c[e] != SKIP:
+                        b_dev[nd], b_cpu[nd] = bnd_min[need_n[e]], bnd_cpu[need_n[e]]
+                        nd += 1
+                b_total += bnd_dense[p] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
+                if layer == L - 1:
+                    bnd_out[p] = b_total
             if T > 1 and multi_high:
                 for j in range(n_need):
                     e = order[j]
@@ -1381,7 +1449,14 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         srt = np.argsort(m_key[:nm], kind="mergesort")
                         for j in range(F, nm):
                             on_cpu[m_e[srt[j]]] = True
-            # ---- serve each expert
+            # ---- serve each expert; first the rows it reads, loaded side by side (a tight loop of independent loads
+            # that the serving's branches would otherwise issue one miss at a time): the walk waits on memory
+            warm = 0
+            for j in range(n_need):
+                e = order[j]
+                sh, sl = index[HIGH, layer, e], index[LOW, layer, e]
+                warm += pool[HIGH, max(sh, 0), TOUCHED] + pool[LOW, max(sl, 0), TOUCHED]
+            st[WARM] = warm
             for j in range(n_need):
                 e = order[j]
                 c, n = need_c[e], need_n[e]
@@ -1510,6 +1585,10 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
+                        if g_on[pr]:  # its record part enters its layer's list and bound
+                            q = _q_key(rec, pl, pe, w)
+                            g_key[pr, pl, g_pos[pr, s]] = q
+                            g_qlb[pr, pl] = min(g_qlb[pr, pl], q)
                     prefetched[pl, pe] = False
                 else:
                     for x in range(4):
@@ -1574,6 +1653,10 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                 nw += 1
                             want[best] = uniform
                         hist[best] = -1
+                warm = 0
+                for q in range(nw):  # the rows the check below reads, loaded side by side (as before serving)
+                    warm += index[HIGH, target, worder[q]]
+                st[WARM] = warm
                 found = 0
                 for q in range(nw):
                     e = worder[q]
@@ -1626,6 +1709,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     prefetched[tl, te] = True
                 st[ISSUED] += 1
     st[OVERFLOW] = ve_free[2]
+    cls_n[HIGH] += n_high
+    cls_n[LOW] += n_low
+    cls_n[SKIP] += n_sel - n_high - n_low
     n_held[0], n_held[1] = n_stg, n_pins
     _keep(owners)
     return (loads_own[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted_own[:nv].copy(),
