@@ -213,7 +213,8 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
 # Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are the first of the walk's state tuple
 # ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` holds
-# each listed slot's record part in the list's order (``_q_key``), written wherever a record changes.
+# each listed slot's record part in the list's order (``_q_key``), written wherever a record changes, +inf while
+# the slot is pinned (no eviction may take it; its part and its layer's bound are set when the pin drops).
 MARGIN = 1.0 - 1e-9
 
 
