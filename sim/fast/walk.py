@@ -314,11 +314,53 @@ def _beaten(bk, f, t):
 
 
 @njit(cache=True)
+def _lru_push(hk, hr, pr, g, s):
+    """LRU's list of region ``g``: ``s`` becomes its newest (HEAD; the oldest is TAIL, as SIEVE's queue)."""
+    head = hr[pr, g, HEAD]
+    hk[NEWER, pr, s], hk[OLDER, pr, s] = -1, head
+    if head >= 0:
+        hk[NEWER, pr, head] = s
+    hr[pr, g, HEAD] = s
+    if hr[pr, g, TAIL] < 0:
+        hr[pr, g, TAIL] = s
+
+
+@njit(cache=True)
+def _lru_unlink(hk, hr, pr, g, s):
+    n, o = hk[NEWER, pr, s], hk[OLDER, pr, s]
+    if n < 0:
+        hr[pr, g, HEAD] = o
+    else:
+        hk[OLDER, pr, n] = o
+    if o < 0:
+        hr[pr, g, TAIL] = n
+    else:
+        hk[NEWER, pr, o] = n
+
+
+@njit(cache=True)
+def _lru_evict(gp, pool, pr, g):
+    """``_to_evict``'s LRU victim (the least recently touched occupied, unpinned slot of the region; TOUCHED is
+    unique, so no ties) from the region's list, kept in TOUCHED order (a copy enters it newest, ``_on_insert``, and
+    moves to the newest end when it serves a use, ``_on_hit``): the oldest unpinned, without scanning the region. It
+    leaves the list (``_post_admit`` enters the new copy); -1 when every copy is pinned."""
+    hk, hr = gp[5], gp[6]
+    s = hr[pr, g, TAIL]
+    while s >= 0 and pool[pr, s, PINNED]:
+        s = hk[NEWER, pr, s]
+    if s >= 0:
+        _lru_unlink(hk, hr, pr, g, s)
+    return s
+
+
+@njit(cache=True)
 def _on_insert(gp, policy, pr, g, slot):
     """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): SIEVE pushes it at the head,
     unvisited (Sieve.push); LFRU enters it with one use at the region's next access."""
     hk, hr = gp[5], gp[6]
-    if policy == SIEVE:
+    if policy == LRU:
+        _lru_push(hk, hr, pr, g, slot)
+    elif policy == SIEVE:
         head = hr[pr, g, HEAD]
         hk[NEWER, pr, slot], hk[OLDER, pr, slot] = -1, head
         if head >= 0:
@@ -336,9 +378,14 @@ def _on_insert(gp, policy, pr, g, slot):
 
 @njit(cache=True)
 def _on_hit(gp, policy, pr, g, slot):
-    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access."""
+    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access, LRU
+    moves it to its list's newest end (its TOUCHED is now the newest)."""
     hk, hr = gp[5], gp[6]
-    if policy == SIEVE:
+    if policy == LRU:
+        if hr[pr, g, HEAD] != slot:
+            _lru_unlink(hk, hr, pr, g, slot)
+            _lru_push(hk, hr, pr, g, slot)
+    elif policy == SIEVE:
         hk[VISITED, pr, slot] = 1
     elif policy == LFRU:
         hr[pr, g, H_CLOCK] += 1
@@ -899,8 +946,8 @@ def _use(pool, index, rec, g_on, g_pos, g_key, w, st, pr, slot, token):
 
 @njit(cache=True)
 def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, per_layer, policy, w):
-    """What ``ExpertCache.admit`` asks of a policy with state of its own (SIEVE, LFRU, S3-FIFO, ARC, LIRS) or that
-    reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss hook, then, when the region has
+    """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's list, SIEVE, LFRU, S3-FIFO, ARC,
+    LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss hook, then, when the region has
     no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
     state tuple ``gp`` and ``rare`` never pass through the inlined admit path (each array an inlined call takes
     is counted up and down)."""
@@ -921,6 +968,8 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
                 return -1
     elif nfree[pr] < size[pr]:
         return -1
+    if policy == LRU:
+        return _lru_evict(gp, pool, pr, g)
     if policy == SIEVE or policy == LFRU:
         return _hooked_evict(gp, policy, pool, pr, g, r0, r1)
     if policy == S3FIFO:
@@ -937,7 +986,7 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
     g = layer if per_layer else 0
     r0, r1 = _region(size[pr], per_layer, index.shape[1], layer)
-    if policy == SIEVE or policy == LFRU:
+    if policy == SIEVE or policy == LFRU or policy == LRU:
         _on_insert(gp, policy, pr, g, slot)
     elif policy == S3FIFO:
         _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
@@ -977,7 +1026,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
             inv_t = 1.0 / max(st[TOKENS], 1)
             slot = _pruned_evict(pool, g_slots, g_n, g_key, g_qlb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
                                  inv_t, fw, layer_now, num_layers)
-        elif policy >= BELADY:
+        elif policy >= BELADY or policy == LRU:
             slot = chosen
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now)
@@ -1232,7 +1281,7 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() else 1
-    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC else 1
+    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC or policy == LRU else 1
     hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
     hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
     for q in (S3_SMALL, S3_MAIN, S3_GHOST, ARC_B2):
@@ -1482,7 +1531,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     if hp >= 0:
                         slot = index[hp, layer, e]
                         _use(pool, index, rec, g_on, g_pos, g_key, w, st, hp, slot, token)
-                        if policy == SIEVE or policy == LFRU:
+                        if policy == SIEVE or policy == LFRU or policy == LRU:
                             _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
                         elif policy == S3FIFO:
                             gp[5][H_USES, hp, slot] += 1
@@ -1539,12 +1588,12 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
                             ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer,
-                                            per_layer, policy, w) if policy >= BELADY else -1
+                                            per_layer, policy, w) if policy >= BELADY or policy == LRU else -1
                             slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n,
                                                            g_pos, g_qlb, g_key, st, i, layer, layer, e, prec, False,
                                                            per_layer, policy, w, fw, ch, loads, nl, evicted, nv,
                                                            kept, nk)
-                            if slot >= 0 and policy >= SIEVE:
+                            if slot >= 0 and (policy >= SIEVE or policy == LRU):
                                 _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
                             if slot >= 0:
                                 st[BYTES] += expert_bytes[prec]
@@ -1565,11 +1614,11 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         got, a_tid = prec, tid
                 if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
                     ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer,
-                                    policy, w) if policy >= BELADY else -1
+                                    policy, w) if policy >= BELADY or policy == LRU else -1
                     slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
                                                g_key, st, i, layer, e, got, a_tid, token, per_layer, policy, w,
                                                fw, ch, evicted, nv, kept, nk)
-                    if slot >= 0 and policy >= SIEVE:
+                    if slot >= 0 and (policy >= SIEVE or policy == LRU):
                         _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -1693,11 +1742,11 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     n_stg += 1
                 else:
                     ch = _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy,
-                                    w) if policy >= BELADY else -1
+                                    w) if policy >= BELADY or policy == LRU else -1
                     slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
                                                    g_key, st, i, layer, tl, te, prec, True, per_layer, policy, w, fw,
                                                    ch, loads, nl, evicted, nv, kept, nk)
-                    if slot >= 0 and policy >= SIEVE:
+                    if slot >= 0 and (policy >= SIEVE or policy == LRU):
                         _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
                     if slot < 0:
                         st[DROPPED] += 1
