@@ -170,7 +170,8 @@ def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts)
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
     """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties
-    (LRU, LFU, FIFO, MRU, multidim; Belady and EAM's priority: ``_to_evict_rare``)."""
+    (LFU, and multidim on pools under ``prune_min_slots``; Belady and EAM's priority: ``_to_evict_rare``). LRU,
+    FIFO and MRU find the same victim at an end of a list (``_lru_evict``)."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     if policy == MULTIDIM:
@@ -313,9 +314,17 @@ def _beaten(bk, f, t):
     return (bk * (1.0 + 1e-9) - f) * t * (1.0 + 1e-9)
 
 
+@njit(cache=True, inline="always")
+def _listed(policy):
+    """Whether ``policy`` keeps its region's copies in a list (``_lru_push``): LRU and MRU by last touch, FIFO by
+    entry; each then finds its victim at one end of the list, not by scanning the region."""
+    return policy == LRU or policy == FIFO or policy == MRU
+
+
 @njit(cache=True)
 def _lru_push(hk, hr, pr, g, s):
-    """LRU's list of region ``g``: ``s`` becomes its newest (HEAD; the oldest is TAIL, as SIEVE's queue)."""
+    """The list of region ``g`` (``_listed``): ``s`` becomes its newest (HEAD; the oldest is TAIL, as SIEVE's
+    queue)."""
     head = hr[pr, g, HEAD]
     hk[NEWER, pr, s], hk[OLDER, pr, s] = -1, head
     if head >= 0:
@@ -339,15 +348,27 @@ def _lru_unlink(hk, hr, pr, g, s):
 
 
 @njit(cache=True)
-def _lru_evict(gp, pool, pr, g):
-    """``_to_evict``'s LRU victim (the least recently touched occupied, unpinned slot of the region; TOUCHED is
-    unique, so no ties) from the region's list, kept in TOUCHED order (a copy enters it newest, ``_on_insert``, and
-    moves to the newest end when it serves a use, ``_on_hit``): the oldest unpinned, without scanning the region. It
-    leaves the list (``_post_admit`` enters the new copy); -1 when every copy is pinned."""
+def _lru_touch(hk, hr, pr, g, slot):
+    """LRU's and MRU's hit: the copy in ``slot`` moves to its list's newest end (its TOUCHED is now the newest).
+    The walk calls it with its hook arrays borrowed (``_borrowed``), not through the state tuple ``gp``: a call
+    that takes the tuple counts each of its arrays up and down, on every hit."""
+    if hr[pr, g, HEAD] != slot:
+        _lru_unlink(hk, hr, pr, g, slot)
+        _lru_push(hk, hr, pr, g, slot)
+
+
+@njit(cache=True)
+def _lru_evict(gp, pool, pr, g, policy):
+    """``_to_evict``'s victim of a listed policy (``_listed``) from the region's list, without scanning the region:
+    LRU's least and MRU's most recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is
+    in TOUCHED order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
+    ``_on_hit``), FIFO's first entered (INSERTED order: a copy enters it newest and stays). The victim leaves the
+    list (``_post_admit`` enters the new copy); -1 when every copy is pinned."""
     hk, hr = gp[5], gp[6]
-    s = hr[pr, g, TAIL]
+    newest = policy == MRU
+    s = hr[pr, g, HEAD] if newest else hr[pr, g, TAIL]
     while s >= 0 and pool[pr, s, PINNED]:
-        s = hk[NEWER, pr, s]
+        s = hk[OLDER, pr, s] if newest else hk[NEWER, pr, s]
     if s >= 0:
         _lru_unlink(hk, hr, pr, g, s)
     return s
@@ -358,7 +379,7 @@ def _on_insert(gp, policy, pr, g, slot):
     """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): SIEVE pushes it at the head,
     unvisited (Sieve.push); LFRU enters it with one use at the region's next access."""
     hk, hr = gp[5], gp[6]
-    if policy == LRU:
+    if _listed(policy):
         _lru_push(hk, hr, pr, g, slot)
     elif policy == SIEVE:
         head = hr[pr, g, HEAD]
@@ -379,12 +400,10 @@ def _on_insert(gp, policy, pr, g, slot):
 @njit(cache=True)
 def _on_hit(gp, policy, pr, g, slot):
     """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access, LRU
-    moves it to its list's newest end (its TOUCHED is now the newest)."""
+    and MRU move it to their list's newest end (its TOUCHED is now the newest)."""
     hk, hr = gp[5], gp[6]
-    if policy == LRU:
-        if hr[pr, g, HEAD] != slot:
-            _lru_unlink(hk, hr, pr, g, slot)
-            _lru_push(hk, hr, pr, g, slot)
+    if policy == LRU or policy == MRU:
+        _lru_touch(hk, hr, pr, g, slot)
     elif policy == SIEVE:
         hk[VISITED, pr, slot] = 1
     elif policy == LFRU:
@@ -946,9 +965,9 @@ def _use(pool, index, rec, g_on, g_pos, g_key, w, st, pr, slot, token):
 
 @njit(cache=True)
 def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, per_layer, policy, w):
-    """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's list, SIEVE, LFRU, S3-FIFO, ARC,
-    LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss hook, then, when the region has
-    no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
+    """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's, FIFO's and MRU's lists, SIEVE,
+    LFRU, S3-FIFO, ARC, LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss
+    hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
     state tuple ``gp`` and ``rare`` never pass through the inlined admit path (each array an inlined call takes
     is counted up and down)."""
     num_layers, num_experts = index.shape[1], index.shape[2]
@@ -968,8 +987,8 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
                 return -1
     elif nfree[pr] < size[pr]:
         return -1
-    if policy == LRU:
-        return _lru_evict(gp, pool, pr, g)
+    if _listed(policy):
+        return _lru_evict(gp, pool, pr, g, policy)
     if policy == SIEVE or policy == LFRU:
         return _hooked_evict(gp, policy, pool, pr, g, r0, r1)
     if policy == S3FIFO:
@@ -986,7 +1005,7 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
     g = layer if per_layer else 0
     r0, r1 = _region(size[pr], per_layer, index.shape[1], layer)
-    if policy == SIEVE or policy == LFRU or policy == LRU:
+    if policy == SIEVE or policy == LFRU or _listed(policy):
         _on_insert(gp, policy, pr, g, slot)
     elif policy == S3FIFO:
         _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
@@ -1026,7 +1045,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
             inv_t = 1.0 / max(st[TOKENS], 1)
             slot = _pruned_evict(pool, g_slots, g_n, g_key, g_qlb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
                                  inv_t, fw, layer_now, num_layers)
-        elif policy >= BELADY or policy == LRU:
+        elif policy >= BELADY or _listed(policy):
             slot = chosen
         else:
             slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now)
@@ -1281,7 +1300,7 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() else 1
-    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC or policy == LRU else 1
+    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC or _listed(policy) else 1
     hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
     hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
     for q in (S3_SMALL, S3_MAIN, S3_GHOST, ARC_B2):
@@ -1358,6 +1377,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     row, rc, rm = rule[4], rule[5], rule[6]
     rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_pre_admit)
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
+    hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
     index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
     n_stg, n_pins = n_held[0], n_held[1]
     # need of one (pass, layer): expert -> class, tokens, mass, in first-appearance order
@@ -1531,7 +1551,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     if hp >= 0:
                         slot = index[hp, layer, e]
                         _use(pool, index, rec, g_on, g_pos, g_key, w, st, hp, slot, token)
-                        if policy == SIEVE or policy == LFRU or policy == LRU:
+                        if policy == LRU or policy == MRU:
+                            _lru_touch(hk_b, hr_b, hp, layer if per_layer else 0, slot)
+                        elif policy == SIEVE or policy == LFRU:
                             _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
                         elif policy == S3FIFO:
                             gp[5][H_USES, hp, slot] += 1
@@ -1588,12 +1610,12 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
                             ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer,
-                                            per_layer, policy, w) if policy >= BELADY or policy == LRU else -1
+                                            per_layer, policy, w) if policy >= BELADY or _listed(policy) else -1
                             slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n,
                                                            g_pos, g_qlb, g_key, st, i, layer, layer, e, prec, False,
                                                            per_layer, policy, w, fw, ch, loads, nl, evicted, nv,
                                                            kept, nk)
-                            if slot >= 0 and (policy >= SIEVE or policy == LRU):
+                            if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                                 _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
                             if slot >= 0:
                                 st[BYTES] += expert_bytes[prec]
@@ -1614,11 +1636,11 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         got, a_tid = prec, tid
                 if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
                     ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer,
-                                    policy, w) if policy >= BELADY or policy == LRU else -1
+                                    policy, w) if policy >= BELADY or _listed(policy) else -1
                     slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
                                                g_key, st, i, layer, e, got, a_tid, token, per_layer, policy, w,
                                                fw, ch, evicted, nv, kept, nk)
-                    if slot >= 0 and (policy >= SIEVE or policy == LRU):
+                    if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                         _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -1742,11 +1764,11 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     n_stg += 1
                 else:
                     ch = _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy,
-                                    w) if policy >= BELADY or policy == LRU else -1
+                                    w) if policy >= BELADY or _listed(policy) else -1
                     slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
                                                    g_key, st, i, layer, tl, te, prec, True, per_layer, policy, w, fw,
                                                    ch, loads, nl, evicted, nv, kept, nk)
-                    if slot >= 0 and (policy >= SIEVE or policy == LRU):
+                    if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                         _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
                     if slot < 0:
                         st[DROPPED] += 1
