@@ -316,15 +316,15 @@ def _beaten(bk, f, t):
 
 @njit(cache=True, inline="always")
 def _listed(policy):
-    """Whether ``policy`` keeps its region's copies in a list (``_lru_push``): LRU and MRU by last touch, FIFO by
+    """Whether ``policy`` keeps its region's copies in a list (``_list_push``): LRU and MRU by last touch, FIFO by
     entry; each then finds its victim at one end of the list, not by scanning the region."""
     return policy == LRU or policy == FIFO or policy == MRU
 
 
 @njit(cache=True)
-def _lru_push(hk, hr, pr, g, s):
-    """The list of region ``g`` (``_listed``): ``s`` becomes its newest (HEAD; the oldest is TAIL, as SIEVE's
-    queue)."""
+def _list_push(hk, hr, pr, g, s):
+    """The list of region ``g`` (``_listed``'s, and SIEVE's queue): ``s`` becomes its newest (HEAD; the oldest is
+    TAIL)."""
     head = hr[pr, g, HEAD]
     hk[NEWER, pr, s], hk[OLDER, pr, s] = -1, head
     if head >= 0:
@@ -335,7 +335,7 @@ def _lru_push(hk, hr, pr, g, s):
 
 
 @njit(cache=True)
-def _lru_unlink(hk, hr, pr, g, s):
+def _list_unlink(hk, hr, pr, g, s):
     n, o = hk[NEWER, pr, s], hk[OLDER, pr, s]
     if n < 0:
         hr[pr, g, HEAD] = o
@@ -353,8 +353,8 @@ def _lru_touch(hk, hr, pr, g, slot):
     The walk calls it with its hook arrays borrowed (``_borrowed``), not through the state tuple ``gp``: a call
     that takes the tuple counts each of its arrays up and down, on every hit."""
     if hr[pr, g, HEAD] != slot:
-        _lru_unlink(hk, hr, pr, g, slot)
-        _lru_push(hk, hr, pr, g, slot)
+        _list_unlink(hk, hr, pr, g, slot)
+        _list_push(hk, hr, pr, g, slot)
 
 
 @njit(cache=True)
@@ -370,7 +370,7 @@ def _lru_evict(gp, pool, pr, g, policy):
     while s >= 0 and pool[pr, s, PINNED]:
         s = hk[OLDER, pr, s] if newest else hk[NEWER, pr, s]
     if s >= 0:
-        _lru_unlink(hk, hr, pr, g, s)
+        _list_unlink(hk, hr, pr, g, s)
     return s
 
 
@@ -380,15 +380,9 @@ def _on_insert(gp, policy, pr, g, slot):
     unvisited (Sieve.push); LFRU enters it with one use at the region's next access."""
     hk, hr = gp[5], gp[6]
     if _listed(policy):
-        _lru_push(hk, hr, pr, g, slot)
+        _list_push(hk, hr, pr, g, slot)
     elif policy == SIEVE:
-        head = hr[pr, g, HEAD]
-        hk[NEWER, pr, slot], hk[OLDER, pr, slot] = -1, head
-        if head >= 0:
-            hk[NEWER, pr, head] = slot
-        hr[pr, g, HEAD] = slot
-        if hr[pr, g, TAIL] < 0:
-            hr[pr, g, TAIL] = slot
+        _list_push(hk, hr, pr, g, slot)
         hk[VISITED, pr, slot] = 0
     elif policy == LFRU:
         hr[pr, g, H_CLOCK] += 1
@@ -443,15 +437,7 @@ def _hooked_evict(gp, policy, pool, pr, g, r0, r1):
         if s < 0:
             s = hr[pr, g, TAIL]
     hr[pr, g, HAND] = hk[NEWER, pr, s]
-    n, o = hk[NEWER, pr, s], hk[OLDER, pr, s]  # Sieve.unlink
-    if n < 0:
-        hr[pr, g, HEAD] = o
-    else:
-        hk[OLDER, pr, n] = o
-    if o < 0:
-        hr[pr, g, TAIL] = n
-    else:
-        hk[NEWER, pr, o] = n
+    _list_unlink(hk, hr, pr, g, s)  # Sieve.unlink
     return s
 
 
