@@ -362,7 +362,7 @@ def _lru_evict(gp, pool, pr, g, policy):
     """``_to_evict``'s victim of a listed policy (``_listed``) from the region's list, without scanning the region:
     LRU's least and MRU's most recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is
     in TOUCHED order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
-    ``_on_hit``), FIFO's first entered (INSERTED order: a copy enters it newest and stays). The victim leaves the
+    ``_lru_touch``), FIFO's first entered (INSERTED order: a copy enters it newest and stays). The victim leaves the
     list (``_post_admit`` enters the new copy); -1 when every copy is pinned."""
     hk, hr = gp[5], gp[6]
     newest = policy == MRU
@@ -393,12 +393,10 @@ def _on_insert(gp, policy, pr, g, slot):
 
 @njit(cache=True)
 def _on_hit(gp, policy, pr, g, slot):
-    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access, LRU
-    and MRU move it to their list's newest end (its TOUCHED is now the newest)."""
+    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access (LRU
+    and MRU: ``_lru_touch``, called by the walk itself)."""
     hk, hr = gp[5], gp[6]
-    if policy == LRU or policy == MRU:
-        _lru_touch(hk, hr, pr, g, slot)
-    elif policy == SIEVE:
+    if policy == SIEVE:
         hk[VISITED, pr, slot] = 1
     elif policy == LFRU:
         hr[pr, g, H_CLOCK] += 1
