@@ -140,8 +140,11 @@ def _next_use(fut_off, fut_steps, key_id, step):
 
 @njit(cache=True)
 def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts):
-    """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match)."""
-    fut_off, fut_steps, eam_lib, eam_match = rare
+    """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match,
+    next_use). Belady keeps each key's next use in ``next_use`` (-1: not looked up yet): the first step at or after
+    the step it was looked up at, so still the next use at any later step it has not passed; a key's uses are looked
+    up again only once the step passes them, not at every eviction for every slot."""
+    fut_off, fut_steps, eam_lib, eam_match, next_use = rare
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     if policy == EAM_PRIORITY:  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
@@ -161,7 +164,11 @@ def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts)
     for s in range(r0, r1):  # Belady
         if lay[s] < 0 or pin[s]:
             continue
-        nu = _next_use(fut_off, fut_steps, lay[s] * num_experts + ex[s], step)
+        key = lay[s] * num_experts + ex[s]
+        nu = next_use[key]
+        if nu < step:  # passed (or never looked up): the first use at or after this step
+            nu = _next_use(fut_off, fut_steps, key, step)
+            next_use[key] = nu
         if best < 0 or nu > bn or (nu == bn and touched[s] < bt):
             best, bn, bt = s, nu, touched[s]
     return best
@@ -1327,14 +1334,15 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     stg_list = np.zeros((max(staging, 1), 3), np.int64)  # layer, expert, target; in insertion order
     pins = np.zeros((16, 4), np.int64)
     counts = np.zeros(2, np.int64)  # staged copies (stg_list's rows) and pins (pins' rows)
+    next_use = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # Belady's (``_to_evict_rare``)
     return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, np.zeros((6, 2, hS), np.int64),
             hreg, np.zeros((3, 2, gK), np.int64), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free, xs,
-            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts)
+            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, next_use)
 
 
 STATE = ("pool", "size", "nfree", "eam_match", "g_on", "g_slots", "g_n", "g_pos", "g_qlb", "g_key", "hooks", "regions",
          "ghosts", "arc_p", "cap", "lk", "lr", "ve", "ve_free", "xs", "st", "served", "mass", "stg_tid", "stg_prec",
-         "stg_list", "pins", "counts")  # walk_state's items
+         "stg_list", "pins", "counts", "next_use")  # walk_state's items
 
 
 @njit(cache=True)
@@ -1356,10 +1364,10 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
     (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk, hreg, ghosts, arc_p, cap, lk, lr, ve,
-     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held) = state
+     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held, next_use) = state
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
     row, rc, rm = rule[4], rule[5], rule[6]
-    rare = (fut_off, fut_steps, eam_lib, eam_match)  # what only Belady and EAM's priority read (_pre_admit)
+    rare = (fut_off, fut_steps, eam_lib, eam_match, next_use)  # what only Belady and EAM's priority read (_pre_admit)
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
     hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
     index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
