@@ -195,7 +195,8 @@ class PrecisionConfig:
     t1: float = 0.6  # paper default (Mixtral)
     t2: float = 0.9
     serve_any_cached: bool = True  # a cached copy of either precision serves a hit
-    multi_token: str = "max"  # a pass with many tokens loads an expert at the highest precision any needs
+    multi_token: str = "max"  # a pass with many tokens loads an expert at the highest precision any needs;
+    # high: at high precision (with mode hobbit: a uniform mode serves every token at its precision)
 
 
 def with_policy_nodes(base: type, name: str, registry: dict[str, str]) -> type:

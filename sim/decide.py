@@ -414,7 +414,7 @@ class Decider:
                 cur[0] = min(cur[0], c)
                 cur[1] += 1
                 cur[2] += w
-        if b - a > 1 and self.system.precision.multi_token == "high":
+        if b - a > 1 and self.system.precision.multi_token == "high" and self.mixed:  # HOBBIT's rule only
             for v in need.values():
                 v[0] = SKIP if v[0] == SKIP else HIGH
         return need

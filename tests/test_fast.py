@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hobbit.sim import fast
 from hobbit.sim.config import ConfigError, ModelConfig, check_system
-from hobbit.sim.decide import DecisionTables, tables_from_steps
+from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, DecisionTables, tables_from_steps
 from hobbit.sim.policies.registry import EVICTION, PREFETCH
 from hobbit.sim.run import simulate
 from hobbit.traces.io import Trace
@@ -334,6 +334,35 @@ def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, reque
         assert_same(got, ref, compiled=True)
         if got.decisions.tables is not None:  # a run the compiled walk decided (LIRS past its entries: the reference)
             assert_streamed(streamed(tr, model, hw, system, chunk), got)
+
+
+def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_token_says():
+    """``precision.multi_token=high`` raises a prefill pass's experts to high precision under HOBBIT's rule only. With
+    ``mode=low`` every copy is low: a prefill's low copy serves its hit, and nothing is loaded twice (the reference
+    used to ask a high copy of a hit and load a low one again, a second copy of a key in one pool, until it crashed
+    evicting it, when a copy of either precision may not serve a hit); both engines decide as with
+    ``multi_token=max``."""
+    runs = {}
+    for multi in ("high", "max"):
+        for policy in ("lru", "belady"):
+            arrays, meta = generate(SyntheticConfig(num_layers=1, num_experts=3, top_k=2, requests=2,
+                                                    prompt_tokens=2, decode_tokens=3, lookahead_depth=2, seed=0))
+            tr = without_predictions(Trace(meta, arrays, "synthetic"))
+            model = ModelConfig(name="m", num_layers=1, num_experts=3, top_k=2, hidden_size=256, expert_ffn=512,
+                                dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+            cfg = compose_sim("system=hobbit", "system.precision.mode=low", f"system.precision.multi_token={multi}",
+                              f"system.cache.policy={policy}", "system.prefetch.kind=none",
+                              "system.precision.serve_any_cached=false", "system.cpu_misses=never")
+            eb = model.expert_bytes(cfg.hardware.low_precision)
+            system = dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, high_bytes=0,
+                                                                               low_bytes=3 * eb))
+            ref = simulate(tr, model, cfg.hardware, system, engine="plain")
+            got = simulate(tr, model, cfg.hardware, system, engine="fast")
+            assert_same(got, ref, compiled=True)
+            runs[multi, policy] = ref
+            assert ref.decisions.served[HIGH_LOAD] == 0 and ref.decisions.served[LOW_LOAD] > 0
+    for policy in ("lru", "belady"):
+        assert runs["high", policy].decisions.steps == runs["max", policy].decisions.steps
 
 
 def test_the_compiled_bound_is_the_reference_bound(trace):

@@ -270,7 +270,7 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
             np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
             int(per_step),
             walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
-            bool(p.serve_any_cached), p.multi_token == "high", int(prefetch_prec), bool(prefetching),
+            bool(p.serve_any_cached), p.multi_token == "high" and mixed, int(prefetch_prec), bool(prefetching),
             int(pf.staging_slots), walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s,
             cpu_s, float(system.split_threshold), int(system.split_max_fetch), per_expert,
             np.array(expert_bytes, np.int64))

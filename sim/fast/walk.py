@@ -45,6 +45,10 @@ CPU_MISSES = ("never", "always", "faster", "split")
 LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(12)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
 HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
+# LFU's list (``_lfu_enter``) in gp[5]: each slot's group (the slots of one use count, side by side in the list) in
+# the VISITED row; per group id, its use count, its newest slot and (a stack) the free ids, in the rows LFRU uses per
+# slot; the free ids' count in region 0's H_NEXT
+LFU_GROUP, LFU_COUNT, LFU_LAST, LFU_FREE = VISITED, H_USES, H_LAST, H_SEQ
 # S3-FIFO per region (gp[6]): its lists S, M (slots, linked by NEWER/OLDER of gp[5], counts in H_USES, the list in
 # VISITED) and G (keys, linked in gp[7]), each a head, a tail and a length; the ghost-hit and has-evicted flags
 Q_HEAD, Q_TAIL, Q_LEN = range(3)
@@ -176,42 +180,23 @@ def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts)
 
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
-    """The policy's victim among the region's occupied, unpinned slots (-1: none), first in slot order on ties
-    (LFU, and multidim on pools under ``prune_min_slots``; Belady and EAM's priority: ``_to_evict_rare``). LRU,
-    FIFO and MRU find the same victim at an end of a list (``_lru_evict``)."""
+    """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (pools under
+    ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU, FIFO
+    and MRU at an end of a list (``_lru_evict``), Belady and EAM's priority in ``_to_evict_rare``, the rest in their
+    own state (``_pre_admit``)."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
-    if policy == MULTIDIM:
-        inv_t = 1.0 / max(tokens, 1)
-        a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
-        lu, us, hu = pool[pr, :, LAST_USE], pool[pr, :, USES], pool[pr, :, HIGH_USES]
-        bs, bt = 0.0, 0
-        for s in range(r0, r1):
-            if lay[s] < 0 or pin[s]:
-                continue
-            k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
-            if best < 0 or k < bs or (k == bs and touched[s] < bt):
-                best, bs, bt = s, k, touched[s]
-        return best
-    if policy == LFU:
-        au = pool[pr, :, ALL_USES]
-        ba, bt = 0, 0
-        for s in range(r0, r1):
-            if lay[s] < 0 or pin[s]:
-                continue
-            if best < 0 or au[s] < ba or (au[s] == ba and touched[s] < bt):
-                best, ba, bt = s, au[s], touched[s]
-        return best
-    score = pool[pr, :, INSERTED] if policy == FIFO else touched
-    bv = 0
+    inv_t = 1.0 / max(tokens, 1)
+    a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
+    lu, us, hu = pool[pr, :, LAST_USE], pool[pr, :, USES], pool[pr, :, HIGH_USES]
+    bs, bt = 0.0, 0
     for s in range(r0, r1):
         if lay[s] < 0 or pin[s]:
             continue
-        v = score[s]
-        if best < 0 or (v > bv if policy == MRU else v < bv):
-            best, bv = s, v
+        k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
+        if best < 0 or k < bs or (k == bs and touched[s] < bt):
+            best, bs, bt = s, k, touched[s]
     return best
-
 
 
 # multidim on a large pool (``prune_min_slots``): slots are listed per layer of their expert, and each layer keeps a
@@ -324,8 +309,9 @@ def _beaten(bk, f, t):
 @njit(cache=True, inline="always")
 def _listed(policy):
     """Whether ``policy`` keeps its region's copies in a list (``_list_push``): LRU and MRU by last touch, FIFO by
-    entry; each then finds its victim at one end of the list, not by scanning the region."""
-    return policy == LRU or policy == FIFO or policy == MRU
+    entry, LFU by use count, then last touch (``_lfu_enter``); each then finds its victim at one end of the list, not
+    by scanning the region."""
+    return policy == LRU or policy == FIFO or policy == MRU or policy == LFU
 
 
 @njit(cache=True)
@@ -355,6 +341,75 @@ def _list_unlink(hk, hr, pr, g, s):
 
 
 @njit(cache=True)
+def _list_insert(hk, hr, pr, g, y, s):
+    """``s`` enters region ``g``'s list just newer than ``y`` (-1: as its oldest, TAIL)."""
+    x = hr[pr, g, TAIL] if y < 0 else hk[NEWER, pr, y]
+    hk[OLDER, pr, s], hk[NEWER, pr, s] = y, x
+    if y < 0:
+        hr[pr, g, TAIL] = s
+    else:
+        hk[NEWER, pr, y] = s
+    if x < 0:
+        hr[pr, g, HEAD] = s
+    else:
+        hk[OLDER, pr, x] = s
+
+
+@njit(cache=True)
+def _lfu_leave(hk, hr, pr, g, s):
+    """``s`` leaves LFU's list and its group; a group left empty gives its id back."""
+    grp = hk[LFU_GROUP, pr, s]
+    if hk[LFU_LAST, pr, grp] == s:
+        o = hk[OLDER, pr, s]
+        if o >= 0 and hk[LFU_GROUP, pr, o] == grp:
+            hk[LFU_LAST, pr, grp] = o
+        else:
+            hk[LFU_FREE, pr, hr[pr, 0, H_NEXT]] = grp
+            hr[pr, 0, H_NEXT] += 1
+    _list_unlink(hk, hr, pr, g, s)
+
+
+@njit(cache=True)
+def _lfu_enter(hk, hr, pr, g, s, count, y, x):
+    """LFU's list of region ``g`` runs from its victim (TAIL) in order of use count (ALL_USES), then of TOUCHED: the
+    order of ``policies.eviction``'s LFU. A copy enters it when it takes a slot and moves when it serves a use; both
+    make its TOUCHED the newest, so it goes to the newest end of its count's group, whose slots are side by side.
+    ``s``, now used ``count`` times, enters after ``y`` (-1: the list's start), the last slot of the groups of
+    fewer uses, whose next slot is ``x``: into ``x``'s group when it has ``count`` uses, else into a new group."""
+    if x >= 0 and hk[LFU_COUNT, pr, hk[LFU_GROUP, pr, x]] == count:
+        grp = hk[LFU_GROUP, pr, x]
+        y = hk[LFU_LAST, pr, grp]
+    else:
+        hr[pr, 0, H_NEXT] -= 1
+        grp = hk[LFU_FREE, pr, hr[pr, 0, H_NEXT]]
+        hk[LFU_COUNT, pr, grp] = count
+    _list_insert(hk, hr, pr, g, y, s)
+    hk[LFU_GROUP, pr, s], hk[LFU_LAST, pr, grp] = grp, s
+
+
+@njit(cache=True)
+def _lfu_insert(hk, hr, pool, pr, g, s):
+    """A copy took ``s`` (used once if it serves a use now): past the groups of fewer uses (``_lfu_enter``)."""
+    count = pool[pr, s, ALL_USES]
+    y, x = -1, hr[pr, g, TAIL]
+    while x >= 0 and hk[LFU_COUNT, pr, hk[LFU_GROUP, pr, x]] < count:
+        y = hk[LFU_LAST, pr, hk[LFU_GROUP, pr, x]]
+        x = hk[NEWER, pr, y]
+    _lfu_enter(hk, hr, pr, g, s, count, y, x)
+
+
+@njit(cache=True)
+def _lfu_touch(hk, hr, pool, pr, g, s):
+    """LFU's hit: the copy in ``s`` (its use counted) moves from its group to the next count's (``_lfu_enter``)."""
+    grp = hk[LFU_GROUP, pr, s]
+    last = hk[LFU_LAST, pr, grp]
+    y = hk[OLDER, pr, s] if last == s else last  # where the next count's group starts, once ``s`` has left
+    x = hk[NEWER, pr, last]
+    _lfu_leave(hk, hr, pr, g, s)
+    _lfu_enter(hk, hr, pr, g, s, pool[pr, s, ALL_USES], y, x)
+
+
+@njit(cache=True)
 def _lru_touch(hk, hr, pr, g, slot):
     """LRU's and MRU's hit: the copy in ``slot`` moves to its list's newest end (its TOUCHED is now the newest).
     The walk calls it with its hook arrays borrowed (``_borrowed``), not through the state tuple ``gp``: a call
@@ -366,17 +421,20 @@ def _lru_touch(hk, hr, pr, g, slot):
 
 @njit(cache=True)
 def _lru_evict(gp, pool, pr, g, policy):
-    """``_to_evict``'s victim of a listed policy (``_listed``) from the region's list, without scanning the region:
-    LRU's least and MRU's most recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is
-    in TOUCHED order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
-    ``_lru_touch``), FIFO's first entered (INSERTED order: a copy enters it newest and stays). The victim leaves the
-    list (``_post_admit`` enters the new copy); -1 when every copy is pinned."""
+    """The victim of a listed policy (``_listed``) from the region's list, without scanning the region: LRU's least
+    and MRU's most recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is in TOUCHED
+    order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
+    ``_lru_touch``), FIFO's first entered (INSERTED order: a copy enters it newest and stays), LFU's least used, then
+    least recently touched (``_lfu_enter``). The victim leaves the list (``_post_admit`` enters the new copy); -1
+    when every copy is pinned."""
     hk, hr = gp[5], gp[6]
     newest = policy == MRU
     s = hr[pr, g, HEAD] if newest else hr[pr, g, TAIL]
     while s >= 0 and pool[pr, s, PINNED]:
         s = hk[OLDER, pr, s] if newest else hk[NEWER, pr, s]
-    if s >= 0:
+    if s >= 0 and policy == LFU:
+        _lfu_leave(hk, hr, pr, g, s)
+    elif s >= 0:
         _list_unlink(hk, hr, pr, g, s)
     return s
 
@@ -996,7 +1054,9 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
     g = layer if per_layer else 0
     r0, r1 = _region(size[pr], per_layer, index.shape[1], layer)
-    if policy == SIEVE or policy == LFRU or _listed(policy):
+    if policy == LFU:
+        _lfu_insert(gp[5], gp[6], pool, pr, g, slot)
+    elif policy == SIEVE or policy == LFRU or _listed(policy):
         _on_insert(gp, policy, pr, g, slot)
     elif policy == S3FIFO:
         _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
@@ -1292,10 +1352,15 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() else 1
     hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC or _listed(policy) else 1
+    hk = np.zeros((6, 2, hS), np.int64)
     hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
     hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
     for q in (S3_SMALL, S3_MAIN, S3_GHOST, ARC_B2):
         hreg[:, :, q + Q_HEAD], hreg[:, :, q + Q_TAIL] = -1, -1
+    if policy == LFU:  # every group id free (``_lfu_enter``); H_NEXT is S3-FIFO's S3_MAIN head above
+        for pr in range(2):
+            hk[LFU_FREE, pr, :] = np.arange(hS)
+        hreg[:, 0, H_NEXT] = hS
     gK = L * E if policy == S3FIFO or policy == ARC else 1
     cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots (ARC's and LIRS's capacity)
     for pr in range(2):
@@ -1335,7 +1400,7 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     pins = np.zeros((16, 4), np.int64)
     counts = np.zeros(2, np.int64)  # staged copies (stg_list's rows) and pins (pins' rows)
     next_use = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # Belady's (``_to_evict_rare``)
-    return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, np.zeros((6, 2, hS), np.int64),
+    return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk,
             hreg, np.zeros((3, 2, gK), np.int64), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free, xs,
             st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, next_use)
 
@@ -1545,6 +1610,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         _use(pool, index, rec, g_on, g_pos, g_key, w, st, hp, slot, token)
                         if policy == LRU or policy == MRU:
                             _lru_touch(hk_b, hr_b, hp, layer if per_layer else 0, slot)
+                        elif policy == LFU:
+                            _lfu_touch(hk_b, hr_b, pool, hp, layer if per_layer else 0, slot)
                         elif policy == SIEVE or policy == LFRU:
                             _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
                         elif policy == S3FIFO:
