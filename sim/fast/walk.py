@@ -315,21 +315,9 @@ def _listed(policy):
 
 
 @njit(cache=True)
-def _list_push(hk, hr, pr, g, s):
-    """The list of region ``g`` (``_listed``'s, and SIEVE's queue): ``s`` becomes its newest (HEAD; the oldest is
-    TAIL)."""
-    head = hr[pr, g, HEAD]
-    hk[NEWER, pr, s], hk[OLDER, pr, s] = -1, head
-    if head >= 0:
-        hk[NEWER, pr, head] = s
-    hr[pr, g, HEAD] = s
-    if hr[pr, g, TAIL] < 0:
-        hr[pr, g, TAIL] = s
-
-
-@njit(cache=True)
-def _list_unlink(hk, hr, pr, g, s):
-    n, o = hk[NEWER, pr, s], hk[OLDER, pr, s]
+def _link(hk, hr, pr, g, o, n):
+    """Make ``o`` and ``n`` neighbours in region ``g``'s list (``_listed``'s, and SIEVE's queue): ``o`` just older
+    than ``n``; -1 for ``o`` makes ``n`` the oldest (TAIL), for ``n`` makes ``o`` the newest (HEAD)."""
     if n < 0:
         hr[pr, g, HEAD] = o
     else:
@@ -342,17 +330,21 @@ def _list_unlink(hk, hr, pr, g, s):
 
 @njit(cache=True)
 def _list_insert(hk, hr, pr, g, y, s):
-    """``s`` enters region ``g``'s list just newer than ``y`` (-1: as its oldest, TAIL)."""
+    """``s`` enters the list just newer than ``y`` (-1: as its oldest)."""
     x = hr[pr, g, TAIL] if y < 0 else hk[NEWER, pr, y]
-    hk[OLDER, pr, s], hk[NEWER, pr, s] = y, x
-    if y < 0:
-        hr[pr, g, TAIL] = s
-    else:
-        hk[NEWER, pr, y] = s
-    if x < 0:
-        hr[pr, g, HEAD] = s
-    else:
-        hk[OLDER, pr, x] = s
+    _link(hk, hr, pr, g, y, s)
+    _link(hk, hr, pr, g, s, x)
+
+
+@njit(cache=True)
+def _list_push(hk, hr, pr, g, s):
+    """``s`` becomes the list's newest (HEAD; the oldest is TAIL)."""
+    _list_insert(hk, hr, pr, g, hr[pr, g, HEAD], s)
+
+
+@njit(cache=True)
+def _list_unlink(hk, hr, pr, g, s):
+    _link(hk, hr, pr, g, hk[OLDER, pr, s], hk[NEWER, pr, s])
 
 
 @njit(cache=True)
