@@ -180,8 +180,8 @@ def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts)
 
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
-    """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (pools under
-    ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU, FIFO
+    """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
+    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU, FIFO
     and MRU at an end of a list (``_lru_evict``), Belady and EAM's priority in ``_to_evict_rare``, the rest in their
     own state (``_pre_admit``)."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
