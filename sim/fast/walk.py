@@ -432,11 +432,14 @@ def _lru_evict(gp, pool, pr, g, policy):
 
 
 @njit(cache=True)
-def _on_insert(gp, policy, pr, g, slot):
-    """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): SIEVE pushes it at the head,
-    unvisited (Sieve.push); LFRU enters it with one use at the region's next access."""
+def _on_insert(gp, pool, policy, pr, g, slot):
+    """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): a listed policy's list takes it
+    (LFU's past the groups of fewer uses, the others at the newest end); SIEVE pushes it at the head, unvisited
+    (Sieve.push); LFRU enters it with one use at the region's next access."""
     hk, hr = gp[5], gp[6]
-    if _listed(policy):
+    if policy == LFU:
+        _lfu_insert(hk, hr, pool, pr, g, slot)
+    elif _listed(policy):
         _list_push(hk, hr, pr, g, slot)
     elif policy == SIEVE:
         _list_push(hk, hr, pr, g, slot)
@@ -1046,10 +1049,8 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
     g = layer if per_layer else 0
     r0, r1 = _region(size[pr], per_layer, index.shape[1], layer)
-    if policy == LFU:
-        _lfu_insert(gp[5], gp[6], pool, pr, g, slot)
-    elif policy == SIEVE or policy == LFRU or _listed(policy):
-        _on_insert(gp, policy, pr, g, slot)
+    if policy == SIEVE or policy == LFRU or _listed(policy):
+        _on_insert(gp, pool, policy, pr, g, slot)
     elif policy == S3FIFO:
         _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
     elif policy == ARC:
