@@ -135,16 +135,10 @@ def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
 
 
 def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
-    """``Workload.future_uses`` as CSR arrays: key layer * E + expert -> its (pass, layer) steps in order."""
-    L, E = wl.num_layers, wl.num_experts
-    n_steps = len(wl.pass_start) * L
-    pass_of = np.repeat(np.arange(len(wl.pass_start)), np.asarray(wl.pass_end) - np.asarray(wl.pass_start))
-    step = (pass_of[:, None] * L + np.arange(L)[None, :])[:, :, None]
-    key = np.arange(L)[None, :, None] * E + wl.ids
-    code = np.unique((key * n_steps + step).ravel())
-    keys, steps = code // n_steps, code % n_steps
-    off = np.searchsorted(keys, np.arange(L * E + 1))
-    return off.astype(np.int64), steps.astype(np.int64)
+    """``Workload.future_uses`` as CSR arrays: key layer * E + expert -> its (pass, layer) steps in order
+    (``walk.future_uses``)."""
+    return walk.future_uses(np.ascontiguousarray(wl.ids), np.asarray(wl.pass_start, np.int64),
+                            np.asarray(wl.pass_end, np.int64), wl.num_experts)
 
 
 def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:

@@ -131,51 +131,171 @@ def _region(size, per_layer, num_layers, key_layer):
 
 
 @njit(cache=True)
-def _next_use(fut_off, fut_steps, key_id, step):
-    lo, hi = fut_off[key_id], fut_off[key_id + 1]
-    while lo < hi:  # bisect_left
-        mid = (lo + hi) // 2
-        if fut_steps[mid] < step:
-            lo = mid + 1
-        else:
-            hi = mid
-    return fut_steps[lo] if lo < fut_off[key_id + 1] else NEVER
+def future_uses(ids, pass_start, pass_end, num_experts):
+    """``Workload.future_uses`` as CSR arrays (``fast.future_csr``): key layer * E + expert -> the (pass, layer) steps
+    that select it, in order, each once. A counting sort over the selections in step order: two passes over ``ids``
+    ([tokens, L, K]), no sort."""
+    L, K = ids.shape[1], ids.shape[2]
+    off = np.zeros(L * num_experts + 1, np.int64)
+    seen = np.full(L * num_experts, -1, np.int64)  # the last step that counted each key
+    for q in range(2):  # 0: count each key's steps; 1: write them
+        if q == 1:
+            for x in range(L * num_experts):
+                off[x + 1] += off[x]
+            at = off[:-1].copy()
+            steps = np.empty(off[-1], np.int64)
+            seen[:] = -1
+        for p in range(pass_start.shape[0]):
+            for layer in range(L):
+                step = p * L + layer
+                for t in range(pass_start[p], pass_end[p]):
+                    for k in range(K):
+                        key = layer * num_experts + ids[t, layer, k]
+                        if seen[key] == step:
+                            continue
+                        seen[key] = step
+                        if q == 0:
+                            off[key + 1] += 1
+                        else:
+                            steps[at[key]] = step
+                            at[key] += 1
+    return off, steps
 
 
 @njit(cache=True)
-def _to_evict_rare(pool, pr, r0, r1, policy, layer_now, step, rare, num_experts):
-    """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match,
-    next_use). Belady keeps each key's next use in ``next_use`` (-1: not looked up yet): the first step at or after
-    the step it was looked up at, so still the next use at any later step it has not passed; a key's uses are looked
-    up again only once the step passes them, not at every eviction for every slot."""
-    fut_off, fut_steps, eam_lib, eam_match, next_use = rare
+def _to_evict_rare(pool, pr, g, r0, r1, policy, layer_now, rare):
+    """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match, bel):
+    Belady's victim is the root of its region's heap (``_bel_up``), EAM's priority's the lowest of a scan."""
+    _, _, eam_lib, eam_match, bel = rare
+    if policy == BELADY:
+        return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
-    if policy == EAM_PRIORITY:  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
-        m, L = eam_match[0], eam_lib.shape[1]
-        ex, us = pool[pr, :, EXPERT], pool[pr, :, USES]
-        bp, bt = 0.0, 0
-        for s in range(r0, r1):
-            if lay[s] < 0 or pin[s]:
-                continue
-            prob = 1.0 if m < 0 else eam_lib[m, lay[s], ex[s]]
-            v = (1.0 - ((lay[s] - layer_now) % L) / (L + 1)) * (prob + EAM_FLOOR) * (1 + us[s])
-            if best < 0 or v < bp or (v == bp and touched[s] < bt):
-                best, bp, bt = s, v, touched[s]
-        return best
-    ex = pool[pr, :, EXPERT]
-    bn, bt = 0, 0
-    for s in range(r0, r1):  # Belady
+    m, L = eam_match[0], eam_lib.shape[1]  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
+    ex, us = pool[pr, :, EXPERT], pool[pr, :, USES]
+    bp, bt = 0.0, 0
+    for s in range(r0, r1):
         if lay[s] < 0 or pin[s]:
             continue
-        key = lay[s] * num_experts + ex[s]
-        nu = next_use[key]
-        if nu < step:  # passed (or never looked up): the first use at or after this step
-            nu = _next_use(fut_off, fut_steps, key, step)
-            next_use[key] = nu
-        if best < 0 or nu > bn or (nu == bn and touched[s] < bt):
-            best, bn, bt = s, nu, touched[s]
+        prob = 1.0 if m < 0 else eam_lib[m, lay[s], ex[s]]
+        v = (1.0 - ((lay[s] - layer_now) % L) / (L + 1)) * (prob + EAM_FLOOR) * (1 + us[s])
+        if best < 0 or v < bp or (v == bp and touched[s] < bt):
+            best, bp, bt = s, v, touched[s]
     return best
+
+
+# Belady (eviction.belady): each region's occupied, unpinned slots in a binary heap, the best victim at its root: the
+# copy whose next use (the first step at or after the current one that selects its key; NEVER: none) is latest, then
+# the least recently touched (TOUCHED is unique, so the order is total and the root is the scan's victim). ``bel``
+# rows: the heap (region g's at r0 .. r0 + n, r0 its first slot), each slot's place in it (-1: not in it), its next
+# use, and each region's n. ``bel_cur`` holds each key's place in ``future_uses``' list of its steps: its next use, moved
+# on at the start of each step for the keys of the step before (``_bel_passed``), whose copies then move up (they
+# are needed later than they were). A use moves the copy down (its TOUCHED is the newest), a pin takes it out, the
+# end of the pin puts it back.
+BH_HEAP, BH_POS, BH_NU, BH_N = 0, 1, 2, 3
+
+
+@njit(cache=True, inline="always")
+def _bel_nu(fut_off, fut_steps, cur, key):
+    """The next use of ``key`` (its cursor's step, or NEVER past its last)."""
+    c = cur[key]
+    return fut_steps[c] if c < fut_off[key + 1] else NEVER
+
+
+@njit(cache=True, inline="always")
+def _bel_before(bel, pool, pr, s, t):
+    """Whether slot ``s`` goes before slot ``t`` in Belady's order: needed later, or as late and touched earlier."""
+    a, b = bel[BH_NU, pr, s], bel[BH_NU, pr, t]
+    return a > b or (a == b and pool[pr, s, TOUCHED] < pool[pr, t, TOUCHED])
+
+
+@njit(cache=True)
+def _bel_up(bel, pool, pr, r0, i):
+    """The slot at place ``i`` of the heap that starts at ``r0`` moved up to where its order puts it."""
+    s = bel[BH_HEAP, pr, r0 + i]
+    while i > 0:
+        j = (i - 1) // 2
+        t = bel[BH_HEAP, pr, r0 + j]
+        if not _bel_before(bel, pool, pr, s, t):
+            break
+        bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, t] = t, i
+        i = j
+    bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, s] = s, i
+
+
+@njit(cache=True)
+def _bel_down(bel, pool, pr, r0, n, i):
+    """The slot at place ``i`` of the heap of ``n`` slots that starts at ``r0`` moved down to where its order puts it."""
+    s = bel[BH_HEAP, pr, r0 + i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        t = bel[BH_HEAP, pr, r0 + c]
+        if c + 1 < n:
+            u = bel[BH_HEAP, pr, r0 + c + 1]
+            if _bel_before(bel, pool, pr, u, t):
+                c, t = c + 1, u
+        if not _bel_before(bel, pool, pr, t, s):
+            break
+        bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, t] = t, i
+        i = c
+    bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, s] = s, i
+
+
+@njit(cache=True)
+def _bel_push(bel, fut_off, fut_steps, cur, pool, pr, g, r0, slot, key):
+    """``slot`` (holding ``key``, unpinned) enters its region's heap."""
+    bel[BH_NU, pr, slot] = _bel_nu(fut_off, fut_steps, cur, key)
+    n = bel[BH_N, pr, g]
+    bel[BH_HEAP, pr, r0 + n], bel[BH_POS, pr, slot] = slot, n
+    bel[BH_N, pr, g] = n + 1
+    _bel_up(bel, pool, pr, r0, n)
+
+
+@njit(cache=True)
+def _bel_admit(bel, fut_off, fut_steps, cur, pool, size, per_layer, pr, layer, e, slot, num_layers, num_experts):
+    """A copy of expert ``e`` of ``layer`` took ``slot`` (a free slot, or its region's heap root, the victim): its next
+    use and its place in the heap, or out of it while it is pinned."""
+    g, r0 = layer if per_layer else 0, _region(size[pr], per_layer, num_layers, layer)[0]
+    i, n = bel[BH_POS, pr, slot], bel[BH_N, pr, g]
+    if i < 0:
+        if not pool[pr, slot, PINNED]:
+            _bel_push(bel, fut_off, fut_steps, cur, pool, pr, g, r0, slot, layer * num_experts + e)
+        return
+    bel[BH_NU, pr, slot] = _bel_nu(fut_off, fut_steps, cur, layer * num_experts + e)
+    if pool[pr, slot, PINNED]:  # out of the heap: its last slot takes the place
+        n -= 1
+        bel[BH_N, pr, g] = n
+        bel[BH_POS, pr, slot] = -1
+        if i == n:
+            return
+        last = bel[BH_HEAP, pr, r0 + n]
+        bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, last] = last, i
+        slot = last
+    _bel_up(bel, pool, pr, r0, i)
+    _bel_down(bel, pool, pr, r0, n, bel[BH_POS, pr, slot])
+
+
+@njit(cache=True)
+def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, size, per_layer, step):
+    """At the start of ``step``: the keys the step before selected (its tokens ``t0:t1`` at ``layer``) move their
+    cursors to their next use; each copy of one in a heap moves up (it is needed later than it was)."""
+    L, E = index.shape[1], index.shape[2]
+    for t in range(t0, t1):
+        for k in range(ids.shape[2]):
+            e = ids[t, layer, k]
+            key = layer * E + e
+            c = cur[key]
+            if c >= fut_off[key + 1] or fut_steps[c] >= step:  # moved on already (a key selected twice)
+                continue
+            cur[key] = c + 1
+            nu = _bel_nu(fut_off, fut_steps, cur, key)
+            for pr in range(2):
+                s = index[pr, layer, e]
+                if s >= 0 and bel[BH_POS, pr, s] >= 0:
+                    bel[BH_NU, pr, s] = nu
+                    _bel_up(bel, pool, pr, _region(size[pr], per_layer, L, layer)[0], bel[BH_POS, pr, s])
 
 
 @njit(cache=True)
@@ -1041,7 +1161,7 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
         return _arc_evict(gp, pool, pr, g, num_experts)
     if policy == LIRS:
         return _lirs_evict(gp, pool, pr, g)
-    return _to_evict_rare(pool, pr, r0, r1, policy, layer_now, st[STEP], rare, num_experts)
+    return _to_evict_rare(pool, pr, g, r0, r1, policy, layer_now, rare)
 
 
 @njit(cache=True)
@@ -1392,15 +1512,17 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     stg_list = np.zeros((max(staging, 1), 3), np.int64)  # layer, expert, target; in insertion order
     pins = np.zeros((16, 4), np.int64)
     counts = np.zeros(2, np.int64)  # staged copies (stg_list's rows) and pins (pins' rows)
-    next_use = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # Belady's (``_to_evict_rare``)
+    bel = np.full((4, 2, max(S, L) if policy == BELADY else 1), -1, np.int64)  # Belady's heaps (``_bel_up``)
+    bel[BH_N] = 0
+    bel_cur = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # each key's next use (-1: the walk sets it)
     return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk,
             hreg, np.zeros((3, 2, gK), np.int64), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free, xs,
-            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, next_use)
+            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, bel, bel_cur)
 
 
 STATE = ("pool", "size", "nfree", "eam_match", "g_on", "g_slots", "g_n", "g_pos", "g_qlb", "g_key", "hooks", "regions",
          "ghosts", "arc_p", "cap", "lk", "lr", "ve", "ve_free", "xs", "st", "served", "mass", "stg_tid", "stg_prec",
-         "stg_list", "pins", "counts", "next_use")  # walk_state's items
+         "stg_list", "pins", "counts", "bel", "bel_cur")  # walk_state's items
 
 
 @njit(cache=True)
@@ -1422,12 +1544,16 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
     (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk, hreg, ghosts, arc_p, cap, lk, lr, ve,
-     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held, next_use) = state
+     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held, bel, bel_cur) = state
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
     row, rc, rm = rule[4], rule[5], rule[6]
-    rare = (fut_off, fut_steps, eam_lib, eam_match, next_use)  # what only Belady and EAM's priority read (_pre_admit)
+    rare = (fut_off, fut_steps, eam_lib, eam_match, bel)  # what only Belady and EAM's priority read (_pre_admit)
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
     hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
+    bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
+    fo_b, fs_b = _borrowed(fut_off), _borrowed(fut_steps)
+    if policy == BELADY and bel_cur[0] < 0:  # each key's first use
+        bel_cur[:] = fut_off[:-1]
     index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
     n_stg, n_pins = n_held[0], n_held[1]
     # need of one (pass, layer): expert -> class, tokens, mass, in first-appearance order
@@ -1490,6 +1616,10 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
         for layer in range(L):
             i = p * L + layer
             st[STEP] = i
+            if policy == BELADY and i > 0:  # the keys of the step before have passed their next use
+                q = (i - 1) // L
+                _bel_passed(bel_b, fo_b, fs_b, bc_b, pool, index, ids, pass_start[q], pass_end[q], (i - 1) % L, size,
+                            per_layer, i)
             # room for this step's records, at most
             room = (3 + max_depth) * bound + staging + eam_per_step + 2
             if nl + room > loads.shape[0]:
@@ -1613,6 +1743,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                             _arc_on_hit(gp, hp, layer if per_layer else 0, slot)
                         elif policy == LIRS:
                             _lirs_on_hit(gp, pool, hp, layer if per_layer else 0, slot, E)
+                        elif policy == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
+                            _bel_down(bel_b, pool, hp, _region(size[hp], per_layer, L, layer)[0],
+                                      bel_b[BH_N, hp, layer if per_layer else 0], bel_b[BH_POS, hp, slot])
                         if prefetched[layer, e]:
                             prefetched[layer, e] = False
                             st[USED] += 1
@@ -1669,6 +1802,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                                            kept, nk)
                             if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                                 _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
+                            elif slot >= 0 and policy == BELADY:
+                                _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, prec, layer, e, slot, L, E)
                             if slot >= 0:
                                 st[BYTES] += expert_bytes[prec]
                             if slot >= 0 and mode == 1:
@@ -1694,6 +1829,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                                fw, ch, evicted, nv, kept, nk)
                     if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                         _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
+                    elif slot >= 0 and policy == BELADY:
+                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, got, layer, e, slot, L, E)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
             for j in range(n_need):  # reset the need for the next step
@@ -1709,6 +1846,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
+                        if policy == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
+                            _bel_push(bel_b, fo_b, fs_b, bc_b, pool, pr, pl if per_layer else 0,
+                                      _region(size[pr], per_layer, L, pl)[0], s, pl * E + pe)
                         if g_on[pr]:  # its record part enters its layer's list and bound
                             q = _q_key(rec, pl, pe, w)
                             g_key[pr, pl, g_pos[pr, s]] = q
@@ -1822,6 +1962,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                                    ch, loads, nl, evicted, nv, kept, nk)
                     if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                         _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
+                    elif slot >= 0 and policy == BELADY:
+                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, prec, tl, te, slot, L, E)
                     if slot < 0:
                         st[DROPPED] += 1
                         continue
