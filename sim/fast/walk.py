@@ -169,18 +169,20 @@ def _to_evict_rare(pool, pr, g, r0, r1, policy, layer_now, rare):
     _, _, eam_lib, eam_match, bel = rare
     if policy == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     m, L = eam_match[0], eam_lib.shape[1]  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
-    ex, us = pool[pr, :, EXPERT], pool[pr, :, USES]
+    decay = np.empty(L)  # each layer's, the same floats as per slot, without a division and a modulo per slot
+    for g in range(L):
+        decay[g] = 1.0 - ((g - layer_now) % L) / (L + 1)
     bp, bt = 0.0, 0
     for s in range(r0, r1):
-        if lay[s] < 0 or pin[s]:
+        lay = pool[pr, s, LAYER]
+        if lay < 0 or pool[pr, s, PINNED]:
             continue
-        prob = 1.0 if m < 0 else eam_lib[m, lay[s], ex[s]]
-        v = (1.0 - ((lay[s] - layer_now) % L) / (L + 1)) * (prob + EAM_FLOOR) * (1 + us[s])
-        if best < 0 or v < bp or (v == bp and touched[s] < bt):
-            best, bp, bt = s, v, touched[s]
+        prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
+        v = decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
+        if best < 0 or v < bp or (v == bp and pool[pr, s, TOUCHED] < bt):
+            best, bp, bt = s, v, pool[pr, s, TOUCHED]
     return best
 
 
@@ -1344,32 +1346,36 @@ def _pairwise(a, lo, n):
 
 
 @njit(cache=True)
-def _best_match(counts, layer, lib, lib_norms):
+def _best_match(counts, layer, lib, lib_norms, ratios, fresh):
     """``EAMPrefetch._best_match``: the profiling request whose matrix, normalised per layer, is the closest by
-    cosine (averaged over the layers after ``layer``) to the request's so far; -1: none."""
+    cosine (averaged over the layers after ``layer``) to the request's so far; -1: none. Each layer's cosines with
+    every profile (``ratios[h, g]``) depend on that layer's counts alone; they are kept while ``fresh[g]`` (the
+    walk clears it where the counts change: at the layer's step, and at a new request), so that a step works out
+    the cosines of the layers whose counts changed since, usually none, not of every later layer."""
     H, L, E = lib.shape
     if H == 0 or layer + 1 >= L:
         return -1
     Lp = L - layer - 1
-    cur = np.empty((Lp, E))
-    cur_norm = np.empty(Lp)
     row = np.empty(E)
-    for j in range(Lp):
+    cur = np.empty(E)
+    for g in range(layer + 1, L):
+        if fresh[g]:
+            continue
         for e in range(E):
-            row[e] = counts[layer + 1 + j, e]
+            row[e] = counts[g, e]
         total = max(_pairwise(row, 0, E), 1e-12)
         for e in range(E):
-            cur[j, e] = row[e] / total
-            row[e] = cur[j, e] * cur[j, e]
-        cur_norm[j] = np.sqrt(_pairwise(row, 0, E))
-    ratio = np.empty(Lp)
+            cur[e] = row[e] / total
+            row[e] = cur[e] * cur[e]
+        cur_norm = np.sqrt(_pairwise(row, 0, E))
+        for h in range(H):
+            for e in range(E):
+                row[e] = lib[h, g, e] * cur[e]
+            ratios[h, g] = _pairwise(row, 0, E) / (lib_norms[h, g] * cur_norm + 1e-12)
+        fresh[g] = True
     best, best_score = -1, 0.0
     for h in range(H):
-        for j in range(Lp):
-            for e in range(E):
-                row[e] = lib[h, layer + 1 + j, e] * cur[j, e]
-            ratio[j] = _pairwise(row, 0, E) / (lib_norms[h, layer + 1 + j] * cur_norm[j] + 1e-12)
-        score = _pairwise(ratio, 0, Lp) / Lp
+        score = _pairwise(ratios[h], layer + 1, Lp) / Lp
         if best < 0 or score > best_score:
             best, best_score = h, score
     return best
@@ -1565,6 +1571,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     want = np.full(E, SKIP, np.int64)
     worder = np.zeros(E, np.int64)
     props = np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64)  # proposals: layer, expert, precision
+    eam_v = np.zeros(max(eam_per_step, 1))  # the scores of EAM's proposals (negated: lowest first)
+    eam_r, eam_fresh = np.zeros((eam_lib.shape[0], L)), np.zeros(L, np.bool_)  # the cosines ``_best_match`` keeps
     m_e = np.zeros(E, np.int64)
     m_c = np.zeros(E, np.int64)
     m_key = np.zeros(E, np.int64)
@@ -1600,6 +1608,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
             pool[:, :, USES] = 0
             pool[:, :, HIGH_USES] = 0
             counts[:] = 0
+            eam_fresh[:] = False
             eam_match[0] = -1  # EAMPrefetch.end_request
             g_qlb[:2] = 0.0  # records reset: every bound and record part is 0
             for pr in range(2):
@@ -1833,6 +1842,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, got, layer, e, slot, L, E)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
+            eam_fresh[layer] = False  # its counts changed: _best_match works its cosines out again
             for j in range(n_need):  # reset the need for the next step
                 e = order[j]
                 need_n[e] = 0
@@ -1876,24 +1886,27 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 continue
             n_props = 0
             if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
-                m = eam_match[0] = _best_match(counts, layer, eam_lib, eam_norms)
-                if m >= 0:
-                    Lp = L - layer - 1
-                    neg = np.empty(Lp * E)
-                    for j in range(Lp):
+                m = eam_match[0] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh)
+                if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
+                    # order), kept sorted in props as the later layers' experts go by in order: no sort of them all
+                    for j in range(L - layer - 1):
                         decay = 1.0 - (j + 1) / (L + 1)
-                        for e in range(E):
-                            neg[j * E + e] = -((eam_lib[m, layer + 1 + j, e] + EAM_FLOOR) * decay)
-                    for idx in np.argsort(neg, kind="mergesort"):
-                        tl, te = layer + 1 + idx // E, idx % E
-                        if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
-                                index[HIGH, tl, te] >= 0 or \
-                                index[LOW, tl, te] >= 0:
-                            continue
-                        props[n_props, 0], props[n_props, 1], props[n_props, 2] = tl, te, uniform
-                        n_props += 1
-                        if n_props == eam_per_step:
-                            break
+                        tl = layer + 1 + j
+                        for te in range(E):
+                            v = -((eam_lib[m, tl, te] + EAM_FLOOR) * decay)
+                            if n_props == eam_per_step and not v < eam_v[n_props - 1]:
+                                continue
+                            if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
+                                    index[HIGH, tl, te] >= 0 or index[LOW, tl, te] >= 0:
+                                continue
+                            x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher
+                            while x > 0 and v < eam_v[x - 1]:
+                                eam_v[x] = eam_v[x - 1]
+                                props[x, 0], props[x, 1], props[x, 2] = props[x - 1, 0], props[x - 1, 1], props[x - 1, 2]
+                                x -= 1
+                            eam_v[x] = v
+                            props[x, 0], props[x, 1], props[x, 2] = tl, te, uniform
+                            n_props = min(n_props + 1, eam_per_step)
             last_d = 0 if prefetcher == PF_EAM else (max_depth if prefetcher != PF_NEXT else 1)
             for d in range(1, last_d + 1):
                 target = layer + d
