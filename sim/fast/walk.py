@@ -163,26 +163,57 @@ def future_uses(ids, pass_start, pass_end, num_experts):
 
 
 @njit(cache=True)
-def _to_evict_rare(pool, pr, g, r0, r1, policy, layer_now, rare):
+def _to_evict_rare(pool, index, pr, g, r0, r1, policy, layer_now, per_layer, rare):
     """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match, bel):
-    Belady's victim is the root of its region's heap (``_bel_up``), EAM's priority's the lowest of a scan."""
+    Belady's victim is the root of its region's heap (``_bel_up``), EAM's priority's the lowest score
+    (``_eam_evict``)."""
     _, _, eam_lib, eam_match, bel = rare
     if policy == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    best = -1
-    m, L = eam_match[0], eam_lib.shape[1]  # eviction.eam_priority: decay x (probability + floor) x (1 + uses)
+    return _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match[0])
+
+
+@njit(cache=True)
+def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, m):
+    """eviction.eam_priority's victim: the lowest decay x (probability + floor) x (1 + uses), then the least recently
+    touched: a scan of the region's slots. Without a match (``m`` < 0) every probability is 1, so a layer's copies
+    all score at least its decay x (1 + floor), and a layer's decay grows as it nears the current one: a pool shared
+    by the layers is then searched layer by layer from the farthest, through each layer's row of ``index``, until a
+    layer's least score is above the best found (usually after a layer or two), or, past as many rows as the pool
+    has slots, scanned. (With a match the least probability of a layer is 0 or near it, and bounds nothing.)"""
+    L, E = eam_lib.shape[1], index.shape[2]
     decay = np.empty(L)  # each layer's, the same floats as per slot, without a division and a modulo per slot
-    for g in range(L):
-        decay[g] = 1.0 - ((g - layer_now) % L) / (L + 1)
-    bp, bt = 0.0, 0
+    for x in range(L):
+        decay[x] = 1.0 - ((x - layer_now) % L) / (L + 1)
+    best, bv, bt = -1, 0.0, 0
+    if not per_layer and m < 0:
+        least = 1.0 + EAM_FLOOR
+        seen = 0
+        for dist in range(L - 1, -1, -1):
+            x = (layer_now + dist) % L
+            if best >= 0 and decay[x] * least > bv:  # so is every later layer's
+                return best
+            seen += E
+            if seen > r1 - r0:
+                break
+            for e in range(E):
+                s = index[pr, x, e]
+                if s < 0 or pool[pr, s, PINNED]:
+                    continue
+                v = decay[x] * least * (1 + pool[pr, s, USES])
+                if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
+                    best, bv, bt = s, v, pool[pr, s, TOUCHED]
+        else:
+            return best
+        best = -1
     for s in range(r0, r1):
         lay = pool[pr, s, LAYER]
         if lay < 0 or pool[pr, s, PINNED]:
             continue
         prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
         v = decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
-        if best < 0 or v < bp or (v == bp and pool[pr, s, TOUCHED] < bt):
-            best, bp, bt = s, v, pool[pr, s, TOUCHED]
+        if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
+            best, bv, bt = s, v, pool[pr, s, TOUCHED]
     return best
 
 
@@ -1163,7 +1194,7 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
         return _arc_evict(gp, pool, pr, g, num_experts)
     if policy == LIRS:
         return _lirs_evict(gp, pool, pr, g)
-    return _to_evict_rare(pool, pr, g, r0, r1, policy, layer_now, rare)
+    return _to_evict_rare(pool, index, pr, g, r0, r1, policy, layer_now, per_layer, rare)
 
 
 @njit(cache=True)
