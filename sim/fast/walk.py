@@ -203,9 +203,9 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, m):
                 v = decay[x] * least * (1 + pool[pr, s, USES])
                 if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
                     best, bv, bt = s, v, pool[pr, s, TOUCHED]
-        else:
+        else:  # every layer searched
             return best
-        best = -1
+        best = -1  # past the budget: the scan below
     for s in range(r0, r1):
         lay = pool[pr, s, LAYER]
         if lay < 0 or pool[pr, s, PINNED]:
