@@ -423,6 +423,19 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
         np.testing.assert_array_equal(rule.classes_and_mass(w, mode, t1, t2)[0], classes_for(w, mode, t1, t2))
 
 
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 80), levels=st.integers(1, 6))
+def test_the_timing_orders_a_steps_experts_as_a_stable_sort(seed, n, levels):
+    """The arrival order of a step's experts (insertion up to ``SMALL_SORT``, mergesort above) is numpy's stable
+    argsort, ties (the resident experts' -1.0, equal arrival times) kept in their logged order."""
+    rng = np.random.default_rng(seed)
+    v = np.concatenate([rng.integers(-1, levels, n) * 0.5, rng.random(3)])  # values beyond n are not sorted
+    order = np.full(len(v), -7, np.int64)
+    fast.timing._argsort_stable(v, n, order)
+    np.testing.assert_array_equal(order[:n], np.argsort(v[:n], kind="stable"))
+    assert (order[n:] == -7).all()
+
+
 @pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo", "arc", "lirs"])
 def test_queue_policies_per_layer_as_the_reference(trace, policy):
     """The compiled SIEVE, LFRU, S3-FIFO, ARC and LIRS keep their queues and stacks per layer's part of a pool as

@@ -146,6 +146,25 @@ def link_state(loads):
             np.full(n_loads, np.nan), np.full(n_loads, np.nan), fs, ls)
 
 
+SMALL_SORT = 32  # at most this many values: argsort by insertion, without numba's mergesort and its allocations
+
+
+@njit(cache=True)
+def _argsort_stable(v, n, order):
+    """``order[:n] = np.argsort(v[:n], kind="mergesort")`` (a stable order; ``v`` holds no NaN): by insertion
+    for a step's few experts, by numba's mergesort above ``SMALL_SORT``."""
+    if n > SMALL_SORT:
+        order[:n] = np.argsort(v[:n], kind="mergesort")
+        return
+    for j in range(n):
+        x, vx = j, v[j]
+        k = j - 1
+        while k >= 0 and v[order[k]] > vx:
+            order[k + 1] = order[k]
+            k -= 1
+        order[k + 1] = x
+
+
 @njit(cache=True)
 def _cpu_end(cpu, cpu_s, c0, c1, start):
     """``plain._cpu_work``: the layer's CPU experts one after another from ``start``."""
@@ -169,6 +188,7 @@ def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, ot
     lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
     demand, q, dropped, started, done, fs, ls = link
     ready = np.zeros(max_g)
+    order = np.zeros(max_g, np.int64)
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
     for p in range(p0, p1):
         pass_start[p] = t
@@ -198,7 +218,7 @@ def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, ot
                     while np.isnan(done[tid]):  # done_at
                         _start_next(q, fs, ls, dur, nbytes, started, done)
                     ready[j] = done[tid]
-            order = np.argsort(ready[:ng], kind="mergesort")
+            _argsort_stable(ready, ng, order)
             stall = 0.0
             for j in range(ng):
                 r = ready[order[j]]
@@ -229,6 +249,7 @@ def replay_shared(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dens
     ready = np.zeros(max_g)
     rows = np.zeros(max_g, np.int64)
     todo = np.zeros(max_g, np.int64)
+    order = np.zeros(max_g, np.int64)
     cpu_free = fs[CPU_FREE]
     for p in range(p0, p1):
         pass_start[p] = fs[FREE_AT]
@@ -273,10 +294,9 @@ def replay_shared(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dens
                         _finish(q, fs, ls, dur, nbytes, started, done)
                     stall += fs[FREE_AT] - t0
                     continue
-                order = np.argsort(ready[:nr], kind="mergesort")
-                picked = rows[:nr][order]
+                _argsort_stable(ready, nr, order)
                 for r in range(nr):
-                    row = picked[r]
+                    row = rows[order[r]]
                     prec = gpu[row, 2]
                     _compute(q, fs, ls, dur, nbytes, started, done, expert_s[prec, gpu[row, 3]],
                              f_high if prec == 0 else f_low, f_link)

@@ -1610,13 +1610,14 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     hist = np.zeros(E, np.int64)
     b_dev, b_cpu = np.zeros(E), np.zeros(E)  # the bound's device and CPU seconds of each expert a step needs
     n_high = n_low = n_sel = 0  # the selections of the rule's classes HIGH and LOW, and all
-    # log tables
-    loads = np.zeros((1024, 5), log_proto.dtype)
-    gpu = np.zeros((1024, 5), log_proto.dtype)
-    cpu = np.zeros((256, 3), log_proto.dtype)
-    cancel = np.zeros((64, 2), log_proto.dtype)
-    evicted = np.zeros((1024, 4), log_proto.dtype)
-    kept = np.zeros((1024, 4), log_proto.dtype)
+    # log tables, each sized for one token's selections per step (up to 2^20 rows; grown as needed), and not zeroed
+    est = min(max(1024, (p1 - p0) * L * min(K, E)), 1 << 20)
+    loads = np.empty((est, 5), log_proto.dtype)
+    gpu = np.empty((est, 5), log_proto.dtype)
+    cpu = np.empty((256, 3), log_proto.dtype)
+    cancel = np.empty((64, 2), log_proto.dtype)
+    evicted = np.empty((est, 4), log_proto.dtype)
+    kept = np.empty((est, 4), log_proto.dtype)
     nl = ng = nc = nx = nv = nk = 0
     # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
     # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``*_own``)
