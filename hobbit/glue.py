@@ -25,6 +25,7 @@ import yaml
 from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra._internal.hydra import Hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
@@ -90,6 +91,25 @@ def _writable(node: Any) -> Any:
         if isinstance(child, DictConfig):
             _writable(child)
     return node
+
+
+_HYDRA_GET_MODE = Hydra.get_mode
+OWN_SEARCH_PATH = {"hydra", "main", "schema"}  # Hydra's own configs, conf/ and the registered schemas
+
+
+def _get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
+    """``Hydra.get_mode`` without composing the config when nothing can set ``hydra.mode``. Hydra composes the
+    whole config (0.1-0.25 s here) only to read ``hydra.mode`` before every run, then composes it again for the
+    run itself. conf/ never sets it (tests/test_cli.py checks), so the mode is unset (None: ``-m`` or not decides)
+    unless an override names ``hydra.mode`` or ``hydra.searchpath``, or ``--config-dir`` adds a directory whose
+    configs might: those go through Hydra's own."""
+    if any("hydra.mode" in o or "hydra.searchpath" in o for o in overrides) or \
+            {p.provider for p in self.config_loader.get_search_path().get_path()} - OWN_SEARCH_PATH:
+        return _HYDRA_GET_MODE(self, config_name, overrides)
+    return None
+
+
+Hydra.get_mode = _get_mode
 
 
 def register_schema(config_name: str, schema: type) -> None:

@@ -229,3 +229,20 @@ def test_columns_to_and_from_arrow_without_pandas_keep_slices_and_types():
     lists = pa.array([[1, 2], [3], [4, 5, 6], []], pa.list_(pa.int16())).slice(1, 2)
     assert list_lengths(lists).tolist() == [1, 3]
     assert flat_values(lists).tolist() == [3, 4, 5, 6]
+
+
+def test_list_values_is_arrows_flatten_on_slices_and_nulls():
+    """``list_values`` (no ``pyarrow.compute`` import) gives ``ListArray.flatten``'s values: sliced arrays whose
+    offsets do not start at 0, nested lists, empty lists, and null lists (which ``flatten`` skips)."""
+    import pyarrow as pa
+
+    from hobbit.traces.arrays import list_values
+
+    nested = pa.array([[[1, 2], []], [[3]], [], [[4, 5, 6], [7]]], pa.list_(pa.list_(pa.int16())))
+    cases = [nested, nested.slice(1), nested.slice(1, 2), nested.slice(4), nested.slice(3, 1)[0:0],
+             pa.array([[1.0], None, [2.0, 3.0]], pa.list_(pa.float32())).slice(1)]
+    for arr in cases:
+        got, want = list_values(arr), arr.flatten()
+        assert got.equals(want), (arr, got, want)
+        if pa.types.is_list(arr.type.value_type):
+            assert list_values(got).equals(want.flatten())

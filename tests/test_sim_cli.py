@@ -54,6 +54,31 @@ def test_multirun_sweeps_with_joblib_into_distinct_dirs(small_trace, tmp_path):
     assert sorted(p.name for p in (sweep / ".chunks" / "1.claims").iterdir()) == ["2", "3"]
 
 
+def test_hydra_reads_the_mode_from_the_config_only_where_something_can_set_it(small_trace, tmp_path, monkeypatch):
+    """Hydra composes the whole config once only to read ``hydra.mode``; ``glue._get_mode`` skips that where nothing
+    can set it (conf/ never does), and leaves it to Hydra where an override or ``--config-dir`` could."""
+    from pathlib import Path
+
+    import yaml
+
+    from hobbit import glue
+
+    for path in (Path(__file__).parents[1] / "conf").rglob("*.yaml"):
+        doc = yaml.safe_load(path.read_text()) or {}
+        assert "mode" not in (doc.get("hydra") or {}), path
+    sweep = tmp_path / "sweep"  # the mode set by an override: Hydra's own reading, a sweep without -m
+    assert run_cli(["sim", f"trace={small_trace}", "hydra.mode=MULTIRUN", "system.precision.t1=0.5,0.6",
+                    "use_cache=false", f"hydra.sweep.dir={sweep}"]) == 0
+    assert len(list(sweep.glob("*/results.json"))) == 2
+    asked = []
+    monkeypatch.setattr(glue, "_HYDRA_GET_MODE", lambda self, name, overrides: asked.append(list(overrides)))
+    assert run_cli(["sim", f"trace={small_trace}", "use_cache=false", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    assert (tmp_path / "run" / "results.json").is_file() and asked == []
+    assert run_cli(["sim", "--config-dir", str(tmp_path), f"trace={small_trace}", "use_cache=false",
+                    f"hydra.run.dir={tmp_path / 'run2'}"]) == 0
+    assert (tmp_path / "run2" / "results.json").is_file() and len(asked) == 1
+
+
 def test_default_sweep_dirs_do_not_collide():
     """Second-resolution timestamps collide (REFERENCES.md): the dirs carry microseconds."""
     from pathlib import Path

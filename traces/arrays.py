@@ -121,16 +121,27 @@ def list_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.diff(to_numpy(arr.offsets))
 
 
+def list_values(arr: pa.Array) -> pa.Array:
+    """``arr.flatten()`` (a list array's values, respecting slices: offsets may not start at 0). Without nulls, a
+    slice of the values by the offsets: ``flatten`` imports ``pyarrow.compute``, 0.03-0.05 s of every command's
+    start."""
+    if arr.null_count:
+        return arr.flatten()
+    offsets = to_numpy(arr.offsets)
+    lo = int(offsets[0]) if len(offsets) else 0
+    return arr.values.slice(lo, int(offsets[-1]) - lo if len(offsets) else 0)
+
+
 def flat_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Values of a list column, respecting slices (offsets may not start at 0)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return to_numpy(arr.flatten())
+    return to_numpy(list_values(arr))
 
 
 def nested_dense(col: pa.ChunkedArray, n: int, d: int, k: int, fill: float | int, dtype) -> np.ndarray:
     """[N, D, K] array from a list<list<...>> column whose inner lists are empty or K long."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    inner = arr.flatten()  # N*D inner lists
+    inner = list_values(arr)  # N*D inner lists
     inner_len = list_lengths(inner)
     values = flat_values(inner)
     out = np.full((n * d, k), fill, dtype=dtype)

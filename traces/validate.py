@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, nested_dense, to_numpy, to_table
+from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, list_values, nested_dense, to_numpy, to_table
 from hobbit.traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, WEIGHT_SUMS, TraceError, TraceMeta
 
 
@@ -128,7 +128,7 @@ def _check_preds(table: pa.Table, meta: TraceMeta, a: TraceArrays, file: str) ->
         if np.any(outer != d):
             row = _first(outer != d)
             raise TraceError(file, f"has {outer[row]} entries, lookahead_depth is {d}", row=row, field=name)
-        inner = list_lengths(table.column(name).combine_chunks().flatten()).reshape(n, d)
+        inner = list_lengths(list_values(table.column(name).combine_chunks())).reshape(n, d)
         if np.any((inner != 0) & (inner != k)):
             row = _first(((inner != 0) & (inner != k)).any(axis=1))
             raise TraceError(file, f"inner list lengths {inner[row].tolist()}, want 0 or top_k={k}", row=row,
