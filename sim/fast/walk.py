@@ -32,8 +32,8 @@ HIGH, LOW, SKIP = 0, 1, 2
 HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 
 # pool fields
-LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, INSERTED, TRANSFER, PINNED = range(10)
-N_FIELDS = 10
+LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, TRANSFER, PINNED = range(9)
+N_FIELDS = 9
 # scalars of st
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM = range(12)
 N_ST = 12
@@ -1258,7 +1258,6 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
         rec[layer, e, 2]
     pool[pr, slot, ALL_USES] = 0
     pool[pr, slot, TOUCHED] = st[CLOCK]
-    pool[pr, slot, INSERTED] = st[CLOCK]
     pool[pr, slot, TRANSFER] = transfer
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
