@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import hydra
 import yaml
 from hydra import initialize_config_module
+from hydra._internal.hydra import Hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra._internal.hydra import Hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
@@ -100,7 +100,7 @@ OWN_SEARCH_PATH = {"hydra", "main", "schema"}  # Hydra's own configs, conf/ and 
 def _get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
     """``Hydra.get_mode`` without composing the config when nothing can set ``hydra.mode``. Hydra composes the
     whole config (0.1-0.25 s here) only to read ``hydra.mode`` before every run, then composes it again for the
-    run itself. conf/ never sets it (tests/test_cli.py checks), so the mode is unset (None: ``-m`` or not decides)
+    run itself. conf/ never sets it (tests/test_sim_cli.py checks), so the mode is unset (None: ``-m`` or not decides)
     unless an override names ``hydra.mode`` or ``hydra.searchpath``, or ``--config-dir`` adds a directory whose
     configs might: those go through Hydra's own."""
     if any("hydra.mode" in o or "hydra.searchpath" in o for o in overrides) or \
