@@ -1,6 +1,6 @@
 """Sweep throughput through the user-facing command: configurations per minute with 1 and 2 workers.
 
-    python benchmarks/sweep_scaling.py [--points 200]
+    python benchmarks/sweep_scaling.py [--points 200] [--launcher joblib]
 
 Runs one ``hobbit sim -m`` sweep of the bundled trace, a T1 x T2 x cache split x cache weight grid
 (5 x 4 x 2 x 5 = 200 points by default; result cache off), once with ``hydra.launcher.n_jobs=1``
@@ -8,7 +8,9 @@ and once with ``n_jobs=2``, each in a fresh process, timed from the command's st
 (imports, Hydra, the workers' start and every run directory written included). The ``hobbit``
 sweeper (hobbit/sweeper.py) launches chunks of configurations, each composed once. A 4-point sweep
 per worker count measures the fixed part (the process, imports, Hydra, the workers' start, the
-trace read); the rate beyond it is printed too. Ends with ``configs_per_min=<f>
+trace read); the rate beyond it is printed too. The sweep's launcher is ``hobbit sim``'s default (``hobbit``:
+workers forked from the launching process, hobbit/launcher.py) unless ``--launcher`` names another
+(``joblib``: fresh worker processes through loky, as before the fork launcher). Ends with ``configs_per_min=<f>
 ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
 (targets: 300 / min and 1.9x).
 """
@@ -42,9 +44,10 @@ def grid(points: int) -> list[str]:
     return out
 
 
-def sweep(points: int, jobs: int, out: Path) -> tuple[float, int]:
+def sweep(points: int, jobs: int, out: Path, launcher: str | None = None) -> tuple[float, int]:
     """(seconds the command took, run directories it wrote)."""
     cmd = [sys.executable, "-m", "hobbit", "sim", "-m", *grid(points), "use_cache=false",
+           *([f"hydra/launcher={launcher}"] if launcher else []),
            f"hydra.launcher.n_jobs={jobs}", f"hydra.sweep.dir={out}"]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
@@ -54,13 +57,14 @@ def sweep(points: int, jobs: int, out: Path) -> tuple[float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", type=int, default=200)
+    ap.add_argument("--launcher", default=None, help="a hydra/launcher option (default: hobbit sim's, hobbit)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         sweep(4, 1, Path(d) / "warm")  # numba's on-disk cache filled, files in the page cache
         rate, beyond = {}, {}
         for jobs in (1, 2):
-            small, _ = sweep(4, jobs, Path(d) / f"small{jobs}")  # the fixed part: start, imports, workers, trace
-            wall, n = sweep(args.points, jobs, Path(d) / f"sweep{jobs}")
+            small, _ = sweep(4, jobs, Path(d) / f"small{jobs}", args.launcher)  # the fixed part: start, workers...
+            wall, n = sweep(args.points, jobs, Path(d) / f"sweep{jobs}", args.launcher)
             rate[jobs], beyond[jobs] = n / (wall / 60), (n - 4) / ((wall - small) / 60)
             print(f"n_jobs={jobs}: {n} configurations in {wall:.1f} s, {rate[jobs]:.1f} / minute; a 4-point sweep took "
                   f"{small:.1f} s, the other {n - 4} points {rate[jobs] and beyond[jobs]:.1f} / minute")

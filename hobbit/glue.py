@@ -31,6 +31,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import hobbit.launcher  # registers hydra/launcher=hobbit, which conf/sim.yaml names
 import hobbit.sweeper  # registers hydra/sweeper=hobbit, which conf/sim.yaml names
 from hobbit.guard import guard
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
@@ -144,6 +145,7 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
 
         def entry() -> None:
             hobbit.sweeper.register()  # Hydra builds its plugin registry anew after a run: the sweeper joins it again
+            hobbit.launcher.register()  # and so does the launcher
             main()
 
         entry.__doc__ = task.__doc__
@@ -157,6 +159,7 @@ def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
     running Hydra app or outside one; a bad override raises ``ConfigError`` naming it."""
     register_schema(config_name, schema)
     hobbit.sweeper.register()
+    hobbit.launcher.register()
     try:
         if GlobalHydra.instance().is_initialized():
             return OmegaConf.to_object(hydra.compose(config_name, overrides=overrides))

@@ -40,7 +40,7 @@ def test_sim_writes_results_and_tables(small_trace, tmp_path, capsys):
     assert (out / ".hydra" / "config.yaml").is_file()
 
 
-def test_multirun_sweeps_with_joblib_into_distinct_dirs(small_trace, tmp_path):
+def test_multirun_sweeps_on_two_workers_into_distinct_dirs(small_trace, tmp_path):
     sweep = tmp_path / "sweep"
     assert run_cli(["sim", "-m", f"trace={small_trace}", "system=hobbit,on-demand", "system.precision.t1=0.5,0.6",
                     f"hydra.sweep.dir={sweep}", "hydra.launcher.n_jobs=2"]) == 0
@@ -92,7 +92,7 @@ def test_default_sweep_dirs_do_not_collide():
     assert raw["hydra"]["sweep"]["dir"].endswith("%f}") and raw["hydra"]["run"]["dir"].endswith("%f}")
     with initialize_config_module(config_module="hobbit.conf", version_base="1.3"):
         cfg = compose("sim", return_hydra_config=True)
-    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert cfg.hydra.launcher._target_.endswith("HobbitLauncher")
 
 
 @pytest.mark.parametrize("args,needle", [

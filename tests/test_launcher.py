@@ -1,0 +1,159 @@
+"""The ``hobbit`` launcher: a multirun's jobs in worker processes forked from the launching one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hobbit import launcher
+from hobbit.launcher import WorkerFailed, fork_pool, workers
+
+from conftest import run_cli
+from sim_helpers import write_first_requests
+
+ROOT = Path(__file__).parents[1]
+
+
+def _children(pid: int | None = None) -> set[int]:
+    """The live children of process ``pid`` (this one by default), from /proc."""
+    pid = pid or os.getpid()
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def test_jobs_run_in_forked_workers_and_come_back_in_order():
+    before = _children()
+    got = fork_pool(2, 7, lambda i: (i * i, os.getpid()))
+    assert [v for v, _ in got] == [i * i for i in range(7)]
+    assert os.getpid() not in {pid for _, pid in got}  # every job ran in a worker
+    assert _children() == before  # the workers were reaped
+
+
+def test_a_large_result_does_not_stall_its_worker():
+    """Results larger than a pipe's buffer: the launching process reads every worker's pipe as it fills."""
+    got = fork_pool(2, 4, lambda i: bytes([i]) * (1 << 18))
+    assert [len(b) for b in got] == [1 << 18] * 4 and [b[0] for b in got] == [0, 1, 2, 3]
+
+
+def test_a_worker_that_exits_for_bad_input_ends_the_pool_with_exit_code_2():
+    def run(i):
+        if i == 3:
+            sys.exit(2)
+        return i
+
+    before = _children()
+    with pytest.raises(SystemExit) as exc:
+        fork_pool(2, 8, run)
+    assert exc.value.code == 2
+    assert _children() == before  # the other worker was stopped and reaped
+
+
+def test_a_worker_killed_or_crashed_is_named(capfd):
+    before = _children()
+
+    def killed(i):
+        if i == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+    with pytest.raises(WorkerFailed, match="killed by signal 9"):
+        fork_pool(2, 4, killed)
+
+    def crashed(i):
+        raise ValueError(f"job {i} broke")
+
+    with pytest.raises(WorkerFailed, match="exited with code 1"):
+        fork_pool(2, 4, crashed)
+    assert "ValueError: job" in capfd.readouterr().err  # the worker's traceback
+    assert _children() == before
+
+
+def test_n_jobs_reads_as_joblib_reads_it():
+    cpus = os.cpu_count() or 1
+    assert workers(1, 10) == 1
+    assert workers(4, 2) == 2  # never more workers than jobs
+    assert workers(-1, 64) == workers(0, 64) == min(cpus, 64)
+    assert workers(-2, 64) == max(cpus - 1, 1)
+    assert workers(-1000, 5) == 1
+
+
+def _results(root: Path) -> dict[int, dict]:
+    out = {}
+    for p in root.glob("*/results.json"):
+        r = json.loads(p.read_text())
+        out[int(p.parent.name)] = {k: r[k] for k in ("system", "decode_ms_per_token", "hit_rate", "system_config")}
+    return out
+
+
+def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path):
+    trace = write_first_requests(tmp_path, 2)
+    grid = ["system=hobbit,hobbit-lru", "system.precision.t1=0.4,0.6", "system.cache.high_fraction=0.5,0.75"]
+    for n in (1, 2):
+        assert run_cli(["sim", "-m", f"trace={trace}", *grid, "use_cache=false", f"hydra.launcher.n_jobs={n}",
+                        f"hydra.sweep.dir={tmp_path / str(n)}"]) == 0
+    one, two = _results(tmp_path / "1"), _results(tmp_path / "2")
+    assert sorted(one) == list(range(8)) and one == two
+    # two composition groups (system=), each a queue drained by both workers: every point claimed once
+    assert sorted(p.name for p in (tmp_path / "2" / ".chunks").iterdir() if p.is_dir()) == [
+        "0-0", "0-1", "0.claims", "1-0", "1-1", "1.claims"]
+
+
+def test_a_bad_value_on_two_workers_is_named_and_exits_2(tmp_path, capfd):
+    before = _children()
+    trace = write_first_requests(tmp_path, 1)
+    code = run_cli(["sim", "-m", f"trace={trace}", "system.prefetch.max_depth=2,deep,3,4", "use_cache=false",
+                    "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 's'}"])
+    assert code == 2
+    assert "system.prefetch.max_depth=deep" in capfd.readouterr().err
+    assert _children() == before
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_config_group_option_that_does_not_exist_is_named_and_exits_2(tmp_path, capfd, n):
+    trace = write_first_requests(tmp_path, 1)
+    code = run_cli(["sim", "-m", f"trace={trace}", "system=hobbit,nope", "use_cache=false",
+                    f"hydra.launcher.n_jobs={n}", f"hydra.sweep.dir={tmp_path / 's'}"])
+    assert code == 2
+    err = capfd.readouterr().err
+    assert "hobbit: error: sweep job system=nope" in err and "Could not find 'system/nope'" in err
+    assert "Traceback" not in err
+
+
+def test_without_fork_the_jobs_run_here_with_a_warning(tmp_path, monkeypatch, capfd):
+    trace = write_first_requests(tmp_path, 1)
+    monkeypatch.setattr(launcher, "can_fork", lambda: False)
+    assert run_cli(["sim", "-m", f"trace={trace}", "system.precision.t1=0.4,0.6", "use_cache=false",
+                    "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 's'}"]) == 0
+    assert sorted(_results(tmp_path / "s")) == [0, 1]
+    out = capfd.readouterr()
+    assert "one after another in this process" in out.out + out.err
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_stops_its_workers(tmp_path):
+    """SIGTERM to the launching process: it stops and reaps its workers before it exits (no orphan simulates on)."""
+    root = tmp_path / "s"
+    grid = ["system.precision.t1=0.3,0.4,0.5,0.6,0.7", "system.precision.t2=0.8,0.85,0.9,0.95",
+            "system.cache.high_fraction=0.5,0.75", "system.cache.multidim.w_fld=0.1,0.2,0.3,0.4,0.5"]
+    proc = subprocess.Popen([sys.executable, "-m", "hobbit", "sim", "-m", *grid, "use_cache=false",
+                             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={root}"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while not list(root.glob("*/results.json")) and proc.poll() is None:
+            time.sleep(0.05)
+        kids = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) in (-signal.SIGINT, 128 + signal.SIGINT)  # an interrupt, as in one process
+    finally:
+        proc.kill()
+    assert len(kids) == 2
+    for pid in kids:  # reaped by the launching process: gone, not orphaned
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert len(list(root.glob("*/results.json"))) < 200
