@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "the main job on the bundled defaults; prints where results and plots went"),
 }
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
 PATH_KEYS = ("in", "input", "out", "model", "prompts", "path", "dir", "trace")
 _PLAIN = re.compile(r"[A-Za-z0-9_./:~+-]*")
 
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
         _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:  # `hobbit sim --help | head`: Hydra prints the help outside the task
         pipe_closed()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (hobbit.glue): the writers have cleaned up on the way out
+        print("hobbit: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _main(argv: list[str]) -> None:

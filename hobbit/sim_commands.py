@@ -76,6 +76,7 @@ def run_one(cfg: SimConfig, progress: bool = True) -> None:
         s = json.loads((out / "results.json").read_text())
         print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
         return
+    tqdm.monitor_interval = 0  # no monitor thread: a process that later sweeps forks its workers (hobbit.launcher)
     with tqdm(desc="simulate", unit="pass", delay=PROGRESS_DELAY_S, leave=False,
               disable=None if progress else True) as bar:  # None: shown on a terminal only
 

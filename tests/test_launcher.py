@@ -35,12 +35,6 @@ def test_jobs_run_in_forked_workers_and_come_back_in_order():
     assert _children() == before  # the workers were reaped
 
 
-def test_a_large_result_does_not_stall_its_worker():
-    """Results larger than a pipe's buffer: the launching process reads every worker's pipe as it fills."""
-    got = fork_pool(2, 4, lambda i: bytes([i]) * (1 << 18))
-    assert [len(b) for b in got] == [1 << 18] * 4 and [b[0] for b in got] == [0, 1, 2, 3]
-
-
 def test_a_worker_that_exits_for_bad_input_ends_the_pool_with_exit_code_2():
     def run(i):
         if i == 3:
@@ -54,7 +48,7 @@ def test_a_worker_that_exits_for_bad_input_ends_the_pool_with_exit_code_2():
     assert _children() == before  # the other worker was stopped and reaped
 
 
-def test_a_worker_killed_or_crashed_is_named(capfd):
+def test_a_dead_worker_is_named_and_a_job_error_comes_back():
     before = _children()
 
     def killed(i):
@@ -62,15 +56,14 @@ def test_a_worker_killed_or_crashed_is_named(capfd):
             os.kill(os.getpid(), signal.SIGKILL)
         return i
 
-    with pytest.raises(WorkerFailed, match="killed by signal 9"):
+    with pytest.raises(WorkerFailed, match="a sweep worker died"):
         fork_pool(2, 4, killed)
 
     def crashed(i):
         raise ValueError(f"job {i} broke")
 
-    with pytest.raises(WorkerFailed, match="exited with code 1"):
+    with pytest.raises(ValueError, match="job . broke"):  # a job's own error comes back as it is
         fork_pool(2, 4, crashed)
-    assert "ValueError: job" in capfd.readouterr().err  # the worker's traceback
     assert _children() == before
 
 
@@ -91,7 +84,9 @@ def _results(root: Path) -> dict[int, dict]:
     return out
 
 
-def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path):
+def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path, monkeypatch):
+    pools = []
+    monkeypatch.setattr(launcher, "fork_pool", lambda n, count, run: pools.append((n, count)) or fork_pool(n, count, run))
     trace = write_first_requests(tmp_path, 2)
     grid = ["system=hobbit,hobbit-lru", "system.precision.t1=0.4,0.6", "system.cache.high_fraction=0.5,0.75"]
     for n in (1, 2):
@@ -99,6 +94,7 @@ def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path):
                         f"hydra.sweep.dir={tmp_path / str(n)}"]) == 0
     one, two = _results(tmp_path / "1"), _results(tmp_path / "2")
     assert sorted(one) == list(range(8)) and one == two
+    assert pools == [(2, 4)]  # two workers forked for the second sweep's four jobs
     # two composition groups (system=), each a queue drained by both workers: every point claimed once
     assert sorted(p.name for p in (tmp_path / "2" / ".chunks").iterdir() if p.is_dir()) == [
         "0-0", "0-1", "0.claims", "1-0", "1-1", "1.claims"]
@@ -149,11 +145,14 @@ def test_a_killed_sweep_stops_its_workers(tmp_path):
             time.sleep(0.05)
         kids = _children(proc.pid)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) in (-signal.SIGINT, 128 + signal.SIGINT)  # an interrupt, as in one process
+        err = proc.communicate(timeout=60)[1].decode()
     finally:
         proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT  # an interrupt, as a command in one process ends
+    assert "hobbit: interrupted" in err and "Traceback" not in err
     assert len(kids) == 2
     for pid in kids:  # reaped by the launching process: gone, not orphaned
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert len(list(root.glob("*/results.json"))) < 200
+    assert not [p for p in root.rglob(".*.tmp")]  # no half-written file left behind
