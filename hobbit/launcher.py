@@ -4,16 +4,18 @@ Hydra's joblib launcher starts its workers through loky: each is a fresh interpr
 Python, Hydra, the project and its libraries again and unpickles the job before it composes
 anything, 1-1.5 s here while the launching process waits; a two-worker sweep of the bundled trace
 spent more time there than the second worker saved. This launcher (``hydra/launcher=hobbit``, the
-default of ``hobbit sim``) forks its workers instead: the standard library's
-``ProcessPoolExecutor`` with the fork context (the launching process's imports and Hydra's state
-come with them, a few milliseconds each), which hands out the jobs as workers free up. Each job
-runs as Hydra's own launchers run one (``hydra.core.utils.run_job``: its composition, run
-directory, log and callbacks); only its number goes to the worker and its ``JobReturn`` comes back.
+default of ``hobbit sim``) forks its workers instead (``os.fork``: the launching process's
+imports and Hydra's state come with them, a few milliseconds each) and hands them the jobs one
+at a time (a shared counter), so a worker that finishes early takes the next job. Each job runs
+as Hydra's own launchers run one (``hydra.core.utils.run_job``: its composition, run directory,
+log and callbacks); its result comes back to the launching process through a pipe. (The standard
+library's ``ProcessPoolExecutor`` with the fork context was tried: a worker it had to stop while the
+worker ran a job left its shutdown waiting forever, one run in three here.)
 
 - ``n_jobs``: the workers, at most one per job; -1 (the default) or 0: one per CPU, joblib's
   meaning; 1 runs every job in the launching process, as Hydra's basic launcher does.
-- A job whose task raises comes back failed, as from any launcher (the sweep then names it). A job
-  that exits (``fail``: bad input, exit code 2, named on stderr) or a worker that dies stops the
+- A job whose task raises comes back failed, as from any launcher (the sweep then names it). A
+  worker that exits in error (``fail``: bad input, exit code 2, named on stderr) or dies stops the
   others, as the first failing job stops a sweep run in one process; the command exits 2 for bad
   input. An interrupted (Ctrl-C) or killed (SIGTERM) launching process stops its workers.
 - Off Linux (where a forked process may not use every library it inherited), or from a process with
@@ -25,21 +27,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
+import pickle
+import selectors
 import signal
+import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
-from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
@@ -47,7 +50,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 log = logging.getLogger(__name__)
 TARGET = "hydra_plugins.hobbit_launcher.HobbitLauncher"
+FRAME = struct.Struct("<Q")  # a result's length, then its pickle
 EXIT_BAD_INPUT = 2  # as hobbit.glue's
+COUNTER = struct.Struct("<q")  # the next job number, in the workers' token pipe
 
 
 @dataclass
@@ -120,54 +125,125 @@ class HobbitLauncher(Launcher):
         return fork_pool(n, len(job_overrides), lambda i: self._run(initial_job_idx + i, job_overrides[i]))
 
 
-_RUN: list[Callable[[int], Any]] = []  # the running pool's job function, inherited by its forked workers
+def _take(token: tuple[int, int], count: int) -> int:
+    """The next job number, from the counter the workers pass around in a pipe (one 8-byte record: a read of it
+    is the lock, the write of the next number its release); ``count`` or more: none left."""
+    r, w = token
+    i = COUNTER.unpack(os.read(r, COUNTER.size))[0]
+    os.write(w, COUNTER.pack(min(i + 1, count)))
+    return i
 
 
-def _job(i: int) -> Any:
-    """In a worker: job ``i`` of the pool that forked it (only the number crosses the pipe)."""
-    return _RUN[-1](i)
+def _child(token: tuple[int, int], count: int, run: Callable[[int], Any], out: int) -> int:
+    """A worker's loop: take the next job number, run it, send back (number, result); its exit code."""
+    code = 0
+    try:
+        with os.fdopen(out, "wb") as pipe:
+            while (i := _take(token, count)) < count:
+                try:
+                    ret = run(i)
+                finally:  # idle again: a job sets its own SIGTERM handler (hobbit.glue); a stop now ends us quietly
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                try:
+                    data = pickle.dumps((i, ret))
+                except Exception as exc:  # noqa: BLE001 - an unpicklable result or exception: sent as text
+                    ret.status, ret._return_value = JobStatus.FAILED, RuntimeError(f"{type(exc).__name__}: {exc}")
+                    data = pickle.dumps((i, ret))
+                pipe.write(FRAME.pack(len(data)) + data)
+                pipe.flush()
+    except SystemExit as exc:  # fail(): the message is on stderr
+        code = exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 - a worker must never unwind into the launching process's frames
+        traceback.print_exc()
+        code = 1
+    return code
 
 
 def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
-    """``[run(0), ..., run(count - 1)]``, computed by ``n`` worker processes forked from this one (the standard
-    library's ``ProcessPoolExecutor`` with the fork context), each taking the next job as it finishes the last.
-    The first job to fail stops the pool, as the first failing job stops a sweep run in one process: its exception
-    is raised here (``SystemExit(2)`` from ``fail``, whose message the worker has printed). A worker that dies
-    (killed, out of memory) raises ``WorkerFailed``; an exception here (an interrupt, ``kill``) stops the workers."""
-    _RUN.append(run)
-    pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"), initializer=_worker_signals)
+    """``[run(0), ..., run(count - 1)]``, computed by ``n`` processes forked from this one, each taking the next
+    number as it finishes the last. The first worker to exit in error stops the others, as the first failing job
+    stops a sweep run in one process: ``SystemExit(2)`` where it exited 2 (bad input, which it has named on stderr),
+    else ``WorkerFailed``. An exception here (an interrupt, ``kill``) stops the workers too."""
+    token = os.pipe()
+    os.write(token[1], COUNTER.pack(0))
+    kids: dict[int, int] = {}  # a worker's result pipe (read end) -> its pid
+    for _ in range(n):
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: it never returns into the caller's frames
+            code = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launching process, which stops us
+                for fd in (r, *kids):
+                    os.close(fd)
+                code = _child(token, count, run, w)
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    logging.shutdown()
+                os._exit(code)
+        os.close(w)
+        kids[r] = pid
+    results: dict[int, Any] = {}
+    live = set(kids.values())
     term = signal.signal(signal.SIGTERM, _interrupted)  # `kill` of this process: its workers go too (finally)
-    done = False
     try:
-        futures = [pool.submit(_job, i) for i in range(count)]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        for f in futures:
-            if f.done() and f.exception() is not None:
-                exc = f.exception()
-                if isinstance(exc, BrokenProcessPool):
-                    raise WorkerFailed(f"a sweep worker died: {exc}") from exc
-                raise exc
-        done = True
-        return [f.result() for f in futures]
+        for pid in _collect(kids, results):
+            live.discard(pid)
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            if code == EXIT_BAD_INPUT:  # bad input: the worker has said what (fail), and the command exits 2
+                raise SystemExit(2)
+            if code:
+                raise WorkerFailed(f"sweep worker {pid} " + (f"was killed by signal {-code}" if code < 0 else
+                                                             f"exited with code {code}"))
     finally:
         signal.signal(signal.SIGTERM, term)
-        _RUN.pop()
-        if not done:  # the workers still running go now, not when their jobs end
-            for p in list((pool._processes or {}).values()):  # the executor keeps them there (3.9-3.13)
-                with contextlib.suppress(Exception):
-                    p.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for fd in (*token, *kids):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    missing = sorted(set(range(count)) - set(results))
+    if missing:
+        raise WorkerFailed(f"no result came back for jobs {missing}")
+    return [results[i] for i in range(count)]
 
 
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _worker_signals() -> None:
-    """A worker's signals: Ctrl-C reaches the launching process, which stops the workers (SIGTERM); SIGTERM ends an
-    idle worker quietly, and a job's own handler (``hobbit.glue``) lets its writers clean up first."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _collect(kids: dict[int, int], results: dict[int, Any]) -> Iterator[int]:
+    """Read the workers' result pipes as they write (a full pipe would stall its worker); yield each worker's pid
+    once its pipe is closed (it has exited, or is about to)."""
+    buf = {r: b"" for r in kids}
+    with selectors.DefaultSelector() as sel:
+        for r in kids:
+            sel.register(r, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ in sel.select():
+                r = key.fd
+                chunk = os.read(r, 1 << 16)
+                if not chunk:
+                    sel.unregister(r)
+                    yield kids[r]
+                    continue
+                buf[r] += chunk
+                while len(buf[r]) >= FRAME.size:
+                    end = FRAME.size + FRAME.unpack_from(buf[r])[0]
+                    if len(buf[r]) < end:
+                        break
+                    i, ret = pickle.loads(buf[r][FRAME.size:end])
+                    results[i] = ret
+                    buf[r] = buf[r][end:]
 
 
 def register() -> None:

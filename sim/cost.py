@@ -49,6 +49,10 @@ class Contention(NamedTuple):
         return self.high if cls == HIGH else self.low
 
 
+MEMOS_KEPT = 8  # cost models whose answers are remembered across instances (CostModel.__post_init__)
+_MEMOS: dict[tuple, dict] = {}
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Seconds for the work of one forward pass, from a model and a hardware spec."""
@@ -58,6 +62,21 @@ class CostModel:
     layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
     cpu_efficiency: float = 1.0  # the system's CPU expert kernel relative to the hardware's cpu_* figures
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """One memo for every cost model of the same model, hardware and scales (``MEMOS_KEPT``, the last used): a
+        sweep's points build a cost model each and ask it the same few thousand sizes (0.5-1 ms each on the
+        bundled trace's, 7 ms of every point). Every value depends on those four fields (and the class) alone."""
+        try:
+            key = (type(self), self.model, self.hw, self.layer_scale, self.cpu_efficiency)
+            memo = _MEMOS.pop(key, None)
+        except TypeError:  # a field that cannot be hashed: this model keeps its own memo
+            return
+        memo = {} if memo is None else memo
+        _MEMOS[key] = memo
+        while len(_MEMOS) > MEMOS_KEPT:
+            del _MEMOS[next(iter(_MEMOS))]
+        object.__setattr__(self, "_memo", memo)
 
     def cached(self, name: str, *args: int) -> float:
         """``getattr(self, name)(*args)``, remembered: the engines ask for the same few sizes again and again."""

@@ -502,3 +502,34 @@ def test_per_pass_costs_are_the_costs_of_each_pass():
     assert len(set(zip(sizes.tolist(), wl.pass_context))) < len(sizes)  # passes share (tokens, context) pairs
     assert dense.tolist() == [cost.dense_s(int(n), int(c)) for n, c in zip(sizes, wl.pass_context)]
     assert other.tolist() == [cost.other_s(int(n)) for n in sizes]
+
+
+@given(w=st.tuples(*[st.floats(0, 10, allow_nan=False)] * 4).filter(lambda w: sum(w) > 0),
+       layers=st.integers(1, 128))
+@settings(max_examples=60, deadline=None)
+def test_the_fld_table_has_the_references_bits(w, layers):
+    from hobbit.sim.policies.eviction.multidim import MultiDim, MultiDimKnobs
+
+    pol = MultiDim(MultiDimKnobs(*w))
+    want = np.array([pol._fld_weights(c, layers) for c in range(layers)], np.float64)
+    got = fast.fld_table(pol.w[3], layers)
+    assert got.shape == want.shape and got.flags.writeable  # writable: numba compiles a read-only array apart
+    assert (got.view(np.int64) == want.view(np.int64)).all()
+    got[0, 0] = -1.0  # a copy: the next caller's table is untouched
+    assert fast.fld_table(pol.w[3], layers)[0, 0] == want[0, 0]
+
+
+def test_cost_models_of_one_machine_share_their_answers():
+    """A sweep's points each build a cost model; equal ones share one memo, and its answers are the uncached ones."""
+    import hobbit.sim.cost as cost_mod
+    from hobbit.sim.cost import CostModel
+
+    cfg = compose_sim()
+    a, b = CostModel(cfg.model, cfg.hardware), CostModel(cfg.model, cfg.hardware)
+    other = CostModel(cfg.model, dataclasses.replace(cfg.hardware, link_gbps=cfg.hardware.link_gbps / 2))
+    assert a._memo is b._memo and a._memo is not other._memo
+    assert a.cached("expert_s", 1, 7) == b.expert_s(1, 7) and ("expert_s", 1, 7) in b._memo
+    assert other.cached("transfer_s", 1 << 20) == other.transfer_s(1 << 20) != a.transfer_s(1 << 20)
+    for i in range(cost_mod.MEMOS_KEPT + 2):  # only the last few machines are remembered
+        CostModel(cfg.model, cfg.hardware, layer_scale=2.0 + i)
+    assert len(cost_mod._MEMOS) <= cost_mod.MEMOS_KEPT

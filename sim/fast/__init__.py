@@ -14,6 +14,8 @@ only the results), in the trace's memory plus per-pass results and O(cache + chu
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import sys
 import tempfile
@@ -194,6 +196,19 @@ LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this m
 # the reference walk decides (the list may hold a key more than once; no trace here has come near)
 
 
+def fld_table(w_fld: float, num_layers: int) -> np.ndarray:
+    """``[current, layer] -> w_fld * multidim.fld(layer, current, L)``, the reference's ``_fld_weights`` for every
+    layer being filled, with the same operations (so the same bits), as a writable copy (numba compiles a read-only
+    array apart)."""
+    return _fld_table(w_fld, num_layers).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _fld_table(w_fld: float, num_layers: int) -> np.ndarray:
+    x = np.arange(num_layers)
+    return w_fld * (1.0 - ((x[None, :] - x[:, None] + num_layers) % num_layers) / num_layers)
+
+
 def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
                  placement: Placement | None, cpu_faster: Callable[[int, int], bool] | None,
                  miss_costs: Callable[[int, int], tuple[float, float]] | None,
@@ -229,7 +244,7 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
     if ev.policy == "multidim":
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
-        fw = np.array([pol._fld_weights(c, L) for c in range(L)], np.float64)
+        fw = fld_table(pol.w[3], L)
     fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl)) if ev.policy == "belady" else (
         np.zeros(1, np.int64), np.zeros(1, np.int64))
     eam_lib, eam_norms, per_step = np.zeros((0, L, E)), np.zeros((0, L)), 0
