@@ -65,13 +65,14 @@ class CostModel:
 
     def __post_init__(self) -> None:
         """One memo for every cost model of the same model, hardware and scales (``MEMOS_KEPT``, the last used): a
-        sweep's points build a cost model each and ask it the same few thousand sizes (0.5-1 ms each on the
-        bundled trace's, 7 ms of every point). Every value depends on those four fields (and the class) alone."""
+        sweep's points build a cost model each and ask it the same few thousand sizes (1,600 a point of the bundled
+        trace, about 1 % of its time). Every value depends on those four fields (and the class) alone."""
         try:
             key = (type(self), self.model, self.hw, self.layer_scale, self.cpu_efficiency)
-            memo = _MEMOS.pop(key, None)
-        except TypeError:  # a field that cannot be hashed: this model keeps its own memo
+            hash(key)  # (an empty dict's pop would not hash it)
+        except TypeError:  # a field that cannot be hashed (a measured profile's lists): this model keeps its own memo
             return
+        memo = _MEMOS.pop(key, None)
         memo = {} if memo is None else memo
         _MEMOS[key] = memo
         while len(_MEMOS) > MEMOS_KEPT:

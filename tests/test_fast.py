@@ -530,6 +530,10 @@ def test_cost_models_of_one_machine_share_their_answers():
     assert a._memo is b._memo and a._memo is not other._memo
     assert a.cached("expert_s", 1, 7) == b.expert_s(1, 7) and ("expert_s", 1, 7) in b._memo
     assert other.cached("transfer_s", 1 << 20) == other.transfer_s(1 << 20) != a.transfer_s(1 << 20)
+    cost_mod._MEMOS.clear()  # a model that cannot be hashed (a measured profile holds lists) keeps its own memo
+    hw = dataclasses.replace(cfg.hardware, high_precision=["unhashable"])
+    lone = CostModel(cfg.model, hw)
+    assert lone._memo == {} and lone._memo is not CostModel(cfg.model, hw)._memo and not cost_mod._MEMOS
     for i in range(cost_mod.MEMOS_KEPT + 2):  # only the last few machines are remembered
         CostModel(cfg.model, cfg.hardware, layer_scale=2.0 + i)
     assert len(cost_mod._MEMOS) <= cost_mod.MEMOS_KEPT
