@@ -175,14 +175,17 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the worker: it never returns into the caller's frames
+            # first of all, no Python handler that could raise out of this block before os._exit: Ctrl-C reaches the
+            # launching process, which stops the workers; SIGTERM ends an idle worker (a job sets its own, hobbit.glue)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             code = 1
             try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launching process, which stops us
                 for fd in (r, *kids):
                     os.close(fd)
                 code = _child(token, count, run, w)
             finally:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(BaseException):
                     sys.stdout.flush()
                     sys.stderr.flush()
                     logging.shutdown()

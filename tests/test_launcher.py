@@ -42,16 +42,25 @@ def test_jobs_run_in_forked_workers_and_come_back_in_order():
 
 
 def test_a_worker_that_exits_for_bad_input_ends_the_pool_with_exit_code_2():
+    def raise_on_term(signum, frame):
+        raise KeyboardInterrupt
+
     def run(i):
-        if i == 3:
+        if i == 0:
             sys.exit(2)
+        signal.signal(signal.SIGTERM, raise_on_term)  # as a job does (hobbit.glue), then busy when it is stopped
+        time.sleep(30)
         return i
 
+    old = signal.signal(signal.SIGTERM, raise_on_term)  # held by this process too, as after a command ran in it
     before = _children()
-    with pytest.raises(SystemExit) as exc:
-        fork_pool(2, 8, run)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            fork_pool(2, 8, run)
+    finally:
+        signal.signal(signal.SIGTERM, old)
     assert exc.value.code == 2
-    assert _children() == before  # the other worker was stopped and reaped
+    assert _children() == before  # the other worker was stopped mid-job and reaped
 
 
 def test_a_killed_or_crashed_worker_is_named():
