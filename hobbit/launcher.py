@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 TARGET = "hydra_plugins.hobbit_launcher.HobbitLauncher"
 FRAME = struct.Struct("<Q")  # a result's length, then its pickle
 EXIT_BAD_INPUT = 2  # as hobbit.glue's
+STOPS = {signal.SIGINT, signal.SIGTERM}  # blocked across each fork (fork_pool)
 COUNTER = struct.Struct("<q")  # the next job number, in the workers' token pipe
 
 
@@ -173,12 +174,14 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
         r, w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # none may reach the worker before it sets its own handlers
         pid = os.fork()
         if pid == 0:  # the worker: it never returns into the caller's frames
-            # first of all, no Python handler that could raise out of this block before os._exit: Ctrl-C reaches the
-            # launching process, which stops the workers; SIGTERM ends an idle worker (a job sets its own, hobbit.glue)
+            # no Python handler that could raise out of this block before os._exit: Ctrl-C reaches the launching
+            # process, which stops the workers; SIGTERM ends an idle worker (a job sets its own, hobbit.glue)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
             code = 1
             try:
                 for fd in (r, *kids):
@@ -190,6 +193,7 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
                     sys.stderr.flush()
                     logging.shutdown()
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         os.close(w)
         kids[r] = pid
     results: dict[int, Any] = {}
