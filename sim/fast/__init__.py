@@ -15,7 +15,6 @@ only the results), in the trace's memory plus per-pass results and O(cache + chu
 from __future__ import annotations
 
 import functools
-
 import hashlib
 import sys
 import tempfile
