@@ -30,6 +30,7 @@ from hobbit.guard import guard
 from hobbit.results_io import write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.results import Results
+from hobbit.sim.run import lay_out
 from hobbit.sim.run import simulate as simulate_configs
 from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
@@ -45,6 +46,7 @@ GROUPS = {"model": ModelConfig, "hardware": HardwareConfig, "system": SystemConf
 
 
 _READ: OrderedDict[tuple, Trace] = OrderedDict()  # the last few traces read, by file and version
+PRELOAD_REQUESTS = 8  # the first requests of the trace that ``preload`` simulates, so that the engine's code loads
 
 
 def read_trace(path: str | Path | None = None) -> Trace:
@@ -113,6 +115,22 @@ def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False, keep_d
     return simulate_configs(trace, cfg.model, cfg.hardware, cfg.system, np.random.default_rng(cfg.seed), cfg.engine,
                             keep_log=keep_log, profile=profile, profile_share=cfg.profile_share,
                             keep_decisions=keep_decisions, progress=progress)
+
+
+def preload(cfg: SimConfig) -> None:
+    """What ``simulate_config(read_trace(cfg.trace), cfg)`` loads, without the run: the trace (and ``cfg.profile_trace``)
+    read, laid out for replay as the run lays it out, and the engine's compiled code loaded by a run of ``cfg`` over the
+    trace's first ``PRELOAD_REQUESTS`` requests. A process that then forks workers (a sweep's launcher,
+    ``hobbit.launcher``) hands them all of it, so they neither read, lay out nor load it again: one copy of the trace's
+    arrays for every worker (shared, copy-on-write)."""
+    trace = read_trace(cfg.trace)
+    profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
+    lay_out(trace, cfg.system, np.random.default_rng(cfg.seed), profile, cfg.profile_share)
+    req = trace.arrays.request_id
+    ids = np.unique(req)
+    if len(ids) > PRELOAD_REQUESTS:
+        trace = Trace(trace.meta, trace.arrays.take(np.flatnonzero(req < ids[PRELOAD_REQUESTS])), trace.path)
+    simulate_config(trace, cfg, keep_decisions=False)
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:

@@ -1,27 +1,32 @@
 """``hobbit sim``: the simulator's command (a Hydra app over conf/).
 
 The module imports only what composing and launching need; the simulator (numba, pandas, pyarrow)
-loads when a point runs, so a sweep's launching process stays light while its workers start.
+loads when a point runs, or, in a sweep whose workers are forked (``hobbit.launcher``), once in the
+launching process before it forks them (``Preload``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import yaml
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hobbit.glue import CONF, hydra_command, set_values
+from hobbit.glue import CONF, hydra_command, load_typed, set_values
 from hobbit.guard import guard
+from hobbit.launcher import TARGET as FORKING_LAUNCHER
 from hobbit.sim.config import ConfigError, SimConfig
 from hobbit.sweeper import claim
 from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.tiny import bundled_trace
 
+log = logging.getLogger(__name__)
 PROGRESS_DELAY_S = 2.0  # a run's progress bar shows once it has taken this long
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: the same text, 4x faster
 
@@ -113,3 +118,20 @@ class SweepSummary(Callback):
         runs = [p.parent for p in root.rglob("results.json") if "report" not in p.parts]
         cached = sum((r / CACHED_MARK).exists() for r in runs)
         print(f"sweep {root}: {len(runs)} runs finished, {cached} skipped as already simulated (result cache)")
+
+
+class Preload(Callback):
+    """At the start of a multirun whose workers are forked from the launching process (``hobbit.launcher``): the trace
+    read and laid out and the compiled core loaded there, once, before the fork (``hobbit.api.preload``, for the sweep's
+    base config), instead of in every worker at once. The workers then share one copy of the trace's arrays."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        if OmegaConf.select(config, "hydra.launcher._target_") != FORKING_LAUNCHER:
+            return  # joblib's or Ray's workers are fresh processes: they would load it all again
+        from hobbit.api import preload
+
+        try:
+            node = OmegaConf.masked_copy(config, [k for k in config if k not in ("hydra", "out_dir")])
+            preload(guard(load_typed(SimConfig, node), Path.cwd(), say=lambda _: None))
+        except Exception as exc:  # noqa: BLE001 - a head start only: each job composes, checks and reports its own
+            log.debug(f"preload skipped: {type(exc).__name__}: {exc}")

@@ -191,6 +191,13 @@ def prepare(trace: Trace, profile: Trace | None, profile_share: float, fallback:
     return timed, wl, prof
 
 
+def lay_out(trace: Trace, system: SystemConfig, rng: np.random.Generator, profile: Trace | None = None,
+            profile_share: float = 0.25) -> tuple[Trace, Workload, Workload | None]:
+    """``prepare`` with ``system``'s knobs: the layout ``simulate`` replays (and remembers) for these arguments."""
+    p = system.prefetch
+    return prepare(trace, profile, profile_share, p.fallback, p.fallback_accuracy, p.max_depth, rng)
+
+
 def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
              rng: np.random.Generator | None = None, engine: str = "fast", keep_log: bool = False,
              profile: Trace | None = None, profile_share: float = 0.25, keep_decisions: bool = True,
@@ -220,7 +227,7 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     p = system.prefetch
     if profile is not None:
         check_topology(profile, model)
-    trace, wl, prof = prepare(trace, profile, profile_share, p.fallback, p.fallback_accuracy, p.max_depth, rng)
+    trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
     sizing = size_cache(model, hw, system, max(wl.pass_context), wl.num_layers / wl.layers_total)
     cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers,
                      cpu_efficiency=system.cpu_kernel_efficiency)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -10,10 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
-from hobbit import launcher
+from hobbit import api, launcher
 from hobbit.launcher import WorkerFailed, fork_pool, workers
+from hobbit.sim import run as sim_run
+from hobbit.sim_commands import Preload
 
 from conftest import run_cli
 from sim_helpers import write_first_requests
@@ -104,6 +109,45 @@ def _hobbit(*args: str) -> subprocess.CompletedProcess:
     progress bar's monitor, joblib's executor), and from a process with threads the launcher does not fork."""
     return subprocess.run([sys.executable, "-m", "hobbit", *args], check=False, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
+
+
+def test_a_forked_sweep_reads_and_lays_out_its_trace_once_before_the_workers_fork(tmp_path):
+    """``Preload``: with the forking launcher, the launching process reads the trace and lays it out for the sweep's
+    base config; the workers it forks then find both (the same objects), so none reads or lays it out again."""
+    path = write_first_requests(tmp_path, api.PRELOAD_REQUESTS + 4)
+    cfg = dataclasses.replace(api.configure(system="hobbit"), trace=str(path))
+
+    def multirun(target: str):
+        node = OmegaConf.to_container(OmegaConf.structured(cfg))
+        return OmegaConf.create({**node, "hydra": {"launcher": {"_target_": target, "n_jobs": 2}}})
+
+    def read() -> bool:
+        return any(k[0] == str(path.resolve()) for k in api._READ)
+
+    Preload().on_multirun_start(multirun("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"))
+    assert not read()  # fresh worker processes would not inherit it
+    Preload().on_multirun_start(multirun(launcher.TARGET))
+    assert read()
+    tr = api.read_trace(path)
+    layouts = [v for k, v in sim_run._PREPARED.items() if k[0] == id(tr)]
+    assert len(layouts) == 1 and len(layouts[0][3].pass_start) > 0  # the whole trace's layout, (trace, ..., wl, ...)
+
+    def job(_: int) -> tuple[int, int]:
+        mine = api.read_trace(path)
+        wl = sim_run.lay_out(mine, cfg.system, np.random.default_rng(cfg.seed), None, cfg.profile_share)[1]
+        return id(mine), id(wl)
+
+    assert fork_pool(2, 2, job) == [(id(tr), id(layouts[0][3]))] * 2
+
+
+def test_preload_of_a_config_that_cannot_run_is_left_to_the_jobs(tmp_path):
+    """A base config that fails (a missing trace) costs the preload only: each job names the problem itself."""
+    cfg = dataclasses.replace(api.configure(system="hobbit"), trace=str(tmp_path / "missing.parquet"))
+    node = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "hydra": {"launcher": {"_target_": launcher.TARGET}}}
+    Preload().on_multirun_start(OmegaConf.create(node))  # no exception
+    done = _hobbit("sim", "-m", f"trace={tmp_path / 'missing.parquet'}", "system.precision.t1=0.4,0.6",
+                   "use_cache=false", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 's'}")
+    assert done.returncode == 2 and "missing.parquet" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path):
