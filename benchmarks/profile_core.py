@@ -8,7 +8,7 @@ the core afresh into a temporary numba cache (so each function's object code is 
 ``hobbit.sim.fast`` (the functions a caller inlined appear inside it) and of numba's reference
 counting (``NRT_incref``/``NRT_decref``: every array a call or an inlined call takes, and every
 array taken out of a tuple, counts up and down atomically), then records ``perf record -p`` while
-it simulates ``system=hobbit`` over and over (the Qwen3.5-397B topology of
+it simulates ``system=hobbit`` (``--system``) over and over (the Qwen3.5-397B topology of
 ``benchmarks/sim_speed.py`` by default), and prints ``perf report``'s top entries. Needs ``perf``
 and ``nm`` (binutils) on the PATH; the recording stays in ``core.perf.data`` for ``perf report``.
 """
@@ -87,6 +87,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=0, help="trace tokens (default: 1,920 for qwen, 10,000 for mixtral)")
     ap.add_argument("--seconds", type=float, default=15.0, help="how long to record")
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--system", default="hobbit", help="a conf/system option (default: hobbit)")
+    ap.add_argument("--profile-share", type=float, default=0.0,
+                    help="the requests held out as the profile (0.25 for a system that learns from one, moe-infinity)")
     args = ap.parse_args()
     for tool in ("perf", "nm"):
         if shutil.which(tool) is None:
@@ -99,17 +102,17 @@ def main() -> None:
     from hobbit.sim.run import simulate
 
     extra = ["model=qwen3.5-397b-a17b", "hardware=h200-pcie5"] if args.topology == "qwen" else []
-    cfg = compose("sim", SimConfig, ["out_dir=.", "system=hobbit", *extra])
+    cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", *extra])
     trace = (qwen_trace(args.tokens or 1920) if args.topology == "qwen" else repeated_trace(args.tokens or 10_000))
     print(f"compiling the core afresh into {CACHE} (about 90 s) ...", flush=True)
-    simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
+    simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=args.profile_share)
     Path(f"/tmp/perf-{os.getpid()}.map").write_text("\n".join(symbols()) + "\n")
     perf = subprocess.Popen(["perf", "record", "-q", "-o", "core.perf.data", "-p", str(os.getpid())])
     time.sleep(0.5)
     runs, t_end = [], time.perf_counter() + args.seconds
     while time.perf_counter() < t_end:
         t0 = time.perf_counter()
-        simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=0.0)
+        simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=args.profile_share)
         runs.append(time.perf_counter() - t0)
     perf.send_signal(signal.SIGINT)
     perf.wait()
