@@ -336,6 +336,43 @@ def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, reque
             assert_streamed(streamed(tr, model, hw, system, chunk), got)
 
 
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(seed=st.integers(0, 10_000), layers=st.integers(2, 6), experts=st.integers(4, 24), k=st.integers(1, 4),
+       prompt=st.integers(1, 6), decode=st.integers(2, 10), requests=st.integers(2, 5),
+       high=st.integers(2, 40), low=st.sampled_from([0, 0, 3, 12]), staging=st.sampled_from([0, 0, 1, 3]),
+       candidates=st.sampled_from([1, 2, 3, 32]), mode=st.sampled_from(["hobbit", "high"]), depth=st.integers(1, 3),
+       cpu_misses=st.sampled_from(fast.walk.CPU_MISSES), chunk=st.sampled_from([1, 3, 1000]))
+def test_eam_priority_keeps_its_candidates_as_the_reference_scans(seed, layers, experts, k, prompt, decode, requests,
+                                                                   high, low, staging, candidates, mode, depth,
+                                                                   cpu_misses, chunk):
+    """MoE-Infinity's eviction under its own prefetcher (a match most of the time) in a shared pool that fills: the
+    candidates one scan keeps (``walk._eam_evict``; as few as one, so that the bound and the copies that enter
+    under it decide most evictions) give the reference's victims, whole and streamed."""
+    k = min(k, experts)
+    arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests,
+                                            prompt_tokens=prompt, decode_tokens=decode, lookahead_depth=2, seed=seed))
+    tr = Trace(meta, arrays, "synthetic")
+    model = ModelConfig(name="m", num_layers=layers, num_experts=experts, top_k=k, hidden_size=256, expert_ffn=512,
+                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    cfg = compose_sim("system=moe-infinity")
+    eb = (model.expert_bytes(cfg.hardware.high_precision), model.expert_bytes(cfg.hardware.low_precision))
+    s = cfg.system
+    system = dataclasses.replace(
+        s, cpu_misses=cpu_misses, precision=dataclasses.replace(s.precision, mode=mode),
+        prefetch=dataclasses.replace(s.prefetch, max_depth=depth, staging_slots=staging),
+        cache=dataclasses.replace(s.cache, per_layer=False, high_bytes=high * eb[0], low_bytes=low * eb[1]))
+    try:
+        check_system(system)
+    except ConfigError:
+        assume(False)
+    ref = simulate(tr, model, cfg.hardware, system, engine="plain", profile_share=0.5)
+    with mock.patch.object(fast, "EAM_CANDIDATES", candidates):
+        got = simulate(tr, model, cfg.hardware, system, engine="fast", profile_share=0.5)
+        assert_same(got, ref, compiled=True)
+        assert_streamed(streamed(tr, model, cfg.hardware, system, chunk, profile_share=0.5), got)
+
+
 def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_token_says():
     """``precision.multi_token=high`` raises a prefill pass's experts to high precision under HOBBIT's rule only. With
     ``mode=low`` every copy is low: a prefill's low copy serves its hit, and nothing is loaded twice (the reference

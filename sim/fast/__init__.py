@@ -191,6 +191,7 @@ def per_pass(cost: CostModel, sizes: np.ndarray, context: np.ndarray) -> tuple[n
 
 
 PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
+EAM_CANDIDATES = 32  # EAM's priority: the lowest copies of a shared pool one scan keeps for the evictions after it
 LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this many entries per expert; beyond,
 # the reference walk decides (the list may hold a key more than once; no trace here has come near)
 
@@ -271,7 +272,7 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
     state_args = (L, E, np.array(slots, np.int64), bool(ev.per_layer), policy, int(pf.staging_slots),
-                  int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E)
+                  int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E, int(EAM_CANDIDATES))
     args = (narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
             np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
             np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,

@@ -73,6 +73,10 @@ L_LIRS, L_HIRS, L_CAP, L_HLIM, L_LLIM = 15, 16, 17, 18, 19
 N_LR = 20
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
+# ``eam_match`` (the state's): [0] the prefetcher's match, then EAM's priority's candidates (``_eam_evict``): whether they
+# hold, for which pool, match and current layer, the last victim (-1: none) and its last touch, the bound (its score's
+# float bits and its touch), how many, then the slots
+EC_M, EC_VALID, EC_PR, EC_MATCH, EC_LAYER, EC_PREV, EC_PREV_T, EC_TH_V, EC_TH_T, EC_N, EC_SLOTS = range(11)
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
 NEVER = 1 << 62
 
@@ -170,22 +174,42 @@ def _to_evict_rare(pool, index, pr, g, r0, r1, policy, layer_now, per_layer, rar
     _, _, eam_lib, eam_match, bel = rare
     if policy == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    return _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match[0])
+    return _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match)
+
+
+@njit(cache=True, inline="always")
+def _eam_before(v, t, bv, bt):
+    """Whether (score ``v``, last touch ``t``) goes before (``bv``, ``bt``) in EAM's priority's order."""
+    return v < bv or (v == bv and t < bt)
 
 
 @njit(cache=True)
-def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, m):
+def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
     """eviction.eam_priority's victim: the lowest decay x (probability + floor) x (1 + uses), then the least recently
-    touched: a scan of the region's slots. Without a match (``m`` < 0) every probability is 1, so a layer's copies
-    all score at least its decay x (1 + floor), and a layer's decay grows as it nears the current one: a pool shared
-    by the layers is then searched layer by layer from the farthest, through each layer's row of ``index``, until a
-    layer's least score is above the best found (usually after a layer or two), or, past as many rows as the pool
-    has slots, scanned. (With a match the least probability of a layer is 0 or near it, and bounds nothing.)"""
+    touched (``ec[EC_M]``: the match, -1: none). The order is total (a touch is unique), so any search that finds
+    the least copy finds the reference scan's victim.
+
+    Without a match every probability is 1, so a layer's copies all score at least its decay x (1 + floor), and a
+    layer's decay grows as it nears the current one: a pool shared by the layers is then searched layer by layer from
+    the farthest, through each layer's row of ``index``, until a layer's least score is above the best found (usually
+    after a layer or two), or, past as many rows as the pool has slots, scanned. (With a match the least probability of
+    a layer is 0 or near it, and bounds nothing.)
+
+    With a match, a scan of a shared pool keeps its lowest copies (``fast.EAM_CANDIDATES``) and the next one's (score,
+    touch) as a bound: every other copy then goes after the bound. Until the match, the current layer or the request
+    changes, a pinned copy is let go (the walk clears ``ec[EC_VALID]``) or a victim is found otherwise (without a
+    match), no copy's score falls: a use raises its count and its touch. The one copy that enters without being seen, into the last victim's slot, is scored at the
+    next eviction and joins the candidates when it goes before the bound (the last candidate then leaves, and the
+    bound becomes the lower of the two). The least candidate is the victim when it goes before the bound; when none
+    is left that does, the pool is scanned again."""
     L, E = eam_lib.shape[1], index.shape[2]
+    m = ec[EC_M]
     decay = np.empty(L)  # each layer's, the same floats as per slot, without a division and a modulo per slot
     for x in range(L):
         decay[x] = 1.0 - ((x - layer_now) % L) / (L + 1)
     best, bv, bt = -1, 0.0, 0
+    if per_layer or m < 0:  # its victim's slot takes a copy the candidates do not see
+        ec[EC_VALID] = 0
     if not per_layer and m < 0:
         least = 1.0 + EAM_FLOOR
         seen = 0
@@ -206,15 +230,99 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, m):
         else:  # every layer searched
             return best
         best = -1  # past the budget: the scan below
+    if per_layer or m < 0:
+        for s in range(r0, r1):
+            lay = pool[pr, s, LAYER]
+            if lay < 0 or pool[pr, s, PINNED]:
+                continue
+            prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
+            v = decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
+            if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
+                best, bv, bt = s, v, pool[pr, s, TOUCHED]
+        return best
+    fv = ec.view(np.float64)
+    K = ec.shape[0] - EC_SLOTS
+    if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
+        pv = ec[EC_PREV]
+        if pv >= 0:
+            ec[EC_PREV] = -1
+            if pool[pr, pv, TOUCHED] <= ec[EC_PREV_T]:  # no copy entered the last victim's slot: start over
+                ec[EC_VALID] = 0
+            elif pool[pr, pv, LAYER] >= 0 and not pool[pr, pv, PINNED]:
+                lay = pool[pr, pv, LAYER]
+                v = decay[lay] * (eam_lib[m, lay, pool[pr, pv, EXPERT]] + EAM_FLOOR) * (1 + pool[pr, pv, USES])
+                t = pool[pr, pv, TOUCHED]
+                if _eam_before(v, t, fv[EC_TH_V], ec[EC_TH_T]):
+                    n = ec[EC_N]
+                    if n == K:  # the candidate that goes last leaves; the bound is then the lower of it and the bound
+                        w, wv, wt = -1, 0.0, 0
+                        for i in range(n):
+                            s = ec[EC_SLOTS + i]
+                            sl = pool[pr, s, LAYER]
+                            if sl < 0 or pool[pr, s, PINNED]:  # not evictable now: no bound to keep
+                                w = i
+                                break
+                            sv = decay[sl] * (eam_lib[m, sl, pool[pr, s, EXPERT]] + EAM_FLOOR) * \
+                                (1 + pool[pr, s, USES])
+                            if w < 0 or _eam_before(wv, wt, sv, pool[pr, s, TOUCHED]):
+                                w, wv, wt = i, sv, pool[pr, s, TOUCHED]
+                        s = ec[EC_SLOTS + w]
+                        if pool[pr, s, LAYER] >= 0 and not pool[pr, s, PINNED] and \
+                                _eam_before(wv, wt, fv[EC_TH_V], ec[EC_TH_T]):
+                            fv[EC_TH_V], ec[EC_TH_T] = wv, wt
+                        ec[EC_SLOTS + w] = pv
+                    else:
+                        ec[EC_SLOTS + n] = pv
+                        ec[EC_N] = n + 1
+    if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
+        bi = -1
+        for i in range(ec[EC_N]):
+            s = ec[EC_SLOTS + i]
+            lay = pool[pr, s, LAYER]
+            if lay < 0 or pool[pr, s, PINNED]:
+                continue
+            v = decay[lay] * (eam_lib[m, lay, pool[pr, s, EXPERT]] + EAM_FLOOR) * (1 + pool[pr, s, USES])
+            if best < 0 or _eam_before(v, pool[pr, s, TOUCHED], bv, bt):
+                best, bv, bt, bi = s, v, pool[pr, s, TOUCHED], i
+        if best >= 0 and _eam_before(bv, bt, fv[EC_TH_V], ec[EC_TH_T]):
+            n = ec[EC_N] - 1
+            ec[EC_SLOTS + bi] = ec[EC_SLOTS + n]
+            ec[EC_N] = n
+            ec[EC_PREV], ec[EC_PREV_T] = best, bt
+            return best
+        best = -1
+    # the scan: its K + 1 lowest copies kept in order, the first K as the candidates, the next as the bound
+    cs = np.empty(K + 1, np.int64)
+    cv = np.empty(K + 1)
+    ct = np.empty(K + 1, np.int64)
+    nc = 0
     for s in range(r0, r1):
         lay = pool[pr, s, LAYER]
         if lay < 0 or pool[pr, s, PINNED]:
             continue
-        prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
-        v = decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
-        if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
-            best, bv, bt = s, v, pool[pr, s, TOUCHED]
-    return best
+        v = decay[lay] * (eam_lib[m, lay, pool[pr, s, EXPERT]] + EAM_FLOOR) * (1 + pool[pr, s, USES])
+        t = pool[pr, s, TOUCHED]
+        if nc == K + 1 and not _eam_before(v, t, cv[K], ct[K]):
+            continue
+        x = min(nc, K)
+        while x > 0 and _eam_before(v, t, cv[x - 1], ct[x - 1]):
+            cs[x], cv[x], ct[x] = cs[x - 1], cv[x - 1], ct[x - 1]
+            x -= 1
+        cs[x], cv[x], ct[x] = s, v, t
+        nc = min(nc + 1, K + 1)
+    if nc == 0:
+        return -1
+    ec[EC_VALID], ec[EC_PR], ec[EC_MATCH], ec[EC_LAYER] = 1, pr, m, layer_now
+    if nc == K + 1:
+        fv[EC_TH_V], ec[EC_TH_T] = cv[K], ct[K]
+    else:  # every copy is a candidate: nothing else bounds
+        fv[EC_TH_V], ec[EC_TH_T] = np.inf, 0
+    n = min(nc, K)
+    for i in range(1, n):
+        ec[EC_SLOTS + i - 1] = cs[i]
+    ec[EC_N] = n - 1
+    ec[EC_PREV], ec[EC_PREV_T] = cs[0], ct[0]
+    return cs[0]
 
 
 # Belady (eviction.belady): each region's occupied, unpinned slots in a binary heap, the best victim at its root: the
@@ -1480,7 +1588,8 @@ def _split_makespan(device, cpu, n, use_cpu):
 
 
 @njit(cache=True)
-def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune_min_slots, victim_entries):
+def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune_min_slots, victim_entries,
+               eam_candidates):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
     one that ended at ``p0``: the same decisions as one walk over both ranges."""
@@ -1494,7 +1603,8 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     pool[:, :, EXPERT] = -1
     pool[:, :, TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
-    eam_match = np.full(1, -1, np.int64)  # the prefetcher's current match (EAMPrefetch.match), -1: none
+    eam_match = np.full(EC_SLOTS + eam_candidates, -1, np.int64)  # EAMPrefetch.match (-1: none), then EC_*
+    eam_match[EC_VALID] = 0
     S = pool.shape[1]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
@@ -1640,7 +1750,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
             pool[:, :, HIGH_USES] = 0
             counts[:] = 0
             eam_fresh[:] = False
-            eam_match[0] = -1  # EAMPrefetch.end_request
+            eam_match[EC_M] = -1  # EAMPrefetch.end_request
+            eam_match[EC_VALID] = 0  # every use count is 0 again: scores fell
             g_qlb[:2] = 0.0  # records reset: every bound and record part is 0
             for pr in range(2):
                 if g_on[pr]:
@@ -1887,6 +1998,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
+                        if policy == EAM_PRIORITY:  # a copy the candidates never saw can be evicted again
+                            eam_match[EC_VALID] = 0
                         if policy == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
                             _bel_push(bel_b, fo_b, fs_b, bc_b, pool, pr, pl if per_layer else 0,
                                       _region(size[pr], per_layer, L, pl)[0], s, pl * E + pe)
@@ -1917,7 +2030,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 continue
             n_props = 0
             if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
-                m = eam_match[0] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh)
+                m = eam_match[EC_M] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh)
                 if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
                     # order), kept sorted in props as the later layers' experts go by in order: no sort of them all
                     for j in range(L - layer - 1):
