@@ -183,6 +183,49 @@ def _eam_before(v, t, bv, bt):
     return v < bv or (v == bv and t < bt)
 
 
+@njit(cache=True, inline="always")
+def _eam_free(pool, pr, s):
+    """Whether slot ``s`` holds a copy an eviction may take: occupied and not pinned."""
+    return pool[pr, s, LAYER] >= 0 and not pool[pr, s, PINNED]
+
+
+@njit(cache=True, inline="always")
+def _eam_score(pool, pr, s, decay, eam_lib, m):
+    """eviction.eam_priority's score of slot ``s``'s copy: decay x (probability + floor) x (1 + uses), where every
+    probability is 1 without a match (``m`` < 0)."""
+    lay = pool[pr, s, LAYER]
+    prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
+    return decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
+
+
+@njit(cache=True)
+def _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K):
+    """A copy the candidates have not seen (it entered the last victim's slot): it joins them when it is evictable
+    and goes before the bound; when they are ``K`` already, the one that goes last leaves, and the bound becomes the
+    lower of it and the bound (every copy that is no candidate goes after the bound)."""
+    if not _eam_free(pool, pr, s):
+        return
+    if not _eam_before(_eam_score(pool, pr, s, decay, eam_lib, m), pool[pr, s, TOUCHED], fv[EC_TH_V], ec[EC_TH_T]):
+        return
+    n = ec[EC_N]
+    if n < K:
+        ec[EC_SLOTS + n] = s
+        ec[EC_N] = n + 1
+        return
+    w, wv, wt = -1, 0.0, 0
+    for i in range(n):
+        c = ec[EC_SLOTS + i]
+        if not _eam_free(pool, pr, c):  # not evictable now: it bounds nothing
+            w = i
+            break
+        cv = _eam_score(pool, pr, c, decay, eam_lib, m)
+        if w < 0 or _eam_before(wv, wt, cv, pool[pr, c, TOUCHED]):
+            w, wv, wt = i, cv, pool[pr, c, TOUCHED]
+    if _eam_free(pool, pr, ec[EC_SLOTS + w]) and _eam_before(wv, wt, fv[EC_TH_V], ec[EC_TH_T]):
+        fv[EC_TH_V], ec[EC_TH_T] = wv, wt
+    ec[EC_SLOTS + w] = s
+
+
 @njit(cache=True)
 def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
     """eviction.eam_priority's victim: the lowest decay x (probability + floor) x (1 + uses), then the least recently
@@ -198,9 +241,9 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
     With a match, a scan of a shared pool keeps its lowest copies (``fast.EAM_CANDIDATES``) and the next one's (score,
     touch) as a bound: every other copy then goes after the bound. Until the match, the current layer or the request
     changes, a pinned copy is let go (the walk clears ``ec[EC_VALID]``) or a victim is found otherwise (without a
-    match), no copy's score falls: a use raises its count and its touch. The one copy that enters without being seen, into the last victim's slot, is scored at the
-    next eviction and joins the candidates when it goes before the bound (the last candidate then leaves, and the
-    bound becomes the lower of the two). The least candidate is the victim when it goes before the bound; when none
+    match), no copy's score falls: a use raises its count and its touch. The one copy that enters without being
+    seen, into the last victim's slot, is scored at the next eviction and joins the candidates when it goes before
+    the bound (``_eam_enter``). The least candidate is the victim when it goes before the bound; when none
     is left that does, the pool is scanned again."""
     L, E = eam_lib.shape[1], index.shape[2]
     m = ec[EC_M]
@@ -232,56 +275,28 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
         best = -1  # past the budget: the scan below
     if per_layer or m < 0:
         for s in range(r0, r1):
-            lay = pool[pr, s, LAYER]
-            if lay < 0 or pool[pr, s, PINNED]:
+            if not _eam_free(pool, pr, s):
                 continue
-            prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
-            v = decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
-            if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
+            v = _eam_score(pool, pr, s, decay, eam_lib, m)
+            if best < 0 or _eam_before(v, pool[pr, s, TOUCHED], bv, bt):
                 best, bv, bt = s, v, pool[pr, s, TOUCHED]
         return best
     fv = ec.view(np.float64)
     K = ec.shape[0] - EC_SLOTS
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
         pv = ec[EC_PREV]
-        if pv >= 0:
-            ec[EC_PREV] = -1
-            if pool[pr, pv, TOUCHED] <= ec[EC_PREV_T]:  # no copy entered the last victim's slot: start over
-                ec[EC_VALID] = 0
-            elif pool[pr, pv, LAYER] >= 0 and not pool[pr, pv, PINNED]:
-                lay = pool[pr, pv, LAYER]
-                v = decay[lay] * (eam_lib[m, lay, pool[pr, pv, EXPERT]] + EAM_FLOOR) * (1 + pool[pr, pv, USES])
-                t = pool[pr, pv, TOUCHED]
-                if _eam_before(v, t, fv[EC_TH_V], ec[EC_TH_T]):
-                    n = ec[EC_N]
-                    if n == K:  # the candidate that goes last leaves; the bound is then the lower of it and the bound
-                        w, wv, wt = -1, 0.0, 0
-                        for i in range(n):
-                            s = ec[EC_SLOTS + i]
-                            sl = pool[pr, s, LAYER]
-                            if sl < 0 or pool[pr, s, PINNED]:  # not evictable now: no bound to keep
-                                w = i
-                                break
-                            sv = decay[sl] * (eam_lib[m, sl, pool[pr, s, EXPERT]] + EAM_FLOOR) * \
-                                (1 + pool[pr, s, USES])
-                            if w < 0 or _eam_before(wv, wt, sv, pool[pr, s, TOUCHED]):
-                                w, wv, wt = i, sv, pool[pr, s, TOUCHED]
-                        s = ec[EC_SLOTS + w]
-                        if pool[pr, s, LAYER] >= 0 and not pool[pr, s, PINNED] and \
-                                _eam_before(wv, wt, fv[EC_TH_V], ec[EC_TH_T]):
-                            fv[EC_TH_V], ec[EC_TH_T] = wv, wt
-                        ec[EC_SLOTS + w] = pv
-                    else:
-                        ec[EC_SLOTS + n] = pv
-                        ec[EC_N] = n + 1
+        ec[EC_PREV] = -1
+        if pv >= 0 and pool[pr, pv, TOUCHED] <= ec[EC_PREV_T]:  # no copy entered the last victim's slot: start over
+            ec[EC_VALID] = 0
+        elif pv >= 0:
+            _eam_enter(ec, fv, pool, pr, pv, decay, eam_lib, m, K)
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
         bi = -1
         for i in range(ec[EC_N]):
             s = ec[EC_SLOTS + i]
-            lay = pool[pr, s, LAYER]
-            if lay < 0 or pool[pr, s, PINNED]:
+            if not _eam_free(pool, pr, s):
                 continue
-            v = decay[lay] * (eam_lib[m, lay, pool[pr, s, EXPERT]] + EAM_FLOOR) * (1 + pool[pr, s, USES])
+            v = _eam_score(pool, pr, s, decay, eam_lib, m)
             if best < 0 or _eam_before(v, pool[pr, s, TOUCHED], bv, bt):
                 best, bv, bt, bi = s, v, pool[pr, s, TOUCHED], i
         if best >= 0 and _eam_before(bv, bt, fv[EC_TH_V], ec[EC_TH_T]):
@@ -292,15 +307,15 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
             return best
         best = -1
     # the scan: its K + 1 lowest copies kept in order, the first K as the candidates, the next as the bound
+    ec[EC_VALID] = 0
     cs = np.empty(K + 1, np.int64)
     cv = np.empty(K + 1)
     ct = np.empty(K + 1, np.int64)
     nc = 0
     for s in range(r0, r1):
-        lay = pool[pr, s, LAYER]
-        if lay < 0 or pool[pr, s, PINNED]:
+        if not _eam_free(pool, pr, s):
             continue
-        v = decay[lay] * (eam_lib[m, lay, pool[pr, s, EXPERT]] + EAM_FLOOR) * (1 + pool[pr, s, USES])
+        v = _eam_score(pool, pr, s, decay, eam_lib, m)
         t = pool[pr, s, TOUCHED]
         if nc == K + 1 and not _eam_before(v, t, cv[K], ct[K]):
             continue
