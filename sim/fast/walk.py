@@ -520,10 +520,11 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
     lowest record part after the eviction: exact then), row 2 the bounds of this eviction."""
     t = 1.0 / inv_t
     lb = qlb[2]
+    for g in range(num_layers):  # the bounds apart from the search below: a loop without branches (vectorised)
+        lb[g] = np.inf if n[pr, g] == 0 else (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN
     g1, lb1, lb2 = -1, np.inf, np.inf
     for g in range(num_layers):
-        v = (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN if n[pr, g] else np.inf
-        lb[g] = v
+        v = lb[g]
         if v < lb1:
             g1, lb1, lb2 = g, v, lb1
         elif v < lb2:
@@ -1657,8 +1658,10 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
             lr[pr, g, L_LLIM] = cap[pr, g] - lr[pr, g, L_HLIM]
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
-    g_slots, g_n, g_pos = np.zeros((2, L, gS), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
-    g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, gS))
+    # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
+    gE = min(gS, E)
+    g_slots, g_n, g_pos = np.zeros((2, L, gE), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
+    g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, gE))
     # what the walk keeps per (layer, expert), side by side in one row of ``xs`` (the walk is bound by cache misses
     # on its state, and a use reads and writes all of it): its slot in each pool (``index``, -1: none), its record
     # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
