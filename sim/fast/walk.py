@@ -1614,7 +1614,10 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     size[0], size[1] = slots[0], slots[1]
     if per_layer:
         size[0], size[1] = slots[0] // L * L, slots[1] // L * L
-    pool = np.zeros((2, max(size[0], size[1], 1), N_FIELDS), np.int64)  # a slot's fields side by side
+    # a slot's fields side by side; a pool's copies take its slots in order while it has free ones, one per (layer,
+    # expert) at most: L * E rows hold them all, whatever the memory (a region of a per-layer pool has its place)
+    rows = max(size[0], size[1], 1) if per_layer else max(min(max(size[0], size[1]), L * E), 1)
+    pool = np.zeros((2, rows, N_FIELDS), np.int64)
     pool[:, :, LAYER] = -1
     pool[:, :, EXPERT] = -1
     pool[:, :, TRANSFER] = -1
@@ -1763,9 +1766,11 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
         a, b = pass_start[p], pass_end[p]
         if p > 0 and pass_request[p] != pass_request[p - 1]:
             rec[:] = 0
-            pool[:, :, LAST_USE] = 0
-            pool[:, :, USES] = 0
-            pool[:, :, HIGH_USES] = 0
+            for pr in range(2):  # the slots taken so far (the others hold no record)
+                for s in range(size[pr] if per_layer else nfree[pr]):
+                    pool[pr, s, LAST_USE] = 0
+                    pool[pr, s, USES] = 0
+                    pool[pr, s, HIGH_USES] = 0
             counts[:] = 0
             eam_fresh[:] = False
             eam_match[EC_M] = -1  # EAMPrefetch.end_request
