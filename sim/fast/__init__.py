@@ -248,12 +248,14 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
     fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl)) if ev.policy == "belady" else (
         np.zeros(1, np.int64), np.zeros(1, np.int64))
     eam_lib, eam_norms, per_step = np.zeros((0, L, E)), np.zeros((0, L)), 0
+    eam_order = np.zeros((0, L, E), np.int32)  # each entry's experts of each layer by probability, highest first
     if pf.kind == "eam":  # the profiling requests' matrices, normalised per layer, as the reference prefetcher has them
         eam = pf_cls(policy_knobs(pf, pf.kind), PolicyInputs(num_layers=L, depth=depth, profile=profile))
         per_step = eam.per_step
         if eam.library is not None:
             eam_lib = np.ascontiguousarray(eam._lib_norm)
             eam_norms = np.ascontiguousarray(np.linalg.norm(eam_lib, axis=2))
+            eam_order = np.argsort(-eam_lib, axis=2, kind="stable").astype(np.int32)
     mixed = p.mode == "hobbit"
     uniform = LOW if p.mode == "low" else HIGH
     prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if mixed else uniform
@@ -277,7 +279,7 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
             np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
             np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
             np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
-            int(per_step),
+            eam_order, int(per_step),
             walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
             bool(p.serve_any_cached), p.multi_token == "high" and mixed, int(prefetch_prec), bool(prefetching),
             int(pf.staging_slots), walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s,

@@ -227,6 +227,46 @@ def _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K):
 
 
 @njit(cache=True)
+def _eam_pass(ec, fv, pool, index, pr, first, passed, decay, eam_lib, m, K):
+    """The candidates carried past ``passed`` layers (``first`` the one they were kept at): those layers' copies now score
+    lower (their distance to the current layer grew past the others'), every other copy higher, so the bound still
+    holds for the others. The candidates of the passed layers leave, and every copy of those layers enters again
+    under the new scores (``_eam_enter``: it joins the candidates when it goes before the bound), but the one in the
+    last victim's slot, which enters as such."""
+    L, E = eam_lib.shape[1], index.shape[2]
+    k = 0
+    for i in range(ec[EC_N]):
+        c = ec[EC_SLOTS + i]
+        if (pool[pr, c, LAYER] - first) % L >= passed:
+            ec[EC_SLOTS + k] = c
+            k += 1
+    ec[EC_N] = k
+    pv = ec[EC_PREV]
+    for d in range(passed):
+        x = (first + d) % L
+        for e in range(E):
+            s = index[pr, x, e]
+            if s >= 0 and s != pv:
+                _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K)
+
+
+@njit(cache=True, inline="always")
+def _eam_earlier(tl, te, props, x):
+    """Whether expert ``te`` of layer ``tl`` has an earlier place (layer, then expert) than EAM's proposal ``x``."""
+    return tl < props[x, 0] or (tl == props[x, 0] and te < props[x, 1])
+
+
+@njit(cache=True)
+def _eam_let_go(ec, pool, pr, s, eam_lib, decay):
+    """A pinned copy let go while its pool's candidates are kept (the walk's ``_drop_stale``): it enters them as it
+    scores at the layer they were kept at (``_eam_enter``); the one in the last victim's slot enters as such."""
+    L = eam_lib.shape[1]
+    for x in range(L):  # the floats of _eam_evict's decays at that layer
+        decay[x] = 1.0 - ((x - ec[EC_LAYER]) % L) / (L + 1)
+    _eam_enter(ec, ec.view(np.float64), pool, pr, s, decay, eam_lib, ec[EC_MATCH], ec.shape[0] - EC_SLOTS)
+
+
+@njit(cache=True)
 def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
     """eviction.eam_priority's victim: the lowest decay x (probability + floor) x (1 + uses), then the least recently
     touched (``ec[EC_M]``: the match, -1: none). The order is total (a touch is unique), so any search that finds
@@ -283,6 +323,11 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
         return best
     fv = ec.view(np.float64)
     K = ec.shape[0] - EC_SLOTS
+    if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] != layer_now:
+        passed = (layer_now - ec[EC_LAYER]) % L
+        if passed * E <= r1 - r0:  # fewer rows of ``index`` to read than the pool has slots
+            _eam_pass(ec, fv, pool, index, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
+            ec[EC_LAYER] = layer_now
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
         pv = ec[EC_PREV]
         ec[EC_PREV] = -1
@@ -1695,7 +1740,8 @@ STATE = ("pool", "size", "nfree", "eam_match", "g_on", "g_slots", "g_n", "g_pos"
 @njit(cache=True)
 def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end,
          pass_request, token_in_request, resident, cpu_layer,
-         slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_per_step, prefetcher, max_depth, history, top_k, mixed, uniform,
+         slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_order, eam_per_step,
+         prefetcher, max_depth, history, top_k, mixed, uniform,
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
          split_threshold, split_max_fetch, per_expert, expert_bytes, bnd_on, bnd_dense, bnd_other, bnd_min, bnd_cpu,
          bnd_uses_cpu, bnd_out, cls_n, p0, p1):
@@ -1734,6 +1780,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     props = np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64)  # proposals: layer, expert, precision
     eam_v = np.zeros(max(eam_per_step, 1))  # the scores of EAM's proposals (negated: lowest first)
     eam_r, eam_fresh = np.zeros((eam_lib.shape[0], L)), np.zeros(L, np.bool_)  # the cosines ``_best_match`` keeps
+    eam_d = np.zeros(L)  # the layers' decays at the layer EAM's candidates were kept at (_eam_let_go)
     m_e = np.zeros(E, np.int64)
     m_c = np.zeros(E, np.int64)
     m_key = np.zeros(E, np.int64)
@@ -2021,8 +2068,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
-                        if policy == EAM_PRIORITY:  # a copy the candidates never saw can be evicted again
-                            eam_match[EC_VALID] = 0
+                        if policy == EAM_PRIORITY and eam_match[EC_VALID] and eam_match[EC_PR] == pr and \
+                                s != eam_match[EC_PREV]:  # it can be evicted again: the candidates see it
+                            _eam_let_go(eam_match, pool, pr, s, eam_lib, eam_d)
                         if policy == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
                             _bel_push(bel_b, fo_b, fs_b, bc_b, pool, pr, pl if per_layer else 0,
                                       _region(size[pr], per_layer, L, pl)[0], s, pl * E + pe)
@@ -2055,19 +2103,26 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
             if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
                 m = eam_match[EC_M] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh)
                 if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
-                    # order), kept sorted in props as the later layers' experts go by in order: no sort of them all
+                    # order), kept sorted in props; each later layer's experts visited by probability, highest first
+                    # (eam_order), up to the first that scores below the last kept one: no sort of them all
                     for j in range(L - layer - 1):
                         decay = 1.0 - (j + 1) / (L + 1)
                         tl = layer + 1 + j
-                        for te in range(E):
+                        for r in range(E):
+                            te = eam_order[m, tl, r]
                             v = -((eam_lib[m, tl, te] + EAM_FLOOR) * decay)
-                            if n_props == eam_per_step and not v < eam_v[n_props - 1]:
-                                continue
+                            if n_props == eam_per_step:
+                                if v > eam_v[n_props - 1]:  # and so does every later one of the layer
+                                    break
+                                if v == eam_v[n_props - 1] and not _eam_earlier(tl, te, props, n_props - 1):
+                                    continue
                             if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
                                     index[HIGH, tl, te] >= 0 or index[LOW, tl, te] >= 0:
                                 continue
-                            x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher
-                            while x > 0 and v < eam_v[x - 1]:
+                            x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher,
+                            # and after each as high whose place is earlier
+                            while x > 0 and (v < eam_v[x - 1] or (v == eam_v[x - 1] and
+                                                                  _eam_earlier(tl, te, props, x - 1))):
                                 eam_v[x] = eam_v[x - 1]
                                 props[x, 0], props[x, 1], props[x, 2] = props[x - 1, 0], props[x - 1, 1], props[x - 1, 2]
                                 x -= 1
