@@ -87,6 +87,35 @@ def test_a_killed_or_crashed_worker_is_named():
     assert _children() == before
 
 
+def test_a_worker_killed_while_it_holds_the_job_counter_ends_the_pool(monkeypatch):
+    """A worker killed between its read of the job counter and the write of the next number holds the counter for
+    good: the other worker waits on it. The launching process sees the killed one's pipe close, names it and stops
+    the waiting one; nothing hangs (an alarm would fail the test)."""
+    before = _children()
+    take, taken = launcher._take, []
+
+    def held(token, count):
+        taken.append(1)  # this worker's own list (each worker has a copy)
+        if len(taken) == 2:  # its second job: take the counter and die holding it
+            os.read(token[0], launcher.COUNTER.size)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return take(token, count)
+
+    def hung(signum, frame):
+        raise TimeoutError("fork_pool hung on a counter a dead worker held")
+
+    monkeypatch.setattr(launcher, "_take", held)
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(WorkerFailed, match="killed by signal 9"):
+            fork_pool(2, 6, lambda i: time.sleep(0.05) or i)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert _children() == before  # the waiting worker was stopped and reaped
+
+
 def test_n_jobs_reads_as_joblib_reads_it():
     cpus = os.cpu_count() or 1
     assert workers(1, 10) == 1
