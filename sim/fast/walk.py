@@ -167,14 +167,14 @@ def future_uses(ids, pass_start, pass_end, num_experts):
 
 
 @njit(cache=True)
-def _to_evict_rare(pool, index, pr, g, r0, r1, policy, layer_now, per_layer, rare):
+def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, policy, layer_now, per_layer, rare):
     """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match, bel):
     Belady's victim is the root of its region's heap (``_bel_up``), EAM's priority's the lowest score
     (``_eam_evict``)."""
     _, _, eam_lib, eam_match, bel = rare
     if policy == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    return _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match)
+    return _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match)
 
 
 @njit(cache=True, inline="always")
@@ -227,7 +227,7 @@ def _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K):
 
 
 @njit(cache=True)
-def _eam_pass(ec, fv, pool, index, pr, first, passed, decay, eam_lib, m, K):
+def _eam_pass(ec, fv, pool, index, g_slots, g_n, pr, first, passed, decay, eam_lib, m, K):
     """The candidates carried past ``passed`` layers (``first`` the one they were kept at): those layers' copies now score
     lower (their distance to the current layer grew past the others'), every other copy higher, so the bound still
     holds for the others. The candidates of the passed layers leave, and every copy of those layers enters again
@@ -244,9 +244,9 @@ def _eam_pass(ec, fv, pool, index, pr, first, passed, decay, eam_lib, m, K):
     pv = ec[EC_PREV]
     for d in range(passed):
         x = (first + d) % L
-        for e in range(E):
-            s = index[pr, x, e]
-            if s >= 0 and s != pv:
+        for j in range(g_n[pr, x]):  # the layer's copies (its list)
+            s = g_slots[pr, x, j]
+            if s != pv:
                 _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K)
 
 
@@ -267,16 +267,16 @@ def _eam_let_go(ec, pool, pr, s, eam_lib, decay):
 
 
 @njit(cache=True)
-def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
+def _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
     """eviction.eam_priority's victim: the lowest decay x (probability + floor) x (1 + uses), then the least recently
     touched (``ec[EC_M]``: the match, -1: none). The order is total (a touch is unique), so any search that finds
     the least copy finds the reference scan's victim.
 
     Without a match every probability is 1, so a layer's copies all score at least its decay x (1 + floor), and a
     layer's decay grows as it nears the current one: a pool shared by the layers is then searched layer by layer from
-    the farthest, through each layer's row of ``index``, until a layer's least score is above the best found (usually
-    after a layer or two), or, past as many rows as the pool has slots, scanned. (With a match the least probability of
-    a layer is 0 or near it, and bounds nothing.)
+    the farthest, through each layer's list of its copies (``g_slots``, ``g_n``: kept for a shared pool, as multidim's),
+    until a layer's least score is above the best found (usually after a layer or two). (With a match the least
+    probability of a layer is 0 or near it, and bounds nothing.)
 
     With a match, a scan of a shared pool keeps its lowest copies (``fast.EAM_CANDIDATES``) and the next one's (score,
     touch) as a bound: every other copy then goes after the bound. Until the match, the current layer or the request
@@ -295,24 +295,18 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
         ec[EC_VALID] = 0
     if not per_layer and m < 0:
         least = 1.0 + EAM_FLOOR
-        seen = 0
         for dist in range(L - 1, -1, -1):
             x = (layer_now + dist) % L
             if best >= 0 and decay[x] * least > bv:  # so is every later layer's
                 return best
-            seen += E
-            if seen > r1 - r0:
-                break
-            for e in range(E):
-                s = index[pr, x, e]
-                if s < 0 or pool[pr, s, PINNED]:
+            for j in range(g_n[pr, x]):
+                s = g_slots[pr, x, j]
+                if pool[pr, s, PINNED]:
                     continue
                 v = decay[x] * least * (1 + pool[pr, s, USES])
                 if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
                     best, bv, bt = s, v, pool[pr, s, TOUCHED]
-        else:  # every layer searched
-            return best
-        best = -1  # past the budget: the scan below
+        return best
     if per_layer or m < 0:
         for s in range(r0, r1):
             if not _eam_free(pool, pr, s):
@@ -326,7 +320,7 @@ def _eam_evict(pool, index, pr, r0, r1, layer_now, per_layer, eam_lib, ec):
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] != layer_now:
         passed = (layer_now - ec[EC_LAYER]) % L
         if passed * E <= r1 - r0:  # fewer rows of ``index`` to read than the pool has slots
-            _eam_pass(ec, fv, pool, index, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
+            _eam_pass(ec, fv, pool, index, g_slots, g_n, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
             ec[EC_LAYER] = layer_now
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
         pv = ec[EC_PREV]
@@ -1363,7 +1357,7 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
         return _arc_evict(gp, pool, pr, g, num_experts)
     if policy == LIRS:
         return _lirs_evict(gp, pool, pr, g)
-    return _to_evict_rare(pool, index, pr, g, r0, r1, policy, layer_now, per_layer, rare)
+    return _to_evict_rare(pool, index, gp[0], gp[1], pr, g, r0, r1, policy, layer_now, per_layer, rare)
 
 
 @njit(cache=True)
@@ -1420,7 +1414,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
         vl, ve = pool[pr, slot, LAYER], pool[pr, slot, EXPERT]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
-    if g_on[pr]:
+    if g_on[pr] or (policy == EAM_PRIORITY and not per_layer):  # the layer lists multidim and EAM's priority read
         _group_move(g_slots, g_n, g_pos, g_key, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
     pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = rec[layer, e, 0], rec[layer, e, 1], \
@@ -1673,7 +1667,7 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
-    gS = S if g_on.any() else 1
+    gS = S if g_on.any() or (policy == EAM_PRIORITY and not per_layer) else 1  # the layer lists (_group_move)
     hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC or _listed(policy) else 1
     hk = np.zeros((6, 2, hS), np.int64)
     hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
