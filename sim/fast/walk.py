@@ -227,13 +227,13 @@ def _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K):
 
 
 @njit(cache=True)
-def _eam_pass(ec, fv, pool, index, g_slots, g_n, pr, first, passed, decay, eam_lib, m, K):
+def _eam_pass(ec, fv, pool, g_slots, g_n, pr, first, passed, decay, eam_lib, m, K):
     """The candidates carried past ``passed`` layers (``first`` the one they were kept at): those layers' copies now score
     lower (their distance to the current layer grew past the others'), every other copy higher, so the bound still
     holds for the others. The candidates of the passed layers leave, and every copy of those layers enters again
     under the new scores (``_eam_enter``: it joins the candidates when it goes before the bound), but the one in the
     last victim's slot, which enters as such."""
-    L, E = eam_lib.shape[1], index.shape[2]
+    L = eam_lib.shape[1]
     k = 0
     for i in range(ec[EC_N]):
         c = ec[EC_SLOTS + i]
@@ -320,7 +320,7 @@ def _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] != layer_now:
         passed = (layer_now - ec[EC_LAYER]) % L
         if passed * E <= r1 - r0:  # fewer rows of ``index`` to read than the pool has slots
-            _eam_pass(ec, fv, pool, index, g_slots, g_n, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
+            _eam_pass(ec, fv, pool, g_slots, g_n, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
             ec[EC_LAYER] = layer_now
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
         pv = ec[EC_PREV]
