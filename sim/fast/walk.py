@@ -228,8 +228,8 @@ def _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K):
 
 @njit(cache=True)
 def _eam_pass(ec, fv, pool, g_slots, g_n, pr, first, passed, decay, eam_lib, m, K):
-    """The candidates carried past ``passed`` layers (``first`` the one they were kept at): those layers' copies now score
-    lower (their distance to the current layer grew past the others'), every other copy higher, so the bound still
+    """The candidates carried past ``passed`` layers (``first`` the one they were kept at): those layers' copies now
+    score lower (their distance to the current layer grew past the others'), every other copy higher, so the bound still
     holds for the others. The candidates of the passed layers leave, and every copy of those layers enters again
     under the new scores (``_eam_enter``: it joins the candidates when it goes before the bound), but the one in the
     last victim's slot, which enters as such."""
@@ -279,9 +279,10 @@ def _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_
     probability of a layer is 0 or near it, and bounds nothing.)
 
     With a match, a scan of a shared pool keeps its lowest copies (``fast.EAM_CANDIDATES``) and the next one's (score,
-    touch) as a bound: every other copy then goes after the bound. Until the match, the current layer or the request
-    changes, a pinned copy is let go (the walk clears ``ec[EC_VALID]``) or a victim is found otherwise (without a
-    match), no copy's score falls: a use raises its count and its touch. The one copy that enters without being
+    touch) as a bound: every other copy then goes after the bound. Until the match or the request changes, or a
+    victim is found otherwise (without a match), no copy's score falls but those of the layers the current one
+    passes, which enter again (``_eam_pass``): a use raises its count and its touch, and a pinned copy let go enters
+    (``_eam_let_go``). The one copy that enters without being
     seen, into the last victim's slot, is scored at the next eviction and joins the candidates when it goes before
     the bound (``_eam_enter``). The least candidate is the victim when it goes before the bound; when none
     is left that does, the pool is scanned again."""
@@ -319,7 +320,7 @@ def _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_
     K = ec.shape[0] - EC_SLOTS
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] != layer_now:
         passed = (layer_now - ec[EC_LAYER]) % L
-        if passed * E <= r1 - r0:  # fewer rows of ``index`` to read than the pool has slots
+        if passed * E <= r1 - r0:  # a few layers passed (as many copies as their experts, at most); past that, a scan
             _eam_pass(ec, fv, pool, g_slots, g_n, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
             ec[EC_LAYER] = layer_now
     if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
