@@ -256,13 +256,20 @@ def _eam_earlier(tl, te, props, x):
     return tl < props[x, 0] or (tl == props[x, 0] and te < props[x, 1])
 
 
+@njit(cache=True, inline="always")
+def _eam_decays(decay, layer_now):
+    """Each layer's decay in EAM's priority while ``layer_now`` is the current layer: 1 - distance / (L + 1), the
+    distance counted forward from it (``_eam_evict``, and ``_eam_let_go`` at the candidates' layer: the same floats)."""
+    L = decay.shape[0]
+    for x in range(L):
+        decay[x] = 1.0 - ((x - layer_now) % L) / (L + 1)
+
+
 @njit(cache=True)
 def _eam_let_go(ec, pool, pr, s, eam_lib, decay):
     """A pinned copy let go while its pool's candidates are kept (the walk's ``_drop_stale``): it enters them as it
     scores at the layer they were kept at (``_eam_enter``); the one in the last victim's slot enters as such."""
-    L = eam_lib.shape[1]
-    for x in range(L):  # the floats of _eam_evict's decays at that layer
-        decay[x] = 1.0 - ((x - ec[EC_LAYER]) % L) / (L + 1)
+    _eam_decays(decay, ec[EC_LAYER])
     _eam_enter(ec, ec.view(np.float64), pool, pr, s, decay, eam_lib, ec[EC_MATCH], ec.shape[0] - EC_SLOTS)
 
 
@@ -289,8 +296,7 @@ def _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_
     L, E = eam_lib.shape[1], index.shape[2]
     m = ec[EC_M]
     decay = np.empty(L)  # each layer's, the same floats as per slot, without a division and a modulo per slot
-    for x in range(L):
-        decay[x] = 1.0 - ((x - layer_now) % L) / (L + 1)
+    _eam_decays(decay, layer_now)
     best, bv, bt = -1, 0.0, 0
     if per_layer or m < 0:  # its victim's slot takes a copy the candidates do not see
         ec[EC_VALID] = 0
