@@ -77,8 +77,8 @@ def demo_main(cfg: DemoConfig) -> None:
     atomic_write_json(out / "trace_info.json", summary)
     plots = plot_trace_summary(summary, out)
     print(text)
-    print(f"[3/5] compare {len(cfg.systems) or 'every'} systems and HOBBIT tuned for them: the trace as {cfg.model} "
-          f"on {cfg.hardware}")
+    which = f"{len(cfg.systems)} systems" if cfg.systems else "every system"
+    print(f"[3/5] compare {which} and HOBBIT tuned for this trace: the trace as {cfg.model} on {cfg.hardware}")
     written = _compare(trace, cfg, out / "compare")
     n = len(cfg.sweep_t1) * len(cfg.sweep_t2) * len(cfg.sweep_high_gb)
     print(f"[4/5] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")

@@ -138,15 +138,22 @@ def flat_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return to_numpy(list_values(arr))
 
 
-def nested_dense(col: pa.ChunkedArray, n: int, d: int, k: int, fill: float | int, dtype) -> np.ndarray:
-    """[N, D, K] array from a list<list<...>> column whose inner lists are empty or K long."""
+def nested_dense(col: pa.ChunkedArray | pa.Array, n: int, d: int, k: int, fill: float | int, dtype,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """[N, D, K] array from a list<list<...>> column whose inner lists are empty or K long (into ``out``, an
+    [N, D, K] array of ``dtype``, when given)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     inner = list_values(arr)  # N*D inner lists
     inner_len = list_lengths(inner)
     values = flat_values(inner)
-    out = np.full((n * d, k), fill, dtype=dtype)
-    out[inner_len == k] = values.reshape(-1, k)
-    return out.reshape(n, d, k)
+    if out is None:
+        out = np.empty((n, d, k), dtype=dtype)
+    rows = out.view()
+    rows.shape = (n * d, k)  # a view of ``out`` (numpy refuses where that would take a copy)
+    rows.fill(fill)
+    whole = np.dtype((np.void, k * out.itemsize))  # a row as one item: a masked copy of them is ~20x a [M, K] one's
+    rows.view(whole)[:, 0][inner_len == k] = np.ascontiguousarray(values.astype(out.dtype, copy=False)).view(whole)
+    return out
 
 
 def sort_by_weight(ids: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

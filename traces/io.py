@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hobbit.traces import validate
 from hobbit.traces.arrays import TraceArrays, to_table
 from hobbit.traces.schema import METADATA_KEY, SCHEMA_VERSION, TraceError, TraceMeta, arrow_schema
 from hobbit.traces.validate import validate_table
@@ -91,12 +92,15 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a trace file."""
     file = str(path)
     meta = read_meta(file)
-    try:
-        with pq.ParquetFile(file, page_checksum_verification=True) as f:  # not read_table: its dataset layer
-            table = f.read()  # imports pandas (0.5 s of every run's start), and reads the same table
+
+    def parts(columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        yield from f.iter_batches(batch_size=validate.CHUNK_ROWS, columns=list(columns))
+
+    try:  # not read_table: its dataset layer imports pandas (0.5 s of every run's start)
+        with pq.ParquetFile(file, page_checksum_verification=True) as f:  # streamed: a chunk of rows decoded at a time
+            return Trace(meta, validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file), file)
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(file, f"corrupt Parquet data ({exc})") from exc
-    return Trace(meta, validate_table(table, meta, file), file)
 
 
 def write_trace(path: str | os.PathLike, arrays: TraceArrays, meta: TraceMeta) -> Path:

@@ -1,10 +1,16 @@
 """Checks that a table obeys schema v1; raises ``TraceError`` at the first bad row.
 
-Used by ``traces.io`` on every read and on every batch it writes.
+Used by ``traces.io`` on every read and on every batch it writes. The columns arrive and are checked
+``CHUNK_ROWS`` rows at a time (a file's are streamed from it) into arrays allocated once for the whole
+trace, so a read holds the trace's arrays and O(chunk) more, never the decoded table whole beside them.
+The checks run in the order the columns are read: the keys and routing lists, chunk by chunk; the rows'
+order and each token's layers over the whole trace; then the predictions, chunk by chunk.
 Legend: N rows, K top-k, D lookahead depth, L recorded layers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -12,54 +18,67 @@ import pyarrow as pa
 from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, list_values, nested_dense, to_numpy, to_table
 from hobbit.traces.schema import ARROW_COLUMNS, PRED_COLUMNS, REQUIRED_COLUMNS, WEIGHT_SUMS, TraceError, TraceMeta
 
+CHUNK_ROWS = 1 << 18  # rows checked at a time: each check's temporaries are a chunk's, not the trace's
+KEY_COLUMNS = ("request_id", "phase", "step", "position", "layer")
+KEY_DTYPES = {"request_id": np.int32, "phase": np.int8, "step": np.int32, "position": np.int32, "layer": np.int16}
+Parts = Callable[[Sequence[str]], Iterable[pa.RecordBatch]]  # the named columns, a chunk of rows at a time, in order
+
 
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def check_columns(table: pa.Table, meta: TraceMeta, file: str) -> None:
-    names = set(table.column_names)
+def check_columns(schema: pa.Schema, meta: TraceMeta, file: str) -> None:
+    """Every column schema v1 wants for ``meta`` is in ``schema``, with its type."""
+    names = set(schema.names)
     wanted = list(REQUIRED_COLUMNS) + (list(PRED_COLUMNS) if meta.lookahead_depth > 0 else [])
     for name in wanted:
         if name not in names:
             fix = "record predictions or set lookahead_depth to 0" if name in PRED_COLUMNS else "re-export the trace"
             raise TraceError(file, "column is missing", field=name, fix=fix)
-        typ = table.schema.field(name).type
+        typ = schema.field(name).type
         if typ != ARROW_COLUMNS[name]:
             raise TraceError(file, f"has type {typ}, schema v1 wants {ARROW_COLUMNS[name]}", field=name,
                              fix="write the file through traces.io")
-        if table.column(name).null_count:
-            row = _first(np.asarray(table.column(name).is_null()))
-            raise TraceError(file, "null value", row=row, field=name)
 
 
-def _check_lists(table: pa.Table, meta: TraceMeta, file: str) -> tuple[np.ndarray, np.ndarray]:
+def _check_nulls(part: pa.RecordBatch, names: Sequence[str], file: str, row0: int) -> None:
+    for name in names:
+        col = part.column(name)
+        if col.null_count:
+            raise TraceError(file, "null value", row=row0 + _first(np.asarray(col.is_null())), field=name)
+
+
+def _check_lists(part: pa.RecordBatch, meta: TraceMeta, file: str, row0: int, ids: np.ndarray,
+                 wts: np.ndarray) -> None:
+    """A chunk's routing lists (its first row is ``row0``) checked as they are copied into ``ids`` and ``wts``, the
+    trace's [M, K] rows of them."""
     k, e = meta.model.top_k, meta.model.num_experts
-    n = table.num_rows
+    n = part.num_rows
     for name in ("expert_ids", "gate_weights"):
-        lens = list_lengths(table.column(name))
+        lens = list_lengths(part.column(name))
         if np.any(lens != k):
             row = _first(lens != k)
-            raise TraceError(file, f"has {lens[row]} entries, model.top_k is {k}", row=row, field=name,
+            raise TraceError(file, f"has {lens[row]} entries, model.top_k is {k}", row=row0 + row, field=name,
                              fix="every row lists exactly top_k experts")
-    ids = flat_values(table.column("expert_ids")).reshape(n, k).astype(np.int16)
-    wts = flat_values(table.column("gate_weights")).reshape(n, k).astype(np.float32)
+    ids[:] = flat_values(part.column("expert_ids")).reshape(n, k)
+    wts[:] = flat_values(part.column("gate_weights")).reshape(n, k)
     bad = (ids < 0) | (ids >= e)
     if bad.any():
         row = _first(bad.any(axis=1))
-        raise TraceError(file, f"expert id {ids[row][bad[row]][0]} out of range 0..{e - 1}", row=row,
+        raise TraceError(file, f"expert id {ids[row][bad[row]][0]} out of range 0..{e - 1}", row=row0 + row,
                          field="expert_ids", fix="check model.num_experts in the metadata")
     if k > 1:
-        srt = np.sort(ids, axis=1)
-        dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+        dup = _duplicates(ids)
         if dup.any():
-            raise TraceError(file, f"expert selected twice: {ids[_first(dup)].tolist()}", row=_first(dup),
+            raise TraceError(file, f"expert selected twice: {ids[_first(dup)].tolist()}", row=row0 + _first(dup),
                              field="expert_ids")
     if not np.isfinite(wts).all():
-        raise TraceError(file, "non-finite weight", row=_first(~np.isfinite(wts).all(axis=1)), field="gate_weights")
+        raise TraceError(file, "non-finite weight", row=row0 + _first(~np.isfinite(wts).all(axis=1)),
+                         field="gate_weights")
     if (wts < 0).any():
-        raise TraceError(file, f"negative weight in {wts[_first((wts < 0).any(axis=1))].tolist()}",
-                         row=_first((wts < 0).any(axis=1)), field="gate_weights",
+        row = _first((wts < 0).any(axis=1))
+        raise TraceError(file, f"negative weight in {wts[row].tolist()}", row=row0 + row, field="gate_weights",
                          fix="the weights the model applies, which are >= 0")
     rule = meta.model.weight_rule
     low, high = WEIGHT_SUMS[rule]
@@ -68,84 +87,155 @@ def _check_lists(table: pa.Table, meta: TraceMeta, file: str) -> tuple[np.ndarra
     if bad.any():
         row = _first(bad)
         raise TraceError(file, f"weights {wts[row].tolist()} sum to {sums[row]:.6g}, which weight_rule={rule} "
-                               f"does not give", row=row, field="gate_weights",
+                               f"does not give", row=row0 + row, field="gate_weights",
                          fix="the weights as the model applies them, or the model's weight_rule")
     if k > 1:
         unsorted = (wts[:, 1:] > wts[:, :-1] + 1e-6).any(axis=1)
         if unsorted.any():
-            raise TraceError(file, f"weights {wts[_first(unsorted)].tolist()} are not highest first",
-                             row=_first(unsorted), field="gate_weights", fix="sort each row by weight, descending")
-    return ids, wts
+            row = _first(unsorted)
+            raise TraceError(file, f"weights {wts[row].tolist()} are not highest first", row=row0 + row,
+                             field="gate_weights", fix="sort each row by weight, descending")
+
+
+def _duplicates(ids: np.ndarray) -> np.ndarray:
+    """[M] whether a row of ``ids`` ([M, K]) names an expert twice: its K (K - 1) / 2 pairs compared for a small K
+    (a sort along rows of a few entries is ~50x slower), its entries sorted for a large one."""
+    k = ids.shape[1]
+    if k > 16:
+        srt = np.sort(ids, axis=1)
+        return (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+    dup = np.zeros(len(ids), dtype=bool)
+    for i in range(k - 1):
+        for j in range(i + 1, k):
+            dup |= ids[:, i] == ids[:, j]
+    return dup
 
 
 def _check_keys(a: TraceArrays, meta: TraceMeta, file: str) -> None:
+    """The keys' values, the rows' order (strictly increasing (request_id, step, position, layer)) and each token's
+    layers (one row per recorded layer, in order), a chunk of rows, then of tokens, at a time."""
     layers = np.asarray(meta.layers, dtype=np.int64)
-    if np.any(~np.isin(a.phase, (0, 1))):
-        raise TraceError(file, "phase must be 0 (prefill) or 1 (decode)", row=_first(~np.isin(a.phase, (0, 1))),
-                         field="phase")
-    bad = ((a.phase == 0) & (a.step != 0)) | ((a.phase == 1) & (a.step < 1))
-    if bad.any():
-        raise TraceError(file, "prefill rows have step 0 and decode rows step >= 1", row=_first(bad), field="step")
-    for name in ("request_id", "position"):
-        col = getattr(a, name)
-        if np.any(col < 0):
-            raise TraceError(file, "negative value", row=_first(col < 0), field=name)
-    n = len(a)
-    key = np.stack([a.request_id, a.step, a.position, a.layer], axis=1).astype(np.int64)
-    if n > 1:
-        diff = key[1:] - key[:-1]
+    n, L = len(a), len(layers)
+    new_tok = np.empty(n, dtype=bool)  # whether a row starts a token: its (request_id, step, position) is new
+    new_tok[:1] = True
+    for lo in range(0, n, CHUNK_ROWS):
+        hi = min(n, lo + CHUNK_ROWS)
+        ph, st = a.phase[lo:hi], a.step[lo:hi]
+        bad = (ph != 0) & (ph != 1)
+        if bad.any():
+            raise TraceError(file, "phase must be 0 (prefill) or 1 (decode)", row=lo + _first(bad), field="phase")
+        bad = ((ph == 0) & (st != 0)) | ((ph == 1) & (st < 1))
+        if bad.any():
+            raise TraceError(file, "prefill rows have step 0 and decode rows step >= 1", row=lo + _first(bad),
+                             field="step")
+        for name in ("request_id", "position"):
+            col = getattr(a, name)[lo:hi]
+            if np.any(col < 0):
+                raise TraceError(file, "negative value", row=lo + _first(col < 0), field=name)
+        s = max(lo - 1, 0)  # each row against the one before it, the chunk's first against the last chunk's last
+        if hi - s < 2:
+            continue
+        dr, ds, dp, dl = (np.subtract(x[s + 1:hi], x[s:hi - 1], dtype=np.int64)
+                          for x in (a.request_id, a.step, a.position, a.layer))
         # lexicographic "strictly increasing": the first non-zero difference must be > 0
-        nz = diff != 0
-        first_nz = np.where(nz.any(axis=1), nz.argmax(axis=1), 0)
-        sign = diff[np.arange(n - 1), first_nz]
-        if np.any(sign <= 0):
-            row = _first(sign <= 0) + 1
+        ok = (dr > 0) | ((dr == 0) & ((ds > 0) | ((ds == 0) & ((dp > 0) | ((dp == 0) & (dl > 0))))))
+        if not ok.all():
             raise TraceError(file, "rows are not strictly ordered by (request_id, step, position, layer)",
-                             row=row, field="layer", fix="write through traces.io, which sorts rows")
-    new_tok = np.ones(n, dtype=bool)
-    if n > 1:
-        new_tok[1:] = (key[1:, :3] != key[:-1, :3]).any(axis=1)
+                             row=s + 1 + _first(~ok), field="layer", fix="write through traces.io, which sorts rows")
+        new_tok[s + 1:hi] = (dr != 0) | (ds != 0) | (dp != 0)
     starts = np.flatnonzero(new_tok)
-    sizes = np.diff(np.append(starts, n))
-    idx_in_tok = np.arange(n) - np.repeat(starts, sizes)
-    expected = np.where(idx_in_tok < len(layers), layers[np.minimum(idx_in_tok, len(layers) - 1)], -1)
-    wrong = (a.layer != expected) | np.repeat(sizes != len(layers), sizes)
-    if wrong.any():
-        row = _first(wrong)
-        tok = int(np.searchsorted(starts, row, side="right") - 1)
-        have = a.layer[starts[tok]: starts[tok] + sizes[tok]].tolist()
-        missing = sorted(set(layers.tolist()) - set(have))
-        what = f"missing layer(s) {missing}" if missing else f"layers {have}, expected {layers.tolist()}"
-        raise TraceError(file, f"token (request {a.request_id[row]}, step {a.step[row]}, position "
-                               f"{a.position[row]}) has {what}", row=int(starts[tok]), field="layer",
-                         fix="every token needs one row per recorded MoE layer")
+    del new_tok
+    per = max(1, CHUNK_ROWS // L)
+    for t0 in range(0, len(starts), per):
+        t1 = min(len(starts), t0 + per)
+        first = starts[t0:t1]
+        sizes = np.diff(first, append=starts[t1] if t1 < len(starts) else n)
+        # a token is wrong when it has other than L rows, or its rows are not the recorded layers in order
+        wrong = (sizes != L) | (a.layer[np.minimum(first[:, None] + np.arange(L), n - 1)] != layers).any(axis=1)
+        if wrong.any():
+            tok = _first(wrong)
+            row = int(first[tok])
+            have = a.layer[row: row + int(sizes[tok])].tolist()
+            missing = sorted(set(layers.tolist()) - set(have))
+            what = f"missing layer(s) {missing}" if missing else f"layers {have}, expected {layers.tolist()}"
+            raise TraceError(file, f"token (request {a.request_id[row]}, step {a.step[row]}, position "
+                                   f"{a.position[row]}) has {what}", row=row, field="layer",
+                             fix="every token needs one row per recorded MoE layer")
 
 
-def _check_preds(table: pa.Table, meta: TraceMeta, a: TraceArrays, file: str) -> None:
-    n, k, d = len(a), meta.model.top_k, meta.lookahead_depth
+def _check_preds(part: pa.RecordBatch, meta: TraceMeta, layer: np.ndarray, file: str, row0: int, ids: np.ndarray,
+                 wts: np.ndarray) -> None:
+    """A chunk's predictions (its first row is ``row0``, its rows' layers ``layer``) checked as they are laid out
+    into ``ids`` and ``wts``, the trace's [M, D, K] rows of them."""
+    n, k, d = part.num_rows, meta.model.top_k, meta.lookahead_depth
     for name in PRED_COLUMNS:
-        outer = list_lengths(table.column(name))
+        col = part.column(name)
+        outer = list_lengths(col)
         if np.any(outer != d):
             row = _first(outer != d)
-            raise TraceError(file, f"has {outer[row]} entries, lookahead_depth is {d}", row=row, field=name)
-        inner = list_lengths(list_values(table.column(name).combine_chunks())).reshape(n, d)
+            raise TraceError(file, f"has {outer[row]} entries, lookahead_depth is {d}", row=row0 + row, field=name)
+        inner = list_lengths(list_values(col)).reshape(n, d)
         if np.any((inner != 0) & (inner != k)):
             row = _first(((inner != 0) & (inner != k)).any(axis=1))
-            raise TraceError(file, f"inner list lengths {inner[row].tolist()}, want 0 or top_k={k}", row=row,
+            raise TraceError(file, f"inner list lengths {inner[row].tolist()}, want 0 or top_k={k}", row=row0 + row,
                              field=name)
         if name == "pred_ids":
             present = inner == k
-    pos = np.searchsorted(np.asarray(meta.layers), a.layer)  # [N] index of the row's layer
-    reachable = pos[:, None] + np.arange(1, d + 1)[None, :] < len(meta.layers)  # [N, D]
+    pos = np.searchsorted(np.asarray(meta.layers), layer)  # [M] index of the row's layer
+    reachable = pos[:, None] + np.arange(1, d + 1)[None, :] < len(meta.layers)  # [M, D]
     if np.any(reachable & ~present):
         row = _first((reachable & ~present).any(axis=1))
-        raise TraceError(file, "prediction missing for a layer that exists", row=row, field="pred_ids")
-    ids = nested_dense(table.column("pred_ids"), n, d, k, -1, np.int16)
-    wts = nested_dense(table.column("pred_weights"), n, d, k, np.nan, np.float32)
-    if np.any((ids >= meta.model.num_experts) | ((ids < 0) & present[:, :, None])):
-        row = _first(((ids >= meta.model.num_experts) | ((ids < 0) & present[:, :, None])).any(axis=(1, 2)))
-        raise TraceError(file, "predicted expert id out of range", row=row, field="pred_ids")
-    a.pred_ids, a.pred_weights = ids, wts
+        raise TraceError(file, "prediction missing for a layer that exists", row=row0 + row, field="pred_ids")
+    nested_dense(part.column("pred_ids"), n, d, k, -1, np.int16, out=ids)
+    nested_dense(part.column("pred_weights"), n, d, k, np.nan, np.float32, out=wts)
+    bad = ((ids >= meta.model.num_experts) | ((ids < 0) & present[:, :, None])).any(axis=(1, 2))
+    if bad.any():
+        raise TraceError(file, "predicted expert id out of range", row=row0 + _first(bad), field="pred_ids")
+
+
+def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str) -> TraceArrays:
+    """Validate the ``n`` rows that ``parts`` yields (``schema``'s columns) against ``meta``; return them as dense
+    arrays. ``parts(columns)`` yields the rows' named columns a chunk at a time, in order; it is called once for the
+    keys and routing lists and, with predictions, once more for those."""
+    check_columns(schema, meta, file)
+    k, d = meta.model.top_k, meta.lookahead_depth
+    a = TraceArrays(*(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS), np.empty((n, k), np.int16),
+                    np.empty((n, k), np.float32))
+    row0 = 0
+    for part in parts(REQUIRED_COLUMNS):
+        m = _take_rows(part, row0, n, file)
+        _check_nulls(part, REQUIRED_COLUMNS, file, row0)
+        rows = slice(row0, row0 + m)
+        _check_lists(part, meta, file, row0, a.expert_ids[rows], a.gate_weights[rows])
+        for c in KEY_COLUMNS:
+            getattr(a, c)[rows] = to_numpy(part.column(c))
+        row0 += m
+    _all_rows(row0, n, file)
+    if n == 0:
+        raise TraceError(file, "trace has no rows")
+    _check_keys(a, meta, file)
+    if d > 0:
+        a.pred_ids, a.pred_weights = np.empty((n, d, k), np.int16), np.empty((n, d, k), np.float32)
+        row0 = 0
+        for part in parts(PRED_COLUMNS):
+            m = _take_rows(part, row0, n, file)
+            _check_nulls(part, PRED_COLUMNS, file, row0)
+            rows = slice(row0, row0 + m)
+            _check_preds(part, meta, a.layer[rows], file, row0, a.pred_ids[rows], a.pred_weights[rows])
+            row0 += m
+        _all_rows(row0, n, file)
+    return a
+
+
+def _take_rows(part: pa.RecordBatch, row0: int, n: int, file: str) -> int:
+    if row0 + part.num_rows > n:
+        raise TraceError(file, f"holds more rows than the {n} its footer counts", fix="re-export the trace")
+    return part.num_rows
+
+
+def _all_rows(got: int, n: int, file: str) -> None:
+    if got != n:
+        raise TraceError(file, f"holds {got} rows, its footer counts {n}", fix="re-export the trace")
 
 
 def validate_source(a: TraceArrays, meta: TraceMeta, file: object, source: np.ndarray | None = None,
@@ -164,14 +254,5 @@ def validate_source(a: TraceArrays, meta: TraceMeta, file: object, source: np.nd
 
 def validate_table(table: pa.Table, meta: TraceMeta, file: str) -> TraceArrays:
     """Validate ``table`` against ``meta``; return its columns as dense arrays."""
-    check_columns(table, meta, file)
-    ids, wts = _check_lists(table, meta, file)
-    col = lambda name, dt: to_numpy(table.column(name)).astype(dt)  # noqa: E731
-    a = TraceArrays(col("request_id", np.int32), col("phase", np.int8), col("step", np.int32),
-                    col("position", np.int32), col("layer", np.int16), ids, wts)
-    if table.num_rows == 0:
-        raise TraceError(file, "trace has no rows")
-    _check_keys(a, meta, file)
-    if meta.lookahead_depth > 0:
-        _check_preds(table, meta, a, file)
-    return a
+    return validate_parts(lambda cols: table.select(list(cols)).to_batches(max_chunksize=CHUNK_ROWS),
+                          table.num_rows, table.schema, meta, file)
