@@ -345,3 +345,24 @@ def test_a_read_holds_the_arrays_and_a_chunk_more(monkeypatch):
     held = sum(getattr(a, f).nbytes for f in a.__dataclass_fields__)
     per_row = held / len(a)
     assert held < peak < held + 8 * 4096 * per_row, (peak, held)
+
+
+@pytest.mark.parametrize("column,row", [("step", 70), ("expert_ids", 33), ("pred_weights", 150)])
+def test_a_null_is_found_at_its_row_in_any_chunk(tmp_path, synthetic_small, monkeypatch, column, row):
+    import pyarrow as pa
+
+    from hobbit.traces import validate
+
+    arrays, meta = synthetic_small
+    table = to_table(arrays, meta)
+    values = table.column(column).to_pylist()
+    values[row] = None
+    i = table.schema.get_field_index(column)
+    path = tmp_path / "t.parquet"
+    typ = table.schema.field(i).type
+    pq.write_table(table.set_column(i, pa.field(column, typ), pa.array(values, typ)), path, row_group_size=50)
+    for rows in (1 << 20, 1, 7):
+        monkeypatch.setattr(validate, "CHUNK_ROWS", rows)
+        with pytest.raises(TraceError, match="null value") as ei:
+            read_trace(path)
+        assert (ei.value.field, ei.value.row) == (column, row)
