@@ -366,3 +366,29 @@ def test_a_null_is_found_at_its_row_in_any_chunk(tmp_path, synthetic_small, monk
         with pytest.raises(TraceError, match="null value") as ei:
             read_trace(path)
         assert (ei.value.field, ei.value.row) == (column, row)
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 3])
+def test_sorted_is_the_stable_order_and_skips_sorting_rows_already_in_it(synthetic_small, monkeypatch, chunk):
+    """``TraceArrays.sorted`` (what a write does to its rows) gives the stable (request_id, step, position, layer)
+    order, and the rows themselves when they are in it already, ties included (checked without sorting, a chunk of
+    rows at a time: ``ORDER_CHUNK``)."""
+    import hobbit.traces.arrays
+
+    monkeypatch.setattr(hobbit.traces.arrays, "ORDER_CHUNK", chunk)
+    arrays, _ = synthetic_small
+    assert arrays.is_sorted() and arrays.sorted() is arrays
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a = arrays.take(rng.permutation(len(arrays))[: rng.integers(1, len(arrays))])
+        a.layer[rng.integers(len(a))] = a.layer[0]  # ties, some of them
+        want = np.lexsort((a.layer, a.position, a.step, a.request_id))
+        got = a.sorted()
+        assert got.is_sorted() and a.is_sorted() == bool(np.all(np.diff(want) > 0))
+        for f in ("request_id", "step", "position", "layer", "expert_ids"):
+            assert np.array_equal(getattr(got, f), getattr(a, f)[want]), f
+    tied = arrays.take(np.r_[0, 0, 1])
+    assert tied.is_sorted() and tied.sorted() is tied
+    for i in (0, 2, 3, len(arrays) // 2):  # two layers of one token swapped: out of order in the last key alone
+        a = arrays.take(np.r_[np.arange(i), i + 1, i, np.arange(i + 2, len(arrays))])
+        assert not a.is_sorted() and np.array_equal(a.sorted().layer, arrays.layer)
