@@ -98,9 +98,12 @@ def read_trace(path: str | os.PathLike) -> Trace:
 
     try:  # not read_table: its dataset layer imports pandas (0.5 s of every run's start)
         with pq.ParquetFile(file, page_checksum_verification=True) as f:  # streamed: a chunk of rows decoded at a time
-            return Trace(meta, validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file), file)
+            arrays = validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file)
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(file, f"corrupt Parquet data ({exc})") from exc
+    finally:  # the decoded chunks' memory, which pyarrow's pool would otherwise keep from the system
+        pa.default_memory_pool().release_unused()
+    return Trace(meta, arrays, file)
 
 
 def write_trace(path: str | os.PathLike, arrays: TraceArrays, meta: TraceMeta) -> Path:
