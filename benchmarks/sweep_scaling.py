@@ -12,7 +12,8 @@ trace read); the rate beyond it is printed too. The sweep's launcher is ``hobbit
 workers forked from the launching process, hobbit/launcher.py) unless ``--launcher`` names another
 (``joblib``: fresh worker processes through loky, as before the fork launcher). Ends with ``configs_per_min=<f>
 ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
-(targets: 300 / min and 1.9x).
+(targets: 300 / min and 1.9x). The line before it gives the most two workers could reach in this run if the
+one-worker command's start (its 4-point sweep) stayed as it is and the rest took exactly half the time.
 """
 
 from __future__ import annotations
@@ -61,14 +62,20 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         sweep(4, 1, Path(d) / "warm")  # numba's on-disk cache filled, files in the page cache
-        rate, beyond = {}, {}
+        rate, beyond, smalls, walls = {}, {}, {}, {}
         for jobs in (1, 2):
             small, _ = sweep(4, jobs, Path(d) / f"small{jobs}", args.launcher)  # the fixed part: start, workers...
             wall, n = sweep(args.points, jobs, Path(d) / f"sweep{jobs}", args.launcher)
             rate[jobs], beyond[jobs] = n / (wall / 60), (n - 4) / ((wall - small) / 60)
+            smalls[jobs], walls[jobs] = small, wall
             print(f"n_jobs={jobs}: {n} configurations in {wall:.1f} s, {rate[jobs]:.1f} / minute; a 4-point sweep took "
                   f"{small:.1f} s, the other {n - 4} points {rate[jobs] and beyond[jobs]:.1f} / minute")
     print(f"beyond the fixed start: ratio_2_workers={beyond[2] / beyond[1]:.2f}")
+    # the most two workers could give, whole commands, if the 4-point sweep's time (the start) stayed as with one
+    # and the other points took exactly half the time: 1.9 needs that start under about a 1/18 of the points' time
+    start, rest = smalls[1], walls[1] - smalls[1]
+    print(f"with a perfect split beyond the start ({start:.1f} s of {walls[1]:.1f} s with one worker): "
+          f"ratio_2_workers at most {walls[1] / (start + rest / 2):.2f}")
     print(f"configs_per_min={rate[1]:.1f} ratio_2_workers={rate[2] / rate[1]:.2f}")
 
 
