@@ -392,3 +392,32 @@ def test_sorted_is_the_stable_order_and_skips_sorting_rows_already_in_it(synthet
     for i in (0, 2, 3, len(arrays) // 2):  # two layers of one token swapped: out of order in the last key alone
         a = arrays.take(np.r_[np.arange(i), i + 1, i, np.arange(i + 2, len(arrays))])
         assert not a.is_sorted() and np.array_equal(a.sorted().layer, arrays.layer)
+
+
+@pytest.mark.parametrize("defect", ["none", "expert id past the experts", "a middle layer missing",
+                                    "a reachable layer's prediction missing", "weights summing to 0.5"])
+def test_a_write_in_slices_of_whole_tokens_checks_and_writes_what_a_whole_write_does(tmp_path, synthetic_small,
+                                                                                      monkeypatch, defect):
+    """A write converts, checks and writes its rows a slice of whole tokens at a time (about ``CHUNK_ROWS`` rows,
+    a row group each), then checks the file it wrote without keeping its arrays. Whatever the slice, a good trace
+    reads back the same and a bad one is refused at the same row of the batch, leaving nothing behind."""
+    from hobbit.traces import validate
+
+    arrays, meta = synthetic_small
+    mutate, want = DEFECTS[defect]
+    batch = mutate(arrays)
+    for rows in (1 << 20, 1, 7, 64):
+        monkeypatch.setattr(validate, "CHUNK_ROWS", rows)
+        path = tmp_path / f"t{rows}.parquet"
+        if want is None:
+            got = read_trace(write_trace(path, batch, meta)).arrays
+            for f in arrays.__dataclass_fields__:
+                assert np.array_equal(getattr(got, f), getattr(arrays, f), equal_nan=True), (rows, f)
+            groups = pq.ParquetFile(path).num_row_groups
+            per = -(-rows // len(meta.layers)) * len(meta.layers)  # whole tokens of 6 rows: 6, 12, 66, ...
+            assert groups == -(-len(arrays) // per), (rows, groups)
+        else:
+            with pytest.raises(TraceError) as ei:
+                write_trace(path, batch, meta)
+            assert (ei.value.field, ei.value.row) == want, (rows, str(ei.value))
+            assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.name.startswith("t1048576")]

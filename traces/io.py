@@ -90,6 +90,16 @@ def read_meta(path: str | os.PathLike) -> TraceMeta:
 
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a trace file."""
+    return _read(path, keep=True)
+
+
+def check_trace(path: str | os.PathLike) -> TraceMeta:
+    """Validate a trace file as ``read_trace`` does, keeping only its keys whole (15 bytes a row) and the rest a
+    chunk at a time; its metadata."""
+    return _read(path, keep=False).meta
+
+
+def _read(path: str | os.PathLike, keep: bool) -> Trace:
     file = str(path)
     meta = read_meta(file)
 
@@ -98,7 +108,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
 
     try:  # not read_table: its dataset layer imports pandas (0.5 s of every run's start)
         with pq.ParquetFile(file, page_checksum_verification=True) as f:  # streamed: a chunk of rows decoded at a time
-            arrays = validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file)
+            arrays = validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file, keep)
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(file, f"corrupt Parquet data ({exc})") from exc
     finally:  # the decoded chunks' memory, which pyarrow's pool would otherwise keep from the system
@@ -144,9 +154,14 @@ class TraceWriter:
         if self._last_key is not None and first <= self._last_key:
             raise TraceError(self.tmp, f"batch starts at {first}, not after the previous batch's {self._last_key}",
                              row=self.rows, field="request_id")
-        table = to_table(arrays, self.meta)
-        validate_table(table, self.meta, str(self.path))
-        self._writer.write_table(table)
+        for lo, hi in _token_slices(arrays, validate.CHUNK_ROWS):  # a row group each: the table of a slice at a time
+            table = to_table(arrays.take(slice(lo, hi)), self.meta)
+            try:
+                validate_table(table, self.meta, str(self.path))
+            except TraceError as exc:  # the row in the batch, not in the slice
+                raise TraceError(exc.file, exc.message, row=None if exc.row is None else lo + exc.row,
+                                 field=exc.field, fix=exc.fix) from None
+            self._writer.write_table(table)
         self._last_key = _key(arrays, len(arrays) - 1)
         self.rows += len(arrays)
 
@@ -159,7 +174,7 @@ class TraceWriter:
             with open(self.tmp, "rb") as f:
                 os.fsync(f.fileno())
             try:
-                read_trace(self.tmp)
+                check_trace(self.tmp)
             except TraceError as exc:  # name the file being written, not the temporary one
                 raise TraceError(self.path, f"the written trace fails its check, nothing was replaced: "
                                             f"{exc.message}", row=exc.row, field=exc.field, fix=exc.fix) from exc
@@ -182,6 +197,24 @@ class TraceWriter:
             self.close()
         else:
             self.abort()
+
+
+def _token_slices(a: TraceArrays, rows: int) -> Iterator[tuple[int, int]]:
+    """Ranges [lo, hi) of ``a``'s rows (in order), about ``rows`` each, that cut no token (a token's rows share
+    (request_id, step, position))."""
+    n, lo = len(a), 0
+    while lo < n:
+        hi = min(n, lo + max(rows, 1))
+        while hi < n:  # on to the next token's first row, a window at a time
+            end = min(n, hi + 4096)
+            new = ((a.request_id[hi:end] != a.request_id[hi - 1:end - 1]) | (a.step[hi:end] != a.step[hi - 1:end - 1])
+                   | (a.position[hi:end] != a.position[hi - 1:end - 1]))
+            if new.any():
+                hi += int(np.argmax(new))
+                break
+            hi = end
+        yield lo, hi
+        lo = hi
 
 
 def _key(a: TraceArrays, i: int) -> tuple[int, int, int, int]:

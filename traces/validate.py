@@ -193,20 +193,26 @@ def _check_preds(part: pa.RecordBatch, meta: TraceMeta, layer: np.ndarray, file:
         raise TraceError(file, "predicted expert id out of range", row=row0 + _first(bad), field="pred_ids")
 
 
-def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str) -> TraceArrays:
+def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str,
+                   keep: bool = True) -> TraceArrays | None:
     """Validate the ``n`` rows that ``parts`` yields (``schema``'s columns) against ``meta``; return them as dense
-    arrays. ``parts(columns)`` yields the rows' named columns a chunk at a time, in order; it is called once for the
-    keys and routing lists and, with predictions, once more for those."""
+    arrays (``keep=False``: only check them, holding the keys whole and the rest a chunk at a time; None).
+    ``parts(columns)`` yields the rows' named columns a chunk at a time, in order; it is called once for the keys and
+    routing lists and, with predictions, once more for those."""
     check_columns(schema, meta, file)
     k, d = meta.model.top_k, meta.lookahead_depth
-    a = TraceArrays(*(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS), np.empty((n, k), np.int16),
-                    np.empty((n, k), np.float32))
+    whole = n if keep else 0
+    a = TraceArrays(*(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS), np.empty((whole, k), np.int16),
+                    np.empty((whole, k), np.float32))
     row0 = 0
     for part in parts(REQUIRED_COLUMNS):
         m = _take_rows(part, row0, n, file)
         _check_nulls(part, REQUIRED_COLUMNS, file, row0)
-        rows = slice(row0, row0 + m)
+        rows = slice(row0, row0 + m) if keep else slice(0, m)
+        if not keep and len(a.expert_ids) < m:
+            a.expert_ids, a.gate_weights = np.empty((m, k), np.int16), np.empty((m, k), np.float32)
         _check_lists(part, meta, file, row0, a.expert_ids[rows], a.gate_weights[rows])
+        rows = slice(row0, row0 + m)
         for c in KEY_COLUMNS:
             getattr(a, c)[rows] = to_numpy(part.column(c))
         row0 += m
@@ -215,16 +221,18 @@ def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, fil
         raise TraceError(file, "trace has no rows")
     _check_keys(a, meta, file)
     if d > 0:
-        a.pred_ids, a.pred_weights = np.empty((n, d, k), np.int16), np.empty((n, d, k), np.float32)
+        a.pred_ids, a.pred_weights = np.empty((whole, d, k), np.int16), np.empty((whole, d, k), np.float32)
         row0 = 0
         for part in parts(PRED_COLUMNS):
             m = _take_rows(part, row0, n, file)
             _check_nulls(part, PRED_COLUMNS, file, row0)
-            rows = slice(row0, row0 + m)
-            _check_preds(part, meta, a.layer[rows], file, row0, a.pred_ids[rows], a.pred_weights[rows])
+            rows = slice(row0, row0 + m) if keep else slice(0, m)
+            if not keep and len(a.pred_ids) < m:
+                a.pred_ids, a.pred_weights = np.empty((m, d, k), np.int16), np.empty((m, d, k), np.float32)
+            _check_preds(part, meta, a.layer[row0:row0 + m], file, row0, a.pred_ids[rows], a.pred_weights[rows])
             row0 += m
         _all_rows(row0, n, file)
-    return a
+    return a if keep else None
 
 
 def _take_rows(part: pa.RecordBatch, row0: int, n: int, file: str) -> int:
