@@ -110,3 +110,40 @@ def test_stats_without_predictions(tmp_path):
     tr.arrays.pred_ids = tr.arrays.pred_weights = None
     s = summarize(read_trace(write_trace(tmp_path / "h.parquet", tr.arrays, meta)))
     assert s["lookahead"] == []
+
+
+def _close(a, b, path=""):
+    """Equal, floats within 1e-12 relative (sums taken in another order)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            _close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15), path
+    else:
+        assert a == b, path
+
+
+def test_statistics_read_in_chunks_of_tokens_are_those_of_the_whole_trace(monkeypatch):
+    """``summarize`` reads the tokens ``TOKEN_CHUNK`` at a time (the pair of consecutive tokens across two chunks
+    counted once). The bundled model's trace (real routing) and synthetic ones with several requests and lookahead
+    give the same statistics in chunks of 1, 3 and 7 tokens as in one."""
+    import hobbit.traces.stats as stats
+    from hobbit.traces.tiny import bundled_trace
+
+    traces = [read_trace(bundled_trace())]
+    for seed in range(2):
+        arrays, meta = generate(SyntheticConfig(requests=3, prompt_tokens=5, decode_tokens=9, lookahead_depth=2,
+                                                seed=seed))
+        traces.append(Trace(meta, arrays))
+    for tr in traces:
+        monkeypatch.setattr(stats, "TOKEN_CHUNK", 1 << 30)
+        whole = summarize(tr)
+        assert whole["lookahead"] and whole["next_token_reuse"]["all"] is not None
+        for chunk in (1, 3, 7):
+            monkeypatch.setattr(stats, "TOKEN_CHUNK", chunk)
+            _close(summarize(tr), whole)

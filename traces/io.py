@@ -102,18 +102,25 @@ def check_trace(path: str | os.PathLike) -> TraceMeta:
 def _read(path: str | os.PathLike, keep: bool) -> Trace:
     file = str(path)
     meta = read_meta(file)
-
-    def parts(columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-        yield from f.iter_batches(batch_size=validate.CHUNK_ROWS, columns=list(columns))
-
-    try:  # not read_table: its dataset layer imports pandas (0.5 s of every run's start)
-        with pq.ParquetFile(file, page_checksum_verification=True) as f:  # streamed: a chunk of rows decoded at a time
-            arrays = validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file, keep)
+    try:
+        arrays = _decode(file, meta, keep)
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(file, f"corrupt Parquet data ({exc})") from exc
-    finally:  # the decoded chunks' memory, which pyarrow's pool would otherwise keep from the system
+    finally:  # the reader is gone: its buffers and the decoded chunks, which pyarrow's pool would keep from the system
         pa.default_memory_pool().release_unused()
     return Trace(meta, arrays, file)
+
+
+def _decode(file: str, meta: TraceMeta, keep: bool) -> TraceArrays | None:
+    """The file's rows checked (``validate.validate_parts``), streamed a chunk at a time: not ``read_table``, whose
+    dataset layer imports pandas (0.5 s of every run's start) and which decodes the whole table at once."""
+    with pq.ParquetFile(file, page_checksum_verification=True) as f:
+
+        def parts(columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+            for group in range(f.num_row_groups):  # a reader each: one over the whole file keeps what it has read
+                yield from f.iter_batches(batch_size=validate.CHUNK_ROWS, row_groups=[group], columns=list(columns))
+
+        return validate.validate_parts(parts, f.metadata.num_rows, f.schema_arrow, meta, file, keep)
 
 
 def write_trace(path: str | os.PathLike, arrays: TraceArrays, meta: TraceMeta) -> Path:

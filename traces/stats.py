@@ -31,72 +31,99 @@ def token_view(trace: Trace) -> dict[str, np.ndarray]:
     return out
 
 
+TOKEN_CHUNK = 1 << 15  # tokens ``summarize`` reads at a time: its temporaries are a chunk's, not the trace's
+
+
 def overlap(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """|x ∩ y| for id sets along the last axis ([..., K] each, no repeats within a set)."""
     return (x[..., :, None] == y[..., None, :]).any(axis=-1).sum(axis=-1)
 
 
-def _shares(ids: np.ndarray, num_experts: int) -> np.ndarray:
-    """P(expert e is among a token's choices) per layer: ids [T, L, K] -> [L, E]."""
-    t, L, _ = ids.shape
+def _counts(ids: np.ndarray, num_experts: int) -> np.ndarray:
+    """How many of the tokens' choices name each (layer, expert): ids [T, L, K] -> [L, E]."""
+    _, L, _ = ids.shape
     flat = (np.arange(L)[None, :, None] * num_experts + ids.astype(np.int64)).ravel()
-    return np.bincount(flat, minlength=L * num_experts).reshape(L, num_experts) / max(t, 1)
+    return np.bincount(flat, minlength=L * num_experts).reshape(L, num_experts)
 
 
-def next_token_reuse(tv: dict[str, np.ndarray], k: int, num_experts: int) -> dict[str, Any]:
-    """Mean fraction of a token's experts (per layer) also used by the request's previous token.
+class _Tally:
+    """``summarize``'s sums, a chunk of tokens at a time: each statistic is a sum or a count over tokens (or over
+    pairs of consecutive tokens, and the pair across two chunks is counted with the later one)."""
 
-    ``baseline`` is what two independent tokens with the layer's expert load would share,
-    sum_e P(e)^2 / k: reuse above it is temporal locality, not just popularity.
-    """
-    ids, req = tv["ids"], tv["request_id"]
-    same = req[1:] == req[:-1]  # [T-1] consecutive tokens of one request
-    if not same.any():
-        return {"all": None, "prefill": None, "decode": None, "per_layer": [], "baseline": None,
-                "baseline_per_layer": []}
-    per = overlap(ids[1:], ids[:-1])[same] / k  # [T', L]
-    frac = per.mean(axis=1)
-    phase = tv["phase"][1:][same]
-    base = (_shares(ids, num_experts) ** 2).sum(axis=1) / k  # [L]
-    res: dict = {"all": float(frac.mean()), "per_layer": per.mean(axis=0).round(4).tolist(),
-                 "baseline": float(base.mean()), "baseline_per_layer": base.round(4).tolist()}
-    for ph in (PREFILL, DECODE):
-        m = phase == ph
-        res[PHASE_NAMES[ph]] = float(frac[m].mean()) if m.any() else None
-    return res
+    def __init__(self, L: int, E: int, k: int, depth: int) -> None:
+        self.k, self.E = k, E
+        self.tokens = 0
+        self.counts = np.zeros((L, E), np.int64)
+        self.weight_sum = self.top1_share = 0.0
+        self.pairs, self.reuse, self.reuse_layer = 0, 0.0, np.zeros(L)
+        self.reuse_phase, self.pairs_phase = {PREFILL: 0.0, DECODE: 0.0}, {PREFILL: 0, DECODE: 0}
+        depths = [d for d in range(1, depth + 1) if d < L]
+        self.look = {d: {"hits": 0, "common": 0, "pred": np.zeros((L - d, E), np.int64),
+                         "true": np.zeros((L - d, E), np.int64)} for d in depths}
 
+    def add(self, tv: dict[str, np.ndarray], t0: int, t1: int) -> None:
+        """Tokens [t0, t1) of the token view ``tv``."""
+        ids = tv["ids"][t0:t1]
+        self.tokens += t1 - t0
+        self.counts += _counts(ids, self.E)
+        w = tv["weights"][t0:t1].astype(np.float64)
+        total = w.sum(axis=-1)
+        self.weight_sum += float(total.sum())
+        self.top1_share += float((w[..., 0] / total.clip(min=1e-30)).sum())
+        s = max(t0 - 1, 0)  # the pairs of consecutive tokens of one request that end in this chunk
+        req = tv["request_id"][s:t1]
+        same = req[1:] == req[:-1]
+        if same.any():
+            per = overlap(tv["ids"][s + 1:t1], tv["ids"][s:t1 - 1])[same] / self.k  # [P, L]
+            frac = per.mean(axis=1)
+            phase = tv["phase"][s + 1:t1][same]
+            self.pairs += len(frac)
+            self.reuse += float(frac.sum())
+            self.reuse_layer += per.sum(axis=0)
+            for ph in (PREFILL, DECODE):
+                m = phase == ph
+                self.reuse_phase[ph] += float(frac[m].sum())
+                self.pairs_phase[ph] += int(m.sum())
+        for d, acc in self.look.items():
+            L = ids.shape[1]
+            p = tv["pred_ids"][t0:t1, : L - d, d - 1]  # [T', L-d, K]: layer l's prediction of layer l + d
+            t = ids[:, d:]
+            acc["hits"] += int((p[..., 0] == t[..., 0]).sum())
+            acc["common"] += int(overlap(p, t).sum())
+            acc["pred"] += _counts(p[..., :1], self.E)
+            acc["true"] += _counts(t[..., :1], self.E)
 
-def lookahead_accuracy(tv: dict[str, np.ndarray], layers: tuple[int, ...], depth: int, k: int,
-                       num_experts: int) -> list[dict]:
-    """For d = 1..D: top-1 hit rate and set recall of layer l's prediction of layer l+d.
+    def next_token_reuse(self) -> dict[str, Any]:
+        """Mean fraction of a token's experts (per layer) also used by the request's previous token.
 
-    ``baseline_top1`` is the hit rate of a guess drawn independently from the predicted
-    top-1 distribution: sum_e P_pred(e) P_true(e), averaged over layer pairs.
-    """
-    if "pred_ids" not in tv:
-        return []
-    ids, pred = tv["ids"], tv["pred_ids"]  # [T, L, K], [T, L, D, K]
-    out = []
-    for d in range(1, depth + 1):
-        if d >= len(layers):
-            break
-        p = pred[:, : len(layers) - d, d - 1]  # [T, L-d, K]
-        t = ids[:, d:]
-        chance = (_shares(p[..., :1], num_experts) * _shares(t[..., :1], num_experts)).sum(axis=1)  # [L-d]
-        out.append({
-            "d": d,
-            "top1": float((p[..., 0] == t[..., 0]).mean()),
-            "baseline_top1": float(chance.mean()),
-            "recall": float(overlap(p, t).mean() / k),
-            "pairs": int(p.shape[0] * p.shape[1]),
-        })
-    return out
+        ``baseline`` is what two independent tokens with the layer's expert load would share,
+        sum_e P(e)^2 / k: reuse above it is temporal locality, not just popularity.
+        """
+        if not self.pairs:
+            return {"all": None, "prefill": None, "decode": None, "per_layer": [], "baseline": None,
+                    "baseline_per_layer": []}
+        base = ((self.counts / max(self.tokens, 1)) ** 2).sum(axis=1) / self.k  # [L]
+        res: dict = {"all": self.reuse / self.pairs, "per_layer": (self.reuse_layer / self.pairs).round(4).tolist(),
+                     "baseline": float(base.mean()), "baseline_per_layer": base.round(4).tolist()}
+        for ph in (PREFILL, DECODE):
+            n = self.pairs_phase[ph]
+            res[PHASE_NAMES[ph]] = self.reuse_phase[ph] / n if n else None
+        return res
 
+    def lookahead_accuracy(self) -> list[dict]:
+        """For d = 1..D: top-1 hit rate and set recall of layer l's prediction of layer l+d.
 
-def expert_load(tv: dict[str, np.ndarray], num_experts: int) -> np.ndarray:
-    """Selections per (layer, expert): [L, E]."""
-    ids = tv["ids"]
-    return np.rint(_shares(ids, num_experts) * ids.shape[0]).astype(np.int64)
+        ``baseline_top1`` is the hit rate of a guess drawn independently from the predicted
+        top-1 distribution: sum_e P_pred(e) P_true(e), averaged over layer pairs.
+        """
+        out = []
+        T = max(self.tokens, 1)
+        for d, acc in self.look.items():
+            pairs = self.tokens * acc["pred"].shape[0]
+            chance = ((acc["pred"] / T) * (acc["true"] / T)).sum(axis=1)  # [L-d]
+            out.append({"d": d, "top1": acc["hits"] / pairs, "baseline_top1": float(chance.mean()),
+                        "recall": acc["common"] / pairs / self.k, "pairs": pairs})
+        return out
 
 
 def load_summary(counts: np.ndarray) -> dict[str, Any]:
@@ -115,14 +142,16 @@ def load_summary(counts: np.ndarray) -> dict[str, Any]:
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
-    """Everything ``trace-info`` reports, JSON-ready."""
+    """Everything ``trace-info`` reports, JSON-ready: sums over the tokens, ``TOKEN_CHUNK`` of them at a time."""
     meta, a = trace.meta, trace.arrays
     tv = token_view(trace)
-    k = meta.model.top_k
-    counts = expert_load(tv, meta.model.num_experts)
+    k, L = meta.model.top_k, len(meta.layers)
+    tally = _Tally(L, meta.model.num_experts, k, meta.lookahead_depth if "pred_ids" in tv else 0)
+    T = len(tv["phase"])
+    for t0 in range(0, T, TOKEN_CHUNK):
+        tally.add(tv, t0, min(T, t0 + TOKEN_CHUNK))
     tokens = {PHASE_NAMES[p]: int((tv["phase"] == p).sum()) for p in (PREFILL, DECODE)}
-    w = tv["weights"].astype(np.float64)
-    w_norm = w / w.sum(axis=-1, keepdims=True).clip(min=1e-30)
+    n = max(T * L, 1)
     return {
         "file": trace.path,
         "model": meta.to_json_dict()["model"],
@@ -131,15 +160,12 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "source": meta.source,
         "created": meta.created,
         "rows": len(a),
-        "requests": int(np.unique(a.request_id).size),
-        "tokens": {"total": int(tv["phase"].size), **tokens},
-        "gate": {
-            "mean_weight_sum": float(w.sum(axis=-1).mean()),
-            "mean_top1_share": float(w_norm[..., 0].mean()),
-        },
-        "next_token_reuse": next_token_reuse(tv, k, meta.model.num_experts),
-        "lookahead": lookahead_accuracy(tv, meta.layers, meta.lookahead_depth, k, meta.model.num_experts),
-        "expert_load": {"counts": counts.tolist(), **load_summary(counts)},
+        "requests": int(np.unique(tv["request_id"]).size),
+        "tokens": {"total": T, **tokens},
+        "gate": {"mean_weight_sum": tally.weight_sum / n, "mean_top1_share": tally.top1_share / n},
+        "next_token_reuse": tally.next_token_reuse(),
+        "lookahead": tally.lookahead_accuracy(),
+        "expert_load": {"counts": tally.counts.tolist(), **load_summary(tally.counts)},
     }
 
 
