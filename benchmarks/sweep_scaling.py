@@ -12,8 +12,9 @@ trace read); the rate beyond it is printed too. The sweep's launcher is ``hobbit
 workers forked from the launching process, hobbit/launcher.py) unless ``--launcher`` names another
 (``joblib``: fresh worker processes through loky, as before the fork launcher). Ends with ``configs_per_min=<f>
 ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
-(targets: 300 / min and 1.9x). The line before it gives the most two workers could reach in this run if the
-one-worker command's start (its 4-point sweep) stayed as it is and the rest took exactly half the time.
+(targets: 300 / min and 1.9x). The line before it gives what two workers could reach in this run if the
+one-worker command's start (its 4-point sweep less those points) stayed as it is and the points took exactly half
+the time.
 """
 
 from __future__ import annotations
@@ -71,11 +72,12 @@ def main() -> None:
             print(f"n_jobs={jobs}: {n} configurations in {wall:.1f} s, {rate[jobs]:.1f} / minute; a 4-point sweep took "
                   f"{small:.1f} s, the other {n - 4} points {rate[jobs] and beyond[jobs]:.1f} / minute")
     print(f"beyond the fixed start: ratio_2_workers={beyond[2] / beyond[1]:.2f}")
-    # the most two workers could give, whole commands, if the 4-point sweep's time (the start) stayed as with one
-    # and the other points took exactly half the time: 1.9 needs that start under about a 1/18 of the points' time
-    start, rest = smalls[1], walls[1] - smalls[1]
-    print(f"with a perfect split beyond the start ({start:.1f} s of {walls[1]:.1f} s with one worker): "
-          f"ratio_2_workers at most {walls[1] / (start + rest / 2):.2f}")
+    # what two workers could give, whole commands, if the start stayed as with one and every point took exactly half
+    # the time: the start is the 4-point sweep less its points (at the one-worker rate beyond it); 1.9 needs that
+    # start under about 1/18 of the points' time
+    start = smalls[1] - 4 * 60 / beyond[1]
+    print(f"with a perfect split beyond the start (about {start:.1f} s of {walls[1]:.1f} s with one worker): "
+          f"ratio_2_workers about {walls[1] / (start + (walls[1] - start) / 2):.2f}")
     print(f"configs_per_min={rate[1]:.1f} ratio_2_workers={rate[2] / rate[1]:.2f}")
 
 
