@@ -10,7 +10,7 @@ Legend: N rows, K top-k, D lookahead depth, L recorded layers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -204,46 +204,51 @@ def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, fil
     whole = n if keep else 0
     a = TraceArrays(*(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS), np.empty((whole, k), np.int16),
                     np.empty((whole, k), np.float32))
-    row0 = 0
-    for part in parts(REQUIRED_COLUMNS):
-        m = _take_rows(part, row0, n, file)
-        _check_nulls(part, REQUIRED_COLUMNS, file, row0)
-        rows = slice(row0, row0 + m) if keep else slice(0, m)
-        if not keep and len(a.expert_ids) < m:
-            a.expert_ids, a.gate_weights = np.empty((m, k), np.int16), np.empty((m, k), np.float32)
-        _check_lists(part, meta, file, row0, a.expert_ids[rows], a.gate_weights[rows])
-        rows = slice(row0, row0 + m)
+    for part, row0 in _chunks(parts, REQUIRED_COLUMNS, n, file):
+        m = part.num_rows
+        _check_lists(part, meta, file, row0, *_landing(a, ("expert_ids", "gate_weights"), row0, m, keep))
         for c in KEY_COLUMNS:
-            getattr(a, c)[rows] = to_numpy(part.column(c))
-        row0 += m
-    _all_rows(row0, n, file)
+            getattr(a, c)[row0:row0 + m] = to_numpy(part.column(c))
     if n == 0:
         raise TraceError(file, "trace has no rows")
     _check_keys(a, meta, file)
     if d > 0:
         a.pred_ids, a.pred_weights = np.empty((whole, d, k), np.int16), np.empty((whole, d, k), np.float32)
-        row0 = 0
-        for part in parts(PRED_COLUMNS):
-            m = _take_rows(part, row0, n, file)
-            _check_nulls(part, PRED_COLUMNS, file, row0)
-            rows = slice(row0, row0 + m) if keep else slice(0, m)
-            if not keep and len(a.pred_ids) < m:
-                a.pred_ids, a.pred_weights = np.empty((m, d, k), np.int16), np.empty((m, d, k), np.float32)
-            _check_preds(part, meta, a.layer[row0:row0 + m], file, row0, a.pred_ids[rows], a.pred_weights[rows])
-            row0 += m
-        _all_rows(row0, n, file)
+        for part, row0 in _chunks(parts, PRED_COLUMNS, n, file):
+            m = part.num_rows
+            _check_preds(part, meta, a.layer[row0:row0 + m], file, row0,
+                         *_landing(a, ("pred_ids", "pred_weights"), row0, m, keep))
     return a if keep else None
 
 
-def _take_rows(part: pa.RecordBatch, row0: int, n: int, file: str) -> int:
-    if row0 + part.num_rows > n:
-        raise TraceError(file, f"holds more rows than the {n} its footer counts", fix="re-export the trace")
-    return part.num_rows
+def _chunks(parts: Parts, columns: Sequence[str], n: int, file: str) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """The chunks ``parts`` yields of ``columns``, each checked for nulls, with its first row's number; ``n`` rows in
+    all, or a ``TraceError``."""
+    row0 = 0
+    for part in parts(columns):
+        if row0 + part.num_rows > n:
+            raise TraceError(file, f"holds more rows than the {n} its footer counts", fix="re-export the trace")
+        _check_nulls(part, columns, file, row0)
+        yield part, row0
+        row0 += part.num_rows
+    if row0 != n:
+        raise TraceError(file, f"holds {row0} rows, its footer counts {n}", fix="re-export the trace")
 
 
-def _all_rows(got: int, n: int, file: str) -> None:
-    if got != n:
-        raise TraceError(file, f"holds {got} rows, its footer counts {n}", fix="re-export the trace")
+def _landing(a: TraceArrays, fields: Sequence[str], row0: int, m: int, keep: bool) -> list[np.ndarray]:
+    """Where a chunk's ``m`` rows from ``row0`` land in ``fields`` of ``a``: those rows, or (``keep=False``) the first
+    ``m`` rows of a buffer a chunk long, grown as needed."""
+    out = []
+    for f in fields:
+        arr = getattr(a, f)
+        if keep:
+            out.append(arr[row0:row0 + m])
+            continue
+        if len(arr) < m:
+            arr = np.empty((m, *arr.shape[1:]), arr.dtype)
+            setattr(a, f, arr)
+        out.append(arr[:m])
+    return out
 
 
 def validate_source(a: TraceArrays, meta: TraceMeta, file: object, source: np.ndarray | None = None,
