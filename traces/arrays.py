@@ -89,11 +89,15 @@ def _list_array(values: np.ndarray, lengths: np.ndarray | int, typ: pa.DataType,
     return pa.ListArray.from_arrays(pa.array(_offsets(lengths, n)), pa.array(values, type=typ))
 
 
+def _row_items(a: np.ndarray) -> np.ndarray:
+    """``a`` ([M, K], C-contiguous) as [M] items of K numbers each, a view: a masked gather or scatter of whole rows
+    that way is ~20x one of [M, K] numbers."""
+    return a.view(np.dtype((np.void, a.shape[1] * a.itemsize)))[:, 0]
+
+
 def _rows_where(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The rows of ``a`` ([M, K], contiguous) where ``keep`` ([M] bool), each row gathered as one item (a masked
-    gather of [M, K] numbers is ~20x slower)."""
-    whole = np.dtype((np.void, a.shape[1] * a.itemsize))
-    return np.ascontiguousarray(a).view(whole)[:, 0][keep].view(a.dtype).reshape(-1, a.shape[1])
+    """The rows of ``a`` ([M, K]) where ``keep`` ([M] bool)."""
+    return _row_items(np.ascontiguousarray(a))[keep].view(a.dtype).reshape(-1, a.shape[1])
 
 
 def to_table(a: TraceArrays, meta: TraceMeta) -> pa.Table:
@@ -181,8 +185,8 @@ def nested_dense(col: pa.ChunkedArray | pa.Array, n: int, d: int, k: int, fill: 
     rows = out.view()
     rows.shape = (n * d, k)  # a view of ``out`` (numpy refuses where that would take a copy)
     rows.fill(fill)
-    whole = np.dtype((np.void, k * out.itemsize))  # a row as one item: a masked copy of them is ~20x a [M, K] one's
-    rows.view(whole)[:, 0][inner_len == k] = np.ascontiguousarray(values.astype(out.dtype, copy=False)).view(whole)
+    _row_items(rows)[inner_len == k] = _row_items(np.ascontiguousarray(values.astype(out.dtype, copy=False))
+                                                  .reshape(-1, k))
     return out
 
 
