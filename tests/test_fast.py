@@ -103,14 +103,18 @@ def test_every_registered_system_decides_and_times_as_the_reference(trace, syste
             assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
 
 
-def test_large_pools_evict_layer_by_layer_as_the_reference():
-    """A Qwen3.5-397B-topology trace (60 layers, 512 experts, top-10) on an H200: thousands of slots per pool."""
+@pytest.mark.parametrize("w_fld", ["0.5", "0"])
+def test_large_pools_evict_layer_by_layer_as_the_reference(w_fld):
+    """A Qwen3.5-397B-topology trace (60 layers, 512 experts, top-10) on an H200: thousands of slots per pool.
+    Without the FLD term (w_fld=0) the layers' bounds tie (every copy unused since its request began has record part
+    0): an eviction visits many layers, most of them through the victim a layer keeps while it does not change."""
     from hobbit.traces.synthetic import SyntheticConfig, generate
 
     arrays, meta = generate(SyntheticConfig(name="synthetic-qwen3.5-397b", num_layers=60, num_experts=512, top_k=10,
                                             requests=2, prompt_tokens=8, decode_tokens=24, lookahead_depth=2, seed=3))
     tr = Trace(meta, arrays, "synthetic")
-    cfg = compose_sim("system=hobbit", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5")
+    cfg = compose_sim("system=hobbit", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5",
+                      f"system.cache.multidim.w_fld={w_fld}")
     ref = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="plain", profile_share=0.0)
     got = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="fast", profile_share=0.0)
     assert min(got.decisions.slots) >= fast.PRUNE_MIN_SLOTS and got.decisions.evictions > 1000

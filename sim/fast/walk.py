@@ -530,12 +530,28 @@ def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
 # ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` holds
 # each listed slot's record part in the list's order (``_q_key``), written wherever a record changes, +inf while
 # the slot is pinned (no eviction may take it; its part and its layer's bound are set when the pin drops).
+# Each scanned layer's own victim (its lowest score, then earliest touch) is kept in ``g_qlb``'s rows from ``GC_ROWS``
+# (``NC`` per pool: ``C_*``) with the 1/T and FLD term it was scored under, until the layer's list changes
+# (``_g_changed``: a use, a copy entering or leaving, a pin dropped, records reset): a later eviction under the same
+# 1/T and term reads it instead of scanning the layer again. The victim of the pool is the lowest of the layers'
+# own victims (scores, then touches, order every slot), so it is the same. Without an FLD term (w_fld = 0) the
+# bounds of many layers tie (every copy unused since a request began has record part 0), and an eviction visits
+# a third of the layers; their victims stay until a new token.
 MARGIN = 1.0 - 1e-9
+GC_ROWS, NC = 3, 6
+C_INV_T, C_F, C_K, C_T, C_SLOT, C_NEXT = range(NC)
 
 
 @njit(cache=True, inline="always")
-def _group_move(slots, n, pos, key, pr, s, old_layer, new_layer):
+def _g_changed(qlb, pr, layer):
+    """Layer ``layer``'s list of pool ``pr`` changed: its kept victim no longer holds."""
+    qlb[GC_ROWS + pr * NC + C_INV_T, layer] = -1.0
+
+
+@njit(cache=True, inline="always")
+def _group_move(slots, n, pos, key, qlb, pr, s, old_layer, new_layer):
     if old_layer >= 0:
+        _g_changed(qlb, pr, old_layer)
         i, last = pos[pr, s], n[pr, old_layer] - 1
         moved = slots[pr, old_layer, last]
         slots[pr, old_layer, i] = moved
@@ -545,6 +561,7 @@ def _group_move(slots, n, pos, key, pr, s, old_layer, new_layer):
     slots[pr, new_layer, n[pr, new_layer]] = s
     pos[pr, s] = n[pr, new_layer]
     n[pr, new_layer] += 1
+    _g_changed(qlb, pr, new_layer)
 
 
 @njit(cache=True, inline="always")
@@ -554,16 +571,59 @@ def _q_key(rec, layer, e, w):
     return w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
 
 
+@njit(cache=True, inline="always")
+def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
+    """Layer ``g``'s own victim in pool ``pr`` (``_pruned_evict``'s scan of one layer): (its slot, -1 when every
+    copy is pinned; its score; its touch; the layer's lowest record part once it has left), kept from an earlier
+    eviction under the same 1/T and FLD term ``f`` when the layer has not changed since, else scanned and kept.
+    The scan finds the lowest record part, scores its slot, then the slots whose part is within ``_beaten``'s
+    threshold of the best score (ties), and sets the layer's bound to its lowest part (exact then)."""
+    cb = GC_ROWS + pr * NC
+    if qlb[cb + C_INV_T, g] == inv_t and qlb[cb + C_F, g] == f:
+        return np.int64(qlb[cb + C_SLOT, g]), qlb[cb + C_K, g], qlb[cb + C_T, g], qlb[cb + C_NEXT, g]
+    m = n[pr, g]
+    q1, q2, j1 = np.inf, np.inf, -1
+    for j in range(m):
+        q = key[pr, g, j]
+        if q < q2:
+            if q < q1:
+                q1, q2, j1 = q, q1, j
+            else:
+                q2 = q
+    qlb[pr, g] = q1
+    ls, lk, lt, nxt = np.int64(-1), 0.0, 0.0, np.inf
+    if j1 >= 0:  # an unpinned slot
+        s = slots[pr, g, j1]
+        ls, lk, lt, nxt = s, a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f, \
+            float(pool[pr, s, TOUCHED]), q2
+        thr = _beaten(lk, f, t)
+        if q2 <= thr:
+            for j in range(m):
+                q = key[pr, g, j]
+                if q > thr or j == j1:
+                    continue
+                s = slots[pr, g, j]
+                k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
+                if k < lk or (k == lk and pool[pr, s, TOUCHED] < lt):
+                    ls, lk, lt, nxt = s, k, float(pool[pr, s, TOUCHED]), q1
+                    thr = _beaten(lk, f, t)
+    qlb[cb + C_INV_T, g], qlb[cb + C_F, g], qlb[cb + C_K, g], qlb[cb + C_T, g] = inv_t, f, lk, lt
+    qlb[cb + C_SLOT, g], qlb[cb + C_NEXT, g] = ls, nxt
+    return ls, lk, lt, nxt
+
+
 @njit(cache=True)
 def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
-    """``_to_evict``'s multidim victim over the whole pool, scanning layers in order of their bound. One pass computes
-    the bounds, the lowest and the second lowest; most evictions end after the first layer, the rest go on in order
-    of the bounds. The record parts w_lru * R + w_lfu * F + w_lhu * H are read from ``key`` (``_q_key`` of each
-    slot, side by side in the order of the layer's list; +inf for a pinned slot, which no eviction may take), so a
-    layer's scan reads one short run of memory: its lowest record part first, whose slot alone is scored, then the
-    slots whose record part is within ``_beaten``'s threshold of the best score (ties; usually none), so that an
-    eviction visits the pool for about one slot. ``qlb`` rows 0 and 1 hold each pool's bounds (each scanned layer's
-    lowest record part after the eviction: exact then), row 2 the bounds of this eviction."""
+    """``_to_evict``'s multidim victim over the whole pool, visiting layers by their bound. One pass computes the
+    bounds, the lowest and the second lowest; most evictions end after the first layer (``_layer_victim``: its own
+    victim, kept or scanned). Otherwise every other layer whose bound is not above the best score so far is
+    visited, first those whose victim is kept (they lower the best score at no scan), then the others, each skipped
+    once its bound is above the best score; the lowest of the visited layers' victims is the pool's. The record
+    parts w_lru * R + w_lfu * F + w_lhu * H are read from ``key`` (``_q_key`` of each slot, side by side in the
+    order of the layer's list; +inf for a pinned slot, which no eviction may take), so a layer's scan reads one short
+    run of memory and visits the pool for about one slot. ``qlb`` rows 0 and 1 hold each pool's bounds (each scanned
+    layer's lowest record part after the eviction: exact then), row 2 the bounds of this eviction, the rows from
+    ``GC_ROWS`` the kept victims."""
     t = 1.0 / inv_t
     lb = qlb[2]
     for g in range(num_layers):  # the bounds apart from the search below: a loop without branches (vectorised)
@@ -575,48 +635,26 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
             g1, lb1, lb2 = g, v, lb1
         elif v < lb2:
             lb2 = v
-    best, bk, bt = -1, 0.0, 0
-    best_g, best_next = -1, np.inf  # the victim's layer and, when the victim is its lowest, the layer's next lowest
-    g = g1
-    while g >= 0:
-        lb[g] = np.inf
-        m = n[pr, g]
-        q1, q2, j1 = np.inf, np.inf, -1
-        for j in range(m):
-            q = key[pr, g, j]
-            if q < q2:
-                if q < q1:
-                    q1, q2, j1 = q, q1, j
-                else:
-                    q2 = q
-        qlb[pr, g] = q1
-        if j1 >= 0:  # an unpinned slot: the lowest record part scored, then any within the threshold of the best
-            f = fw[layer_now, g]  # every slot of the list holds an expert of layer g
-            s = slots[pr, g, j1]
-            k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
-            if best < 0 or k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
-                best, bk, bt = s, k, pool[pr, s, TOUCHED]
-                best_g, best_next = g, q2
-            thr = _beaten(bk, f, t)
-            if q2 <= thr:
-                for j in range(m):
-                    q = key[pr, g, j]
-                    if q > thr or j == j1:
-                        continue
-                    s = slots[pr, g, j]
-                    k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
-                    if k < bk or (k == bk and pool[pr, s, TOUCHED] < bt):
-                        best, bk, bt = s, k, pool[pr, s, TOUCHED]
-                        best_g, best_next = g, q1
-                        thr = _beaten(bk, f, t)
-        if g == g1 and (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass
-            break
-        g = 0
-        for x in range(1, num_layers):
-            if lb[x] < lb[g]:
-                g = x
-        if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
-            break
+    if g1 < 0:
+        return -1
+    lb[g1] = np.inf
+    best, bk, bt, best_next = _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, fw[layer_now, g1], g1)
+    best_g = g1 if best >= 0 else -1
+    if not (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass, is not above
+        # the best score: every other layer whose bound is not above it (the best so far), first those whose
+        # victim is kept (no scan: they lower the best score, so fewer layers are scanned), then the others
+        cb = GC_ROWS + pr * NC
+        for kept in (True, False):
+            for g in range(num_layers):
+                if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
+                    continue
+                f = fw[layer_now, g]
+                if (qlb[cb + C_INV_T, g] == inv_t and qlb[cb + C_F, g] == f) != kept:
+                    continue
+                lb[g] = np.inf
+                ls, lk, lt, nxt = _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g)
+                if ls >= 0 and (best < 0 or lk < bk or (lk == bk and lt < bt)):
+                    best, bk, bt, best_g, best_next = ls, lk, lt, g, nxt
     if best_g >= 0:  # the victim leaves its layer: the layer's bound is the lowest record part of the others
         qlb[pr, best_g] = best_next
     return best
@@ -1307,7 +1345,7 @@ def _lirs_evict(gp, pool, pr, g):
 
 
 @njit(cache=True)
-def _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, precision, token):
+def _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
     if precision == HIGH:
@@ -1318,16 +1356,19 @@ def _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, precision, toke
             pool[pr, s, LAST_USE] = rec[layer, e, 0]
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
-            if g_on[pr] and not pool[pr, s, PINNED]:  # a pinned slot's part stays +inf until it is unpinned
-                g_key[pr, layer, g_pos[pr, s]] = _q_key(rec, layer, e, w)
+            if g_on[pr]:
+                _g_changed(g_qlb, pr, layer)
+                if not pool[pr, s, PINNED]:  # a pinned slot's part stays +inf until it is unpinned
+                    g_key[pr, layer, g_pos[pr, s]] = _q_key(rec, layer, e, w)
 
 
 @njit(cache=True)
-def _use(pool, index, rec, g_on, g_pos, g_key, w, st, pr, slot, token):
+def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
     st[CLOCK] += 1
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, ALL_USES] += 1
-    _note_use(pool, index, rec, g_on, g_pos, g_key, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
+    _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr,
+              token)
 
 
 @njit(cache=True)
@@ -1422,7 +1463,7 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
     if g_on[pr] or (policy == EAM_PRIORITY and not per_layer):  # the layer lists multidim and EAM's priority read
-        _group_move(g_slots, g_n, g_pos, g_key, pr, slot, pool[pr, slot, LAYER], layer)
+        _group_move(g_slots, g_n, g_pos, g_key, g_qlb, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
     pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = rec[layer, e, 0], rec[layer, e, 1], \
         rec[layer, e, 2]
@@ -1455,11 +1496,11 @@ def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
             victim % num_experts, pr
         nv += 1
     if slot >= 0:
-        _use(pool, index, rec, g_on, g_pos, g_key, w, st, pr, slot, token)
+        _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token)
         kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
         nk += 1
     else:
-        _note_use(pool, index, rec, g_on, g_pos, g_key, w, layer, e, pr, token)
+        _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, pr, token)
     return slot, nv, nk
 
 
@@ -1710,7 +1751,9 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
     gE = min(gS, E)
     g_slots, g_n, g_pos = np.zeros((2, L, gE), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
-    g_qlb, g_key = np.zeros((3, L)), np.zeros((2, L, gE))
+    g_qlb, g_key = np.zeros((GC_ROWS + 2 * NC, L)), np.zeros((2, L, gE))
+    for pr in range(2):
+        g_qlb[GC_ROWS + pr * NC + C_INV_T] = -1.0  # no layer's victim kept
     # what the walk keeps per (layer, expert), side by side in one row of ``xs`` (the walk is bound by cache misses
     # on its state, and a use reads and writes all of it): its slot in each pool (``index``, -1: none), its record
     # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
@@ -1823,7 +1866,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
             eam_fresh[:] = False
             eam_match[EC_M] = -1  # EAMPrefetch.end_request
             eam_match[EC_VALID] = 0  # every use count is 0 again: scores fell
-            g_qlb[:2] = 0.0  # records reset: every bound and record part is 0
+            g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
+            for pr in range(2):
+                g_qlb[GC_ROWS + pr * NC + C_INV_T] = -1.0
             for pr in range(2):
                 if g_on[pr]:
                     for g in range(L):
@@ -1952,7 +1997,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         hp = LOW
                     if hp >= 0:
                         slot = index[hp, layer, e]
-                        _use(pool, index, rec, g_on, g_pos, g_key, w, st, hp, slot, token)
+                        _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
                         if policy == LRU or policy == MRU:
                             _lru_touch(hk_b, hr_b, hp, layer if per_layer else 0, slot)
                         elif policy == LFU:
@@ -2076,6 +2121,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                             _bel_push(bel_b, fo_b, fs_b, bc_b, pool, pr, pl if per_layer else 0,
                                       _region(size[pr], per_layer, L, pl)[0], s, pl * E + pe)
                         if g_on[pr]:  # its record part enters its layer's list and bound
+                            _g_changed(g_qlb, pr, pl)
                             q = _q_key(rec, pl, pe, w)
                             g_key[pr, pl, g_pos[pr, s]] = q
                             g_qlb[pr, pl] = min(g_qlb[pr, pl], q)
