@@ -10,7 +10,9 @@
    same times.
 2. Qwen3.5-397B topology (60 layers, 512 experts, top-10): a synthetic trace
    (``traces.synthetic``) on h200-pcie5; the reference runs on its first 160 tokens only
-   (it takes ~30 s for those), the compiled core on all --qwen-tokens.
+   (it takes ~30 s for those), the compiled core on all --qwen-tokens. Under multidim, the compiled core
+   again without the FLD term (``w_fld=0``): the layers' bounds then tie, and an eviction visits a third of
+   the layers (most through the victim each layer keeps while it does not change).
 3. Scale: the compiled core on 10^4, 10^5 and 10^6 tokens of the repeated Mixtral trace, each
    from a fresh trace object, streaming as ``hobbit sim`` and sweeps do (``keep_decisions=False``:
    a chunk of passes walked, timed and dropped at a time): seconds and token-layers/s, then in a
@@ -136,6 +138,11 @@ def main() -> None:
     print(f"qwen3.5-397b topology: {nq // 60} tokens x 60 layers = {nq} token-layers")
     print(f"  fast  {q_fast:12,.0f} token-layers/s ({q_prep:,.0f} with the layout prepared)\n"
           f"  plain {q_ref:12,.0f} token-layers/s (reference, first 160 tokens)")
+    if qcfg.system.cache.policy == "multidim":
+        ncfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", "model=qwen3.5-397b-a17b",
+                                          "hardware=h200-pcie5", "system.cache.multidim.w_fld=0"])
+        q_nofld, _, _ = rate(q, ncfg, "fast", args.repeats)
+        print(f"  fast, w_fld=0 {q_nofld:12,.0f} token-layers/s ({q_nofld / q_fast:.2f}x the default weights')")
 
     scale = [int(x) for x in args.scale.split(",") if x]
     if scale:
