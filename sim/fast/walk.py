@@ -549,6 +549,20 @@ def _g_changed(qlb, pr, layer):
 
 
 @njit(cache=True, inline="always")
+def _g_forget(qlb):
+    """No layer's victim is kept, in either pool (a new walk, or records reset)."""
+    for pr in range(2):
+        qlb[GC_ROWS + pr * NC + C_INV_T] = -1.0
+
+
+@njit(cache=True, inline="always")
+def _g_kept(qlb, pr, g, inv_t, f):
+    """Whether layer ``g`` of pool ``pr`` keeps a victim scored under 1/T ``inv_t`` and FLD term ``f``."""
+    cb = GC_ROWS + pr * NC
+    return qlb[cb + C_INV_T, g] == inv_t and qlb[cb + C_F, g] == f
+
+
+@njit(cache=True, inline="always")
 def _group_move(slots, n, pos, key, qlb, pr, s, old_layer, new_layer):
     if old_layer >= 0:
         _g_changed(qlb, pr, old_layer)
@@ -579,7 +593,7 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
     The scan finds the lowest record part, scores its slot, then the slots whose part is within ``_beaten``'s
     threshold of the best score (ties), and sets the layer's bound to its lowest part (exact then)."""
     cb = GC_ROWS + pr * NC
-    if qlb[cb + C_INV_T, g] == inv_t and qlb[cb + C_F, g] == f:
+    if _g_kept(qlb, pr, g, inv_t, f):
         return np.int64(qlb[cb + C_SLOT, g]), qlb[cb + C_K, g], qlb[cb + C_T, g], qlb[cb + C_NEXT, g]
     m = n[pr, g]
     q1, q2, j1 = np.inf, np.inf, -1
@@ -643,13 +657,12 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
     if not (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass, is not above
         # the best score: every other layer whose bound is not above it (the best so far), first those whose
         # victim is kept (no scan: they lower the best score, so fewer layers are scanned), then the others
-        cb = GC_ROWS + pr * NC
         for kept in (True, False):
             for g in range(num_layers):
                 if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
                     continue
                 f = fw[layer_now, g]
-                if (qlb[cb + C_INV_T, g] == inv_t and qlb[cb + C_F, g] == f) != kept:
+                if _g_kept(qlb, pr, g, inv_t, f) != kept:
                     continue
                 lb[g] = np.inf
                 ls, lk, lt, nxt = _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g)
@@ -1752,8 +1765,7 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     gE = min(gS, E)
     g_slots, g_n, g_pos = np.zeros((2, L, gE), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
     g_qlb, g_key = np.zeros((GC_ROWS + 2 * NC, L)), np.zeros((2, L, gE))
-    for pr in range(2):
-        g_qlb[GC_ROWS + pr * NC + C_INV_T] = -1.0  # no layer's victim kept
+    _g_forget(g_qlb)
     # what the walk keeps per (layer, expert), side by side in one row of ``xs`` (the walk is bound by cache misses
     # on its state, and a use reads and writes all of it): its slot in each pool (``index``, -1: none), its record
     # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
@@ -1867,8 +1879,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
             eam_match[EC_M] = -1  # EAMPrefetch.end_request
             eam_match[EC_VALID] = 0  # every use count is 0 again: scores fell
             g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
-            for pr in range(2):
-                g_qlb[GC_ROWS + pr * NC + C_INV_T] = -1.0
+            _g_forget(g_qlb)
             for pr in range(2):
                 if g_on[pr]:
                     for g in range(L):
