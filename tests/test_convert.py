@@ -124,6 +124,36 @@ def test_generic_jsonl_round_trip(tmp_path, synthetic_small):
         assert np.array_equal(getattr(arrays, f), getattr(tr.arrays, f), equal_nan=True), f
 
 
+def test_generic_jsonl_read_in_pieces_as_line_by_line(real_traces, tmp_path, monkeypatch):
+    """A real trace (FLAME-MoE, 2048 tokens x 8 layers, top-6 of 64) exported to JSONL and read back a piece at a
+    time by Arrow's reader: the arrays the JSON module gives read a line at a time, the source's arrays; a value
+    gone wrong deep in the file is named by its line, as the line-by-line reader names it."""
+    from hobbit.traces import jsonl_format
+
+    src = read_trace(convert(ConvertConfig("flame", str(real_traces / FLAME / "flame_moe_290m_prefill_2048tok.parquet"),
+                                           str(tmp_path / "flame.parquet"))))
+    jl = tmp_path / "flame.jsonl"
+    write_generic_jsonl(src.arrays, src.meta, jl)
+    monkeypatch.setattr(jsonl_format, "PIECE_BYTES", 1 << 16)  # the file is 4.3 MB: 66 pieces
+    arrow, _ = jsonl_format.read_generic_jsonl(jl)
+    by_line, _ = jsonl_format.read_generic_jsonl(jl, arrow=False)
+    for f in src.arrays.__dataclass_fields__:
+        a, b, want = getattr(arrow, f), getattr(by_line, f), getattr(src.arrays, f)
+        assert (a is None and b is None and want is None) or (
+            a.dtype == b.dtype == want.dtype and np.array_equal(a, b, equal_nan=True)
+            and np.array_equal(a, want, equal_nan=True)), f
+    lines = jl.read_text().splitlines()
+    assert len(lines) == 2048 * 8 + 1
+    bad = json.loads(lines[12_345 - 1])
+    bad["expert_ids"][3] = 64
+    lines[12_345 - 1] = json.dumps(bad)
+    jl.write_text("\n".join(lines) + "\n")
+    for arrow in (True, False):
+        with pytest.raises(TraceError) as ei:
+            jsonl_format.read_generic_jsonl(jl, arrow=arrow)
+        assert (ei.value.row, ei.value.field, ei.value.unit) == (12_345, "expert_ids", "line")
+
+
 def test_generic_jsonl_sorts_rows_and_experts(tmp_path):
     header = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2,
                                                    "weight_rule": "softmax"}}

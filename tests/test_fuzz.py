@@ -105,10 +105,18 @@ def _token_rows(draw, layers: int, experts: int, k: int) -> list[dict]:
 
 @st.composite
 def jsonl_text(draw) -> str:
-    """One case in four well-formed; the others break the header, fields, values or the text itself."""
+    """One case in four well-formed; the others break the header, fields, values or the text itself. Some
+    carry predicted experts (a lookahead depth of 1 or 2; a prediction may be empty: ``[]`` and ``[]``)."""
     model = {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2, "weight_rule": "softmax_renorm"}
-    header = {"hobbit_trace_header": 1, "model": model, "lookahead_depth": 0}
+    depth = draw(st.sampled_from([0, 0, 1, 2]))
+    header = {"hobbit_trace_header": 1, "model": model, "lookahead_depth": depth}
     rows = _token_rows(draw, 2, 4, 2)
+    for r in rows:
+        if depth:
+            preds = [draw(st.one_of(st.just(([], [])), st.tuples(st.permutations(range(4)), st.floats(0.5, 1.0))))
+                     for _ in range(depth)]
+            r["pred_ids"] = [list(p[0][:2]) for p in preds]
+            r["pred_weights"] = [[p[1], 1 - p[1]] if p[0] else [] for p in preds]
     if draw(st.integers(0, 3)):
         for key in draw(st.lists(st.sampled_from(["num_layers", "num_experts", "top_k", "weight_rule"]), max_size=2)):
             model[key] = draw(st.one_of(ANY, st.sampled_from(["bogus", 2.5, 0, "2"])))
@@ -137,6 +145,52 @@ def test_the_jsonl_converter_refuses_cleanly(text, keep_old):
     src.write_text(text)
     if _outcome(lambda: convert(ConvertConfig("jsonl", str(src), str(out))), out, keep_old) == "ok":
         read_trace(out)
+
+
+@st.composite
+def jsonl_laid_out(draw) -> bytes:
+    """``jsonl_text``'s cases with other line ends ("\r\n"), blank lines, a line break that ``str.splitlines``
+    knows and JSON does not ("\u2028" in a string), or a row whose numbers Arrow refuses and the JSON module
+    takes (``2.0`` for 2)."""
+    lines = draw(jsonl_text()).splitlines()
+    for _ in range(draw(st.integers(0, 2))):
+        lines.insert(draw(st.integers(0, len(lines))), draw(st.sampled_from(["", "  ", "\t"])))
+    if not draw(st.integers(0, 4)):
+        i = draw(st.integers(0, len(lines) - 1))
+        lines[i] = lines[i].replace('"x"', '"x\u2028y"').replace('"layer": 1', '"layer": 1.0')
+    end = draw(st.sampled_from(["\n", "\n", "\r\n"]))
+    return (end.join(lines) + draw(st.sampled_from(["", end, end * 2]))).encode()
+
+
+def _read_outcome(path: Path, arrow: bool) -> tuple:
+    from hobbit.traces.jsonl_format import read_generic_jsonl
+
+    try:
+        a, meta = read_generic_jsonl(path, arrow=arrow)
+    except InputError as exc:
+        return "refused", str(exc), getattr(exc, "row", None), getattr(exc, "field", None)
+    return "ok", meta.lookahead_depth, {f: (v.dtype.str, v.shape, v.tobytes()) for f, v in vars(a).items()
+                                         if v is not None}
+
+
+@settings(FUZZ, max_examples=max(CASES // 4, 1))
+@given(data=jsonl_laid_out(), piece=st.sampled_from([48, 1 << 24]))
+def test_the_jsonl_reader_reads_what_the_line_by_line_reader_reads(data, piece):
+    """Arrow's reader, a piece of the file at a time (down to a line or two each), accepts exactly what the JSON
+    module read a line at a time over the whole file accepts, into the same arrays, and refuses the rest with the
+    same message, line and field."""
+    from hobbit.traces import jsonl_format
+
+    src = WORK / "laid-out.jsonl"
+    src.write_bytes(data)
+    want = _read_outcome(src, arrow=False)
+    before = jsonl_format.PIECE_BYTES
+    jsonl_format.PIECE_BYTES = piece
+    try:
+        got = _read_outcome(src, arrow=True)
+    finally:
+        jsonl_format.PIECE_BYTES = before
+    assert got == want
 
 
 # ---------------------------------------------------------------- the FLAME converter

@@ -19,11 +19,16 @@ the last layer. Errors name the file, the line and the field.
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
 from hobbit.traces.interchange import WEIGHTS_ABSENT
@@ -94,7 +99,7 @@ def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
         if key not in obj:
             raise TraceError(path, "missing", field=key, **where)
     ph = obj["phase"]
-    if isinstance(ph, bool) or (ph not in _PHASES and ph not in (0, 1)):
+    if isinstance(ph, bool) or not ((isinstance(ph, str) and ph in _PHASES) or ph in (0, 1)):
         raise TraceError(path, f"phase {ph!r} is not 'prefill' or 'decode'", field="phase", **where)
     ints = [_whole(obj[f]) for f in _INT_FIELDS]
     for f, v in zip(_INT_FIELDS, ints):
@@ -124,18 +129,140 @@ def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
     return (*ints, _PHASES.get(ph, ph), ids, [float(x) for x in w], pred)
 
 
-def read_generic_jsonl(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceMeta]:
-    """Parse a generic JSONL file into dense arrays, sorted and validated as a whole; every error
-    names this file and the line it comes from."""
+class _Part(NamedTuple):
+    """The rows of one piece of the file, in compact arrays, and the line each came from."""
+
+    ints: np.ndarray  # [n, 4] request_id, step, position, layer
+    phase: np.ndarray  # [n] 0 prefill, 1 decode
+    ids: np.ndarray  # [n, K] as written (sorted by weight once all pieces are in)
+    weights: np.ndarray  # [n, K]
+    pred_ids: np.ndarray | None  # [n, D, K], -1 where a row gives []
+    pred_weights: np.ndarray | None  # [n, D, K], NaN where a row gives []
+    line: np.ndarray  # [n] the line each row is on
+
+
+PIECE_BYTES = 1 << 24  # the file is read this much at a time, cut after a line's end (``_pieces``)
+# what ``str.splitlines`` breaks a line at besides "\n" and "\r\n" (but a lone "\r"), in UTF-8: a piece holding one is
+# read line by line, so that its lines are numbered as the whole file's ``splitlines`` numbers them
+_OTHER_BREAKS = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
+_BREAK_BYTES = bytes({b[-1] for b in _OTHER_BREAKS} | {ord("\r")})
+
+
+def _pieces(f: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, bytes) of ``f`` from where it stands, about ``PIECE_BYTES`` at a time, each ending after a
+    "\\n" but the last."""
+    offset, rest = f.tell(), b""
+    while block := f.read(PIECE_BYTES):
+        rest += block
+        cut = rest.rfind(b"\n") + 1
+        if cut:
+            yield offset, rest[:cut]
+            offset, rest = offset + cut, rest[cut:]
+    if rest:
+        yield offset, rest
+
+
+def _count_lines(data: bytes) -> int:
+    """The lines of ``data`` where "\n" alone breaks them (``_other_breaks`` found none)."""
+    return data.count(b"\n") + bool(data and not data.endswith(b"\n"))
+
+
+def _other_breaks(data: bytes) -> bool:
+    """Whether ``str.splitlines`` would break ``data``'s text at more than its "\n"s."""
+    if len(data.translate(None, _BREAK_BYTES)) == len(data):  # none of the bytes they are made of: one pass
+        return False
+    return any(b in data for b in _OTHER_BREAKS) or data.count(b"\r") != data.count(b"\r\n")
+
+
+def _decode(path: Path, data: bytes, offset: int) -> str:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if not lines:
-        raise TraceError(path, "file is empty")
-    meta = _header(path, lines[0], cfg)
+        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {offset + exc.start})") from None
+
+
+def _schema(meta: TraceMeta) -> pa.Schema:
+    ints = [pa.field(f, pa.int64()) for f in _INT_FIELDS]
+    lists = [pa.field("expert_ids", pa.list_(pa.int64())), pa.field("gate_weights", pa.list_(pa.float64()))]
+    preds = [pa.field("pred_ids", pa.list_(pa.list_(pa.int64()))),
+             pa.field("pred_weights", pa.list_(pa.list_(pa.float64())))] if meta.lookahead_depth > 0 else []
+    return pa.schema([*ints, pa.field("phase", pa.string()), *lists, *preds])
+
+
+def _lists(col: pa.ChunkedArray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A list column's lengths and its values (None where a list or a value is null)."""
+    a = col.combine_chunks()
+    if a.null_count:
+        return None
+    values = a.flatten()
+    if values.null_count:
+        return None
+    return pc.list_value_length(a).to_numpy(), values
+
+
+def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta) -> _Part | None:
+    """The rows of a piece read by Arrow's JSON reader, checked as ``_row`` checks each (vectorized); None where
+    Arrow refuses the piece or any check fails: the piece is then read line by line (``_python_part``), which
+    accepts what the JSON module and ``_row`` accept (``2.0`` for 2, a phase given as 0 or 1, a repeated key...) and
+    names the first line that is wrong. ``lines``: the piece's (``_count_lines``), its first numbered ``first``."""
+    if _other_breaks(data):
+        return None
+    try:
+        t = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(explicit_schema=_schema(meta),
+                                                                         unexpected_field_behavior="ignore"))
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return None
+    n = t.num_rows
+    if n == lines:
+        line = first + np.arange(n)
+    else:  # blank lines (Arrow skips them, as ``_python_part`` does)
+        line = first + np.flatnonzero([bool(s.strip()) for s in text.split("\n")])
+        if len(line) != n:
+            return None
+    L, E, k, d = meta.model.num_layers, meta.model.num_experts, meta.model.top_k, meta.lookahead_depth
+    ints = np.empty((n, 4), np.int64)
+    for j, f in enumerate(_INT_FIELDS):
+        col = t.column(f)
+        v = col.to_numpy()
+        if col.null_count or n and not (v.min() >= 0 and v.max() <= (L - 1 if f == "layer" else INT32_MAX)):
+            return None
+        ints[:, j] = v
+    ph = t.column("phase")
+    prefill, decode = (pc.equal(ph, name).to_numpy(zero_copy_only=False) for name in _PHASES)
+    if ph.null_count or not (prefill | decode).all():
+        return None
+    ids, w = _lists(t.column("expert_ids"), k), _lists(t.column("gate_weights"), k)
+    if ids is None or w is None or (ids[0] != k).any() or (w[0] != k).any():
+        return None
+    ids_v = ids[1].to_numpy()
+    if n and not (ids_v.min() >= 0 and ids_v.max() < E):
+        return None
+    pid = pw = None
+    if d > 0:
+        outer_i, outer_w = _lists(t.column("pred_ids"), d), _lists(t.column("pred_weights"), d)
+        if outer_i is None or outer_w is None or (outer_i[0] != d).any() or (outer_w[0] != d).any():
+            return None
+        inner_i, inner_w = _lists(pa.chunked_array([outer_i[1]]), k), _lists(pa.chunked_array([outer_w[1]]), k)
+        if inner_i is None or inner_w is None:
+            return None
+        full = inner_i[0] == k
+        if not ((full | (inner_i[0] == 0)).all() and (inner_w[0] == inner_i[0]).all()):
+            return None
+        p_ids = inner_i[1].to_numpy()
+        if len(p_ids) and not (p_ids.min() >= 0 and p_ids.max() < E):
+            return None
+        pid = np.full((n * d, k), -1, np.int16)
+        pw = np.full((n * d, k), np.nan, np.float32)
+        pid[full], pw[full] = p_ids.reshape(-1, k), inner_w[1].to_numpy().reshape(-1, k)
+        pid, pw = pid.reshape(n, d, k), pw.reshape(n, d, k)
+    return _Part(ints, decode.astype(np.int8), ids_v.reshape(n, k).astype(np.int16),
+                 w[1].to_numpy().reshape(n, k).astype(np.float32), pid, pw, line)
+
+
+def _python_part(path: Path, lines: list[str], first: int, meta: TraceMeta) -> _Part:
+    """The rows of a piece, a line at a time through the JSON module and ``_row``: every error names its line."""
     rows, line_of = [], []
-    for n, line in enumerate(lines[1:], 2):
+    for n, line in enumerate(lines, first):
         if not line.strip():
             continue
         try:
@@ -144,24 +271,73 @@ def read_generic_jsonl(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceM
             raise TraceError(path, f"not JSON ({getattr(exc, 'msg', exc)})", row=n, unit="line") from None
         rows.append(_row(obj, path, n, meta))
         line_of.append(n)
-    if not rows:
-        raise TraceError(path, "header but no rows")
     k, d = meta.model.top_k, meta.lookahead_depth
-    col = lambda i, dt: np.array([r[i] for r in rows], dtype=dt)  # noqa: E731
-    ids, w = sort_by_weight(np.array([r[5] for r in rows]), np.array([r[6] for r in rows], dtype=np.float32))
-    a = TraceArrays(request_id=col(0, np.int32), step=col(1, np.int32), position=col(2, np.int32),
-                    layer=col(3, np.int16), phase=col(4, np.int8), expert_ids=ids, gate_weights=w)
+    m = len(rows)
+    pid = pw = None
     if d > 0:
-        pid = np.full((len(rows), d, k), -1, np.int16)
-        pw = np.full((len(rows), d, k), np.nan, np.float32)
+        pid = np.full((m, d, k), -1, np.int16)
+        pw = np.full((m, d, k), np.nan, np.float32)
         for i, r in enumerate(rows):
             for j in range(d):
-                ids_j, w_j = r[7][0][j], r[7][1][j]
-                if ids_j:
-                    s_ids, s_w = sort_by_weight(np.array([ids_j]), np.array([w_j], dtype=np.float32))
-                    pid[i, j], pw[i, j] = s_ids[0], s_w[0]
+                if r[7][0][j]:
+                    pid[i, j], pw[i, j] = r[7][0][j], r[7][1][j]
+    return _Part(np.array([r[:4] for r in rows], np.int64).reshape(m, 4), np.array([r[4] for r in rows], np.int8),
+                 np.array([r[5] for r in rows], np.int16).reshape(m, k),
+                 np.array([r[6] for r in rows], np.float32).reshape(m, k), pid, pw, np.array(line_of, np.int64))
+
+
+def read_generic_jsonl(path: Path, cfg: Any = None, arrow: bool = True) -> tuple[TraceArrays, TraceMeta]:
+    """Parse a generic JSONL file into dense arrays, sorted and validated as a whole; every error
+    names this file and the line it comes from.
+
+    The file is read a piece (``PIECE_BYTES``) at a time, each piece by Arrow's JSON reader (``_arrow_part``), or,
+    where that refuses it or finds a row wrong, a line at a time (``_python_part``, which names the line; ``arrow=
+    False``: every piece so): memory holds the rows as compact arrays, not as Python objects."""
+    path = Path(path)
+    parts: list[_Part] = []
+    meta = None
+    first = 1
+    with open(path, "rb") as f:
+        for offset, data in _pieces(f):
+            text = _decode(path, data, offset)
+            if meta is None:
+                lines = text.splitlines()
+                if not lines:
+                    break
+                meta = _header(path, lines[0], cfg)
+                head = text.find("\n") + 1 or len(text)  # the same "\n" as in ``data``: bytes up to it
+                if text[:head].splitlines() != lines[:1]:  # the header's line ends otherwise: the piece line by line
+                    parts.append(_python_part(path, lines[1:], 2, meta))
+                    first = len(lines) + 1
+                    continue
+                text, data, first = text[head:], data[data.find(b"\n") + 1 or len(data):], 2
+            lines = _count_lines(data)
+            part = _arrow_part(data, text, first, lines, meta) if arrow and data else None
+            if part is None:
+                lines = text.splitlines()
+                part, lines = _python_part(path, lines, first, meta), len(lines)
+            parts.append(part)
+            first += lines
+    if meta is None:
+        raise TraceError(path, "file is empty")
+    if not sum(len(p.line) for p in parts):
+        raise TraceError(path, "header but no rows")
+
+    def cat(field: str) -> np.ndarray:
+        return np.concatenate([getattr(p, field) for p in parts])
+
+    ints = cat("ints")
+    ids, w = sort_by_weight(cat("ids"), cat("weights"))
+    a = TraceArrays(request_id=ints[:, 0].astype(np.int32), step=ints[:, 1].astype(np.int32),
+                    position=ints[:, 2].astype(np.int32), layer=ints[:, 3].astype(np.int16), phase=cat("phase"),
+                    expert_ids=ids, gate_weights=w)
+    if meta.lookahead_depth > 0:
+        pid, pw = cat("pred_ids"), cat("pred_weights")
+        for j in range(meta.lookahead_depth):
+            given = pid[:, j, 0] >= 0
+            pid[given, j], pw[given, j] = sort_by_weight(pid[given, j], pw[given, j])
         a.pred_ids, a.pred_weights = pid, pw
-    return validate_source(a, meta, path, np.asarray(line_of), unit="line"), meta
+    return validate_source(a, meta, path, cat("line"), unit="line"), meta
 
 
 def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> None:
