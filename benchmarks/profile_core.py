@@ -2,13 +2,14 @@
 
     python benchmarks/profile_core.py [--topology qwen|mixtral] [--tokens N] [--seconds 15] [--top 20]
 
-numba loads compiled code into anonymous memory, which ``perf`` cannot name. This script compiles
-the core afresh into a temporary numba cache (so each function's object code is at hand; about
-90 s), writes ``/tmp/perf-<pid>.map`` with the address and size of every function of
-``hobbit.sim.fast`` (the functions a caller inlined appear inside it) and of numba's reference
-counting (``NRT_incref``/``NRT_decref``: every array a call or an inlined call takes, and every
-array taken out of a tuple, counts up and down atomically), then records ``perf record -p`` while
-it simulates ``system=hobbit`` (``--system``) over and over (the Qwen3.5-397B topology of
+numba loads compiled code into anonymous memory, which ``perf`` cannot name. This script reads each
+function's object code where numba keeps it (its on-disk cache, which the core loads from; or, for
+code compiled in this process, the library's own copy; ``--fresh`` compiles the core afresh into a
+temporary cache, about 90 s), writes ``/tmp/perf-<pid>.map`` with the address and size of every
+function of ``hobbit.sim.fast`` (the functions a caller inlined appear inside it) and of numba's
+reference counting (``NRT_incref``/``NRT_decref``: every array a call or an inlined call takes, and
+every array taken out of a tuple, counts up and down atomically), then records ``perf record -p``
+while it simulates ``system=hobbit`` (``--system``) over and over (the Qwen3.5-397B topology of
 ``benchmarks/sim_speed.py`` by default), and prints ``perf report``'s top entries. Needs ``perf``
 and ``nm`` (binutils) on the PATH; the recording stays in ``core.perf.data`` for ``perf report``.
 """
@@ -26,8 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-CACHE = tempfile.mkdtemp(prefix="hobbit-numba-")
-os.environ["NUMBA_CACHE_DIR"] = CACHE  # before numba is imported: compile afresh, keep the object code
+CACHE = None
+if "--fresh" in sys.argv:  # before numba is imported: compile afresh into a cache of our own
+    CACHE = tempfile.mkdtemp(prefix="hobbit-numba-")
+    os.environ["NUMBA_CACHE_DIR"] = CACHE
 
 
 def short(symbol: str) -> str:
@@ -45,6 +48,21 @@ def short(symbol: str) -> str:
     return prefix + ".".join(parts[-2:])
 
 
+def objects(disp) -> list[tuple[bytes, list]]:
+    """(object code, the libraries that may hold its functions) of each overload of a dispatcher: the library's
+    own copy where this process compiled it, else the copy in numba's on-disk cache it was loaded from (each index
+    entry's data: the library serialized as its object code and bitcode)."""
+    libs = [cres.library for cres in disp.overloads.values()]
+    out = [(lib._compiled_object, [lib]) for lib in libs if lib._compiled_object is not None]
+    if len(out) < len(libs) and disp._cache is not None:
+        store = disp._cache._cache_file
+        for data_name in store._load_index().values():
+            kind, payload = store._load_data(data_name)[0][1:3]
+            if kind == "object":
+                out.append((payload[0], libs))
+    return out
+
+
 def symbols() -> list[str]:
     """``perf`` map lines: address, size and name of every compiled function of the core."""
     import numba
@@ -52,27 +70,30 @@ def symbols() -> list[str]:
 
     from hobbit.sim.fast import bound, timing, walk
 
-    lines = []
+    lines, seen = [], set()
     with tempfile.TemporaryDirectory() as d:
         for mod in (walk, timing, bound):
-            for name, disp in vars(mod).items():
+            for disp in vars(mod).values():
                 if not isinstance(disp, numba.core.registry.CPUDispatcher):
                     continue
-                for cres in disp.overloads.values():
-                    lib, obj = cres.library, cres.library._compiled_object
-                    if obj is None:  # loaded from a cache: no object code to read the symbols from
-                        continue
+                for obj, libs in objects(disp):
                     path = Path(d) / "o.o"
                     path.write_bytes(obj)
                     nm = subprocess.run(["nm", "-S", "--defined-only", str(path)], capture_output=True, text=True,
                                         check=True).stdout
                     for row in nm.splitlines():
                         parts = row.split()
-                        if len(parts) != 4 or parts[2] not in "tT":
+                        if len(parts) != 4 or parts[2] not in "tTW":  # the helpers a caller did not inline: W
                             continue
-                        addr = lib.get_pointer_to_function(parts[3])
-                        if addr:
-                            lines.append(f"{addr:x} {int(parts[1], 16):x} {short(parts[3])}")
+                        for lib in libs:
+                            try:
+                                addr = lib.get_pointer_to_function(parts[3])
+                            except Exception:  # noqa: BLE001 - not this library's
+                                addr = 0
+                            if addr and addr not in seen:
+                                seen.add(addr)
+                                lines.append(f"{addr:x} {int(parts[1], 16):x} {short(parts[3])}")
+                                break
     lib = nrt.rtsys.library
     for name in ("NRT_incref", "NRT_decref"):
         addr = lib.get_pointer_to_function(name)
@@ -88,6 +109,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0, help="how long to record")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--system", default="hobbit", help="a conf/system option (default: hobbit)")
+    ap.add_argument("--fresh", action="store_true", help="compile the core afresh (about 90 s) instead of reading "
+                    "the object code numba's cache holds")
     ap.add_argument("--profile-share", type=float, default=0.0,
                     help="the requests held out as the profile (0.25 for a system that learns from one, moe-infinity)")
     args = ap.parse_args()
@@ -104,7 +127,8 @@ def main() -> None:
     extra = ["model=qwen3.5-397b-a17b", "hardware=h200-pcie5"] if args.topology == "qwen" else []
     cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", *extra])
     trace = (qwen_trace(args.tokens or 1920) if args.topology == "qwen" else repeated_trace(args.tokens or 10_000))
-    print(f"compiling the core afresh into {CACHE} (about 90 s) ...", flush=True)
+    if CACHE:
+        print(f"compiling the core afresh into {CACHE} (about 90 s) ...", flush=True)
     simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=args.profile_share)
     Path(f"/tmp/perf-{os.getpid()}.map").write_text("\n".join(symbols()) + "\n")
     perf = subprocess.Popen(["perf", "record", "-q", "-o", "core.perf.data", "-p", str(os.getpid())])
@@ -122,7 +146,8 @@ def main() -> None:
                              "--stdio"], check=True, capture_output=True, text=True).stdout
     rows = [r for r in report.splitlines() if r.strip() and not r.startswith("#")]
     print("\n".join(rows[:args.top]))
-    shutil.rmtree(CACHE, ignore_errors=True)
+    if CACHE:
+        shutil.rmtree(CACHE, ignore_errors=True)
 
 
 if __name__ == "__main__":

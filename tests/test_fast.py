@@ -464,6 +464,18 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
         np.testing.assert_array_equal(rule.classes_and_mass(w, mode, t1, t2)[0], classes_for(w, mode, t1, t2))
 
 
+def test_the_compiled_pairwise_sum_is_numpys():
+    """``walk._pairwise`` (the gate mass's and EAM's cosines' sums) adds as numpy's add.reduce adds: the same floats,
+    through blocks of 128 and the halves numpy's recursion splits a longer run into."""
+    from hobbit.sim.fast.walk import _pairwise
+
+    rng = np.random.default_rng(7)
+    for n in [*range(1, 300), 511, 512, 1000, 1024, 4099, 20_000]:
+        a = rng.standard_normal(n + 3) * 10.0 ** rng.uniform(-6, 6, n + 3)  # magnitudes apart: rounding shows
+        lo = int(rng.integers(0, 4))
+        assert _pairwise(a, lo, n) == np.add.reduce(a[lo:lo + n]), n
+
+
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 80), levels=st.integers(1, 6))
 def test_the_timing_orders_a_steps_experts_as_a_stable_sort(seed, n, levels):

@@ -626,7 +626,14 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
     return ls, lk, lt, nxt
 
 
-@njit(cache=True)
+# ``_nrt=False``: compiled without numba's reference counting, for the helpers a step calls often that allocate
+# nothing (here, ``_beaten`` and ``_pairwise_block``). A call of a counting function counts each array argument up
+# on entry and down on return, atomically, through calls into numba's runtime (``NRT_incref``/``NRT_decref``); with
+# the walk's borrowed arrays (``_borrowed``) those calls find nothing to count, but they are still made, a run of
+# them at every entry, and were 5 % of a Qwen-topology walk in this function alone (``benchmarks/profile_core.py``).
+# A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
+# allocates. (Not for recursion: numba's on-disk cache cannot load a self-recursive function, numba issue #6061.)
+@njit(cache=True, _nrt=False)
 def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
     """``_to_evict``'s multidim victim over the whole pool, visiting layers by their bound. One pass computes the
     bounds, the lowest and the second lowest; most evictions end after the first layer (``_layer_victim``: its own
@@ -673,7 +680,7 @@ def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _beaten(bk, f, t):
     """The record part above which a slot of a layer whose FLD term is ``f`` scores above ``bk`` however its score
     rounds (``t``: the tokens T; every term is >= 0, and 1e-9 is far above the rounding of a sum of a few)."""
@@ -1542,7 +1549,7 @@ def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
     return slot, nl, nv, nk
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _pairwise_block(a, lo, n):
     """numpy's pairwise sum of a block of at most 128 (PW_BLOCKSIZE): eight running sums, then the rest."""
     if n < 8:
@@ -1635,7 +1642,7 @@ def _best_match(counts, layer, lib, lib_norms, ratios, fresh):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rule_row(w, nan_zero, hobbit, uniform, hi, lo, row, cls_out, wn_out):
     """One token's K selections: the gate mass normalised (``Decider``'s, numpy's pairwise sum) into ``wn_out`` and
     the class into ``cls_out``: HOBBIT's rule (``policies.precision.hobbit_classes``, ``hi`` / ``lo`` = T1 / T2 +
@@ -1644,7 +1651,7 @@ def _rule_row(w, nan_zero, hobbit, uniform, hi, lo, row, cls_out, wn_out):
     for k in range(K):
         x = w[k]
         row[k] = 0.0 if nan_zero and np.isnan(x) else x
-    total = max(_pairwise(row, 0, K), 1e-30)
+    total = max(_pairwise_block(row, 0, K) if K <= 128 else _pairwise(row, 0, K), 1e-30)
     c = 0.0
     for k in range(K):
         x = row[k] / total
@@ -1853,7 +1860,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     kept = np.empty((est, 4), log_proto.dtype)
     nl = ng = nc = nx = nv = nk = 0
     # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
-    # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``*_own``)
+    # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``tabs``, ``pins_own``)
     owners = (pool, size, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_key, served, mass, row, rc, rm)
     pool, size, nfree, index, rec, st = _borrowed(pool), _borrowed(size), _borrowed(nfree), _borrowed(index), \
         _borrowed(rec), _borrowed(st)
@@ -1863,8 +1870,12 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)  # _wanted takes its buffers out of it: borrowed
     ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
     pred, pred_w = _borrowed(pred), _borrowed(pred_w)  # sliced for _wanted at every step
-    loads_own, evicted_own, kept_own = loads, evicted, kept
-    loads, evicted, kept = _borrowed(loads_own), _borrowed(evicted_own), _borrowed(kept_own)
+    # the tables (and the pins') owned in lists, which a growth changes in place: an owner that a loop reassigned
+    # would be copied (its reference count up, then down, atomically) on every path through the step, growing or
+    # not, and its count's cache line is cold by then: about 30 ns a step
+    tabs, pins_own = [loads, gpu, cpu, cancel, evicted, kept], [pins]
+    loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), _borrowed(tabs[3])
+    evicted, kept, pins = _borrowed(tabs[4]), _borrowed(tabs[5]), _borrowed(pins_own[0])
     for p in range(p0, p1):
         a, b = pass_start[p], pass_end[p]
         if p > 0 and pass_request[p] != pass_request[p - 1]:
@@ -1900,21 +1911,14 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                             per_layer, i)
             # room for this step's records, at most
             room = (3 + max_depth) * bound + staging + eam_per_step + 2
-            if nl + room > loads.shape[0]:
-                loads_own = _grow(loads_own, nl + room)
-                loads = _borrowed(loads_own)
-            if ng + room > gpu.shape[0]:
-                gpu = _grow(gpu, ng + room)
-            if nc + room > cpu.shape[0]:
-                cpu = _grow(cpu, nc + room)
-            if nx + room > cancel.shape[0]:
-                cancel = _grow(cancel, nx + room)
-            if nv + room > evicted.shape[0]:
-                evicted_own = _grow(evicted_own, nv + room)
-                evicted = _borrowed(evicted_own)
-            if nk + room > kept.shape[0]:
-                kept_own = _grow(kept_own, nk + room)
-                kept = _borrowed(kept_own)
+            if room > min(loads.shape[0] - nl, gpu.shape[0] - ng, cpu.shape[0] - nc, cancel.shape[0] - nx,
+                          evicted.shape[0] - nv, kept.shape[0] - nk):  # one branch (``or``'s would be six)
+                for x, n_x in enumerate((nl, ng, nc, nx, nv, nk)):
+                    if n_x + room > tabs[x].shape[0]:  # only then: a list's item set to itself would be freed first
+                        tabs[x] = _grow(tabs[x], n_x + room)
+                loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), \
+                    _borrowed(tabs[3])
+                evicted, kept = _borrowed(tabs[4]), _borrowed(tabs[5])
             # ---- _needed
             n_need = 0
             for t in range(a, b):
@@ -2226,6 +2230,10 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     want[e] = SKIP
                 if found and prefetcher != PF_ORACLE:
                     break
+            if n_pins + n_props > pins.shape[0]:  # room for a pin per proposal, here: a check (and the owner's
+                # reference count, atomic) once a step, not once a copy
+                pins_own[0] = _grow(pins_own[0], n_pins + n_props)
+                pins = _borrowed(pins_own[0])
             for q in range(n_props):
                 tl, te = props[q, 0], props[q, 1]
                 if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
@@ -2261,8 +2269,6 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         st[DROPPED] += 1
                         continue
                     st[BYTES] += expert_bytes[prec]
-                    if n_pins == pins.shape[0]:
-                        pins = _grow(pins, 2 * n_pins)
                     pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
                     n_pins += 1
                     prefetched[tl, te] = True
@@ -2273,5 +2279,5 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     cls_n[SKIP] += n_sel - n_high - n_low
     n_held[0], n_held[1] = n_stg, n_pins
     _keep(owners)
-    return (loads_own[:nl].copy(), gpu[:ng].copy(), cpu[:nc].copy(), cancel[:nx].copy(), evicted_own[:nv].copy(),
-            kept_own[:nk].copy(), owners[12], owners[13], owners[5], owners[1], pins)
+    return (tabs[0][:nl].copy(), tabs[1][:ng].copy(), tabs[2][:nc].copy(), tabs[3][:nx].copy(), tabs[4][:nv].copy(),
+            tabs[5][:nk].copy(), owners[12], owners[13], owners[5], owners[1], pins_own[0])
