@@ -274,7 +274,7 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
     state_args = (L, E, np.array(slots, np.int64), bool(ev.per_layer), policy, int(pf.staging_slots),
-                  int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E, int(EAM_CANDIDATES))
+                  int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E, int(EAM_CANDIDATES), log)
     args = (narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
             np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
             np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
@@ -316,7 +316,8 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         state = walk.walk_state(*state_args)
     with first_use(walk.walk):
         out = walk.walk(state, *args, 0, len(wl.pass_start))
-    loads, gpu, cpu, cancel, evicted, kept, served, mass, st, _, _ = out
+    loads, gpu, cpu, cancel, evicted, kept = (t.copy() for t in out[:6])  # views of the buffers: each its own
+    served, mass, st = out[6:9]
     if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
         return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
                        profile=profile).run()
@@ -437,7 +438,7 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
     demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
     with first_use(walk.walk_state):
         state = walk.walk_state(*state_args)
-    pins_at = walk.STATE.index("pins")
+    pins_at, logs_at = walk.STATE.index("pins"), walk.STATE.index("logs")
     pool, stg_tid, st = state[0], state[walk.STATE.index("stg_tid")], state[walk.STATE.index("st")]
     fs, ls = np.zeros(6), np.zeros(5, np.int64)
     ls[timing.CUR] = -1
@@ -453,8 +454,8 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
         live = np.unique(held[held >= 0])
         with first_use(walk.walk):
-            loads, gpu, cpu, cancel, *_, pins = walk.walk(state, *args, p0, p1)
-        state = (*state[:pins_at], pins, *state[pins_at + 1:])
+            loads, gpu, cpu, cancel, *_, pins, logs = walk.walk(state, *args, p0, p1)  # the tables: views of logs
+        state = tuple(pins if x == pins_at else logs if x == logs_at else v for x, v in enumerate(state))
         if st[walk.OVERFLOW]:
             return None
         old = np.searchsorted(space, live)

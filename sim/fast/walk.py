@@ -1712,7 +1712,7 @@ def _split_makespan(device, cpu, n, use_cpu):
 
 @njit(cache=True)
 def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune_min_slots, victim_entries,
-               eam_candidates):
+               eam_candidates, log_proto):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
     one that ended at ``p0``: the same decisions as one walk over both ranges."""
@@ -1790,14 +1790,19 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     bel = np.full((4, 2, max(S, L) if policy == BELADY else 1), -1, np.int64)  # Belady's heaps (``_bel_up``)
     bel[BH_N] = 0
     bel_cur = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # each key's next use (-1: the walk sets it)
+    dt = log_proto.dtype  # the log tables' buffers (``walk``'s ``tabs``): the walk grows them, a streamed run keeps
+    # them from one chunk to the next (its later chunks write into memory the first has mapped, not into new pages)
+    logs = (np.empty((0, 5), dt), np.empty((0, 5), dt), np.empty((0, 3), dt), np.empty((0, 2), dt),
+            np.empty((0, 4), dt), np.empty((0, 4), dt))
     return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk,
             hreg, np.zeros((3, 2, gK), np.int64), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free, xs,
-            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, bel, bel_cur)
+            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, bel, bel_cur) + (logs,)  # (a literal of more
+    # than 30 items compiles to a list made a tuple, which numba does not take)
 
 
 STATE = ("pool", "size", "nfree", "eam_match", "g_on", "g_slots", "g_n", "g_pos", "g_qlb", "g_key", "hooks", "regions",
          "ghosts", "arc_p", "cap", "lk", "lr", "ve", "ve_free", "xs", "st", "served", "mass", "stg_tid", "stg_prec",
-         "stg_list", "pins", "counts", "bel", "bel_cur")  # walk_state's items
+         "stg_list", "pins", "counts", "bel", "bel_cur", "logs")  # walk_state's items
 
 
 @njit(cache=True)
@@ -1808,8 +1813,9 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
          any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
          split_threshold, split_max_fetch, per_expert, expert_bytes, bnd_on, bnd_dense, bnd_other, bnd_min, bnd_cpu,
          bnd_uses_cpu, bnd_out, cls_n, p0, p1):
-    """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables, the
-    counters, and the pins' table (grown, it replaces ``state``'s).
+    """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables (views
+    of the buffers, which the next walk with this state overwrites), the counters, the pins' table and the buffers
+    (grown, they replace ``state``'s).
 
     With ``bnd_on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: its tables
     ``bnd_dense``, ``bnd_other``, ``bnd_min``, ``bnd_cpu`` and ``bnd_uses_cpu``) into ``bnd_out[p]``, from the
@@ -1820,7 +1826,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
     (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk, hreg, ghosts, arc_p, cap, lk, lr, ve,
-     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held, bel, bel_cur) = state
+     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held, bel, bel_cur, logs) = state
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
     row, rc, rm = rule[4], rule[5], rule[6]
     rare = (fut_off, fut_steps, eam_lib, eam_match, bel)  # what only Belady and EAM's priority read (_pre_admit)
@@ -1850,14 +1856,16 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     hist = np.zeros(E, np.int64)
     b_dev, b_cpu = np.zeros(E), np.zeros(E)  # the bound's device and CPU seconds of each expert a step needs
     n_high = n_low = n_sel = 0  # the selections of the rule's classes HIGH and LOW, and all
-    # log tables, each sized for one token's selections per step (up to 2^20 rows; grown as needed), and not zeroed
+    # log tables (``state``'s buffers, written from their first row), each with room for one token's selections per
+    # step (up to 2^20 rows; grown as needed), not zeroed. The tables (and the pins') are owned in lists, which a
+    # growth changes in place: an owner that a loop reassigned would be copied (its reference count up, then down,
+    # atomically) on every path through the step, growing or not, and its count's cache line is cold by then: about
+    # 30 ns a step
     est = min(max(1024, (p1 - p0) * L * min(K, E)), 1 << 20)
-    loads = np.empty((est, 5), log_proto.dtype)
-    gpu = np.empty((est, 5), log_proto.dtype)
-    cpu = np.empty((256, 3), log_proto.dtype)
-    cancel = np.empty((64, 2), log_proto.dtype)
-    evicted = np.empty((est, 4), log_proto.dtype)
-    kept = np.empty((est, 4), log_proto.dtype)
+    tabs, pins_own = [logs[0], logs[1], logs[2], logs[3], logs[4], logs[5]], [pins]
+    for x, rows in enumerate((est, est, 256, 64, est, est)):
+        if tabs[x].shape[0] < rows:
+            tabs[x] = np.empty((rows, tabs[x].shape[1]), log_proto.dtype)
     nl = ng = nc = nx = nv = nk = 0
     # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
     # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``tabs``, ``pins_own``)
@@ -1870,10 +1878,6 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)  # _wanted takes its buffers out of it: borrowed
     ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
     pred, pred_w = _borrowed(pred), _borrowed(pred_w)  # sliced for _wanted at every step
-    # the tables (and the pins') owned in lists, which a growth changes in place: an owner that a loop reassigned
-    # would be copied (its reference count up, then down, atomically) on every path through the step, growing or
-    # not, and its count's cache line is cold by then: about 30 ns a step
-    tabs, pins_own = [loads, gpu, cpu, cancel, evicted, kept], [pins]
     loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), _borrowed(tabs[3])
     evicted, kept, pins = _borrowed(tabs[4]), _borrowed(tabs[5]), _borrowed(pins_own[0])
     for p in range(p0, p1):
@@ -2279,5 +2283,5 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     cls_n[SKIP] += n_sel - n_high - n_low
     n_held[0], n_held[1] = n_stg, n_pins
     _keep(owners)
-    return (tabs[0][:nl].copy(), tabs[1][:ng].copy(), tabs[2][:nc].copy(), tabs[3][:nx].copy(), tabs[4][:nv].copy(),
-            tabs[5][:nk].copy(), owners[12], owners[13], owners[5], owners[1], pins_own[0])
+    return (tabs[0][:nl], tabs[1][:ng], tabs[2][:nc], tabs[3][:nx], tabs[4][:nv], tabs[5][:nk], owners[12],
+            owners[13], owners[5], owners[1], pins_own[0], (tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]))
