@@ -10,6 +10,9 @@ tail, bytes moved, cancelled, the copy in flight); the queue holds transfer ids 
 ``replay`` and ``replay_shared`` time a range of passes and leave that state (``link_state``)
 where the next range picks it up: a whole run is one range, a streamed run
 (``sim.fast.stream``) one per chunk, with its copies numbered afresh each time (``renumber``).
+The link's helpers, called at every step, allocate nothing and are compiled without numba's
+reference counting (``_nrt=False``, as in ``sim.fast.walk``: no count of each array argument on
+every call); the stable sort is inlined.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def _offsets(step_col, n_steps):
     return np.searchsorted(step_col, np.arange(n_steps + 1))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first):
     """``plain.requeue``: drop the cancelled copies not started, then the loads ``lo:hi`` join."""
     if cancel_tids.shape[0]:
@@ -56,7 +59,7 @@ def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first):
         ls[TAIL] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _start_next(q, fs, ls, dur, nbytes, started, done):
     tid = q[ls[HEAD]]
     ls[HEAD] += 1
@@ -67,7 +70,7 @@ def _start_next(q, fs, ls, dur, nbytes, started, done):
     done[tid] = fs[FREE_AT]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _finish(q, fs, ls, dur, nbytes, started, done):
     tid = ls[CUR]
     fs[BUSY] += fs[FREE_AT] - fs[CUR_START]
@@ -77,7 +80,7 @@ def _finish(q, fs, ls, dur, nbytes, started, done):
     _start(q, fs, ls, dur, started)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _start(q, fs, ls, dur, started):
     if ls[CUR] < 0 and ls[TAIL] > ls[HEAD]:
         tid = q[ls[HEAD]]
@@ -88,7 +91,7 @@ def _start(q, fs, ls, dur, started):
         started[tid] = fs[FREE_AT]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _compute(q, fs, ls, dur, nbytes, started, done, solo, factor, f_link):
     """``_SharedLink.compute``: ``solo`` seconds of compute, ``factor`` slower while a copy runs."""
     while solo > 0.0:
@@ -149,7 +152,7 @@ def link_state(loads):
 SMALL_SORT = 32  # at most this many values: argsort by insertion, without numba's mergesort and its allocations
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _argsort_stable(v, n, order):
     """``order[:n] = np.argsort(v[:n], kind="mergesort")`` (a stable order; ``v`` holds no NaN): by insertion
     for a step's few experts, by numba's mergesort above ``SMALL_SORT``."""
@@ -165,7 +168,7 @@ def _argsort_stable(v, n, order):
         order[k + 1] = x
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _cpu_end(cpu, cpu_s, c0, c1, start):
     """``plain._cpu_work``: the layer's CPU experts one after another from ``start``."""
     s = 0.0
