@@ -21,17 +21,14 @@ converter's rows per second, its speed over the line-by-line reading's, and its 
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trace_read import _status_kb  # noqa: E402
+from trace_read import _status_kb, arguments, measure, read_line
 
 
 def child(mode: str, path: str) -> None:
@@ -45,23 +42,9 @@ def child(mode: str, path: str) -> None:
     print(json.dumps({"seconds": seconds, "rows": len(a), "peak_kb": _status_kb("VmHWM") - before}))
 
 
-def measure(mode: str, path: Path, repeats: int) -> dict[str, float]:
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], check=True, capture_output=True,
-                             text=True).stdout
-        runs.append(json.loads(out.strip().splitlines()[-1]))
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokens", type=int, default=20_000)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        child(*args.child)
+    args = arguments(__doc__, 20_000, child)
+    if args is None:
         return
     from sim_speed import repeated_trace
 
@@ -73,10 +56,9 @@ def main() -> None:
         write_generic_jsonl(tr.arrays, tr.meta, path)
         del tr
         print(f"{path.stat().st_size / 2**20:.0f} MiB file, {args.tokens:,} tokens")
-        got = {mode: measure(mode, path, args.repeats) for mode in ("arrow", "lines")}
+        got = {mode: measure(mode, path, args.repeats, __file__) for mode in ("arrow", "lines")}
     for mode, g in got.items():
-        print(f"  {mode:<6} {g['rows']:,.0f} rows in {g['seconds']:.2f} s ({g['rows'] / g['seconds']:,.0f} rows/s); "
-              f"peak {g['peak_kb'] / 1024:,.0f} MiB over the start")
+        print(read_line(mode, g))
     a = got["arrow"]
     print(f"jsonl_rows_per_s={a['rows'] / a['seconds']:.0f} ratio_vs_lines={got['lines']['seconds'] / a['seconds']:.2f} "
           f"peak_mib={a['peak_kb'] / 1024:.0f}")

@@ -56,23 +56,40 @@ def child(mode: str, path: str) -> None:
     print(json.dumps({"seconds": seconds, "rows": rows, "held": held, "peak_kb": peak - before}))
 
 
-def measure(mode: str, path: Path, repeats: int) -> dict[str, float]:
+def measure(mode: str, path: Path, repeats: int, script: str = __file__) -> dict[str, float]:
+    """The median of each figure ``script --child mode path`` prints (its last line, JSON), over ``repeats``
+    fresh processes."""
     runs = []
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], check=True, capture_output=True,
+        out = subprocess.run([sys.executable, script, "--child", mode, str(path)], check=True, capture_output=True,
                              text=True).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokens", type=int, default=200_000)
+def read_line(mode: str, g: dict[str, float]) -> str:
+    """One mode's figures (``measure``'s): rows, seconds, rows per second, peak over the start."""
+    return (f"  {mode:<7} {g['rows']:,.0f} rows in {g['seconds']:.2f} s ({g['rows'] / g['seconds']:,.0f} rows/s); "
+            f"peak {g['peak_kb'] / 1024:,.0f} MiB over the start")
+
+
+def arguments(doc: str, tokens: int, child_of) -> argparse.Namespace | None:
+    """A benchmark's arguments (--tokens, --repeats); None after running ``child_of(mode, path)`` when this
+    process is one of its children (--child MODE PATH)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=tokens)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child)
+        child_of(*args.child)
+        return None
+    return args
+
+
+def main() -> None:
+    args = arguments(__doc__, 200_000, child)
+    if args is None:
         return
     sys.path.insert(0, str(Path(__file__).parent))
     from sim_speed import repeated_trace
@@ -89,8 +106,7 @@ def main() -> None:
         got = {mode: measure(mode, path, args.repeats) for mode in ("decode", "read")}
     for mode, g in got.items():
         what = "the table" if mode == "decode" else "the arrays"
-        print(f"  {mode:<7} {g['rows']:,.0f} rows in {g['seconds']:.2f} s ({g['rows'] / g['seconds']:,.0f} rows/s); "
-              f"peak {g['peak_kb'] / 1024:,.0f} MiB over the start, {what} {g['held'] / 2**20:,.0f} MiB")
+        print(f"{read_line(mode, g)}, {what} {g['held'] / 2**20:,.0f} MiB")
     r = got["read"]
     print(f"read_rows_per_s={r['rows'] / r['seconds']:.0f} ratio_vs_decode={r['seconds'] / got['decode']['seconds']:.2f} "
           f"peak_over_arrays={r['peak_kb'] * 1024 / r['held']:.2f}")
