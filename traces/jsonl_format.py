@@ -189,7 +189,7 @@ def _schema(meta: TraceMeta) -> pa.Schema:
     return pa.schema([*ints, pa.field("phase", pa.string()), *lists, *preds])
 
 
-def _lists(col: pa.ChunkedArray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _lists(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
     """A list column's lengths and its values (None where a list or a value is null)."""
     a = col.combine_chunks()
     if a.null_count:
@@ -231,7 +231,7 @@ def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta)
     prefill, decode = (pc.equal(ph, name).to_numpy(zero_copy_only=False) for name in _PHASES)
     if ph.null_count or not (prefill | decode).all():
         return None
-    ids, w = _lists(t.column("expert_ids"), k), _lists(t.column("gate_weights"), k)
+    ids, w = _lists(t.column("expert_ids")), _lists(t.column("gate_weights"))
     if ids is None or w is None or (ids[0] != k).any() or (w[0] != k).any():
         return None
     ids_v = ids[1].to_numpy()
@@ -239,10 +239,10 @@ def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta)
         return None
     pid = pw = None
     if d > 0:
-        outer_i, outer_w = _lists(t.column("pred_ids"), d), _lists(t.column("pred_weights"), d)
+        outer_i, outer_w = _lists(t.column("pred_ids")), _lists(t.column("pred_weights"))
         if outer_i is None or outer_w is None or (outer_i[0] != d).any() or (outer_w[0] != d).any():
             return None
-        inner_i, inner_w = _lists(pa.chunked_array([outer_i[1]]), k), _lists(pa.chunked_array([outer_w[1]]), k)
+        inner_i, inner_w = _lists(pa.chunked_array([outer_i[1]])), _lists(pa.chunked_array([outer_w[1]]))
         if inner_i is None or inner_w is None:
             return None
         full = inner_i[0] == k
@@ -311,13 +311,13 @@ def read_generic_jsonl(path: Path, cfg: Any = None, arrow: bool = True) -> tuple
                     first = len(lines) + 1
                     continue
                 text, data, first = text[head:], data[data.find(b"\n") + 1 or len(data):], 2
-            lines = _count_lines(data)
-            part = _arrow_part(data, text, first, lines, meta) if arrow and data else None
+            n_lines = _count_lines(data)
+            part = _arrow_part(data, text, first, n_lines, meta) if arrow and data else None
             if part is None:
-                lines = text.splitlines()
-                part, lines = _python_part(path, lines, first, meta), len(lines)
+                split = text.splitlines()
+                part, n_lines = _python_part(path, split, first, meta), len(split)
             parts.append(part)
-            first += lines
+            first += n_lines
     if meta is None:
         raise TraceError(path, "file is empty")
     if not sum(len(p.line) for p in parts):
