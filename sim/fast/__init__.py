@@ -316,13 +316,11 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         state = walk.walk_state(*state_args)
     with first_use(walk.walk):
         out = walk.walk(state, *args, 0, len(wl.pass_start))
-    views, (served, mass, st) = list(out[:6]), out[6:9]
+    logs, (served, mass, st) = list(out[:6]), out[6:9]
     del out, state  # the views now hold the buffers (longer than the tables): each is copied, then let go
-    for x, v in enumerate(views):
-        views[x] = None
-        views[x] = v.copy()
-        del v
-    loads, gpu, cpu, cancel, evicted, kept = views
+    for x in range(6):
+        logs[x] = logs[x].copy()
+    loads, gpu, cpu, cancel, evicted, kept = logs
     if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
         return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
                        profile=profile).run()
