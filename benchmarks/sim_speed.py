@@ -1,7 +1,7 @@
 """Simulation speed: token-layers per second of the whole run (decisions + timing + summary), trace loaded.
 
     python benchmarks/sim_speed.py [--tokens 10000] [--system hobbit] [--qwen-tokens 2000]
-                                   [--scale 10000,100000,1000000] [--repeats 3]
+                                   [--scale 10000,100000,1000000] [--repeats 3] [--systems all]
 
 1. Mixtral topology (32 layers, 8 experts, top-2): the bundled model's trace (real routing),
    its requests repeated under new ids until it holds --tokens tokens, model mixtral-8x7b on
@@ -19,6 +19,9 @@
    second run (tracing slows allocation) the peak of memory allocated during it (tracemalloc,
    numpy's arrays included), next to the trace's own arrays; then the same peak for a run that
    keeps its decisions (``keep_decisions=True``, the Python API's default).
+
+4. With ``--systems``: each named system's compiled-core rate on the traces of 1 and 2 (``all``: every
+   preset of conf/system), the cost of a ``hobbit compare`` or ``hobbit reproduce`` run system by system.
 
 Each rate is the median of --repeats runs after a warm-up (numba loads its compiled code
 from its on-disk cache, or compiles it once), each laying its trace out afresh (the rate with
@@ -117,6 +120,8 @@ def main() -> None:
     ap.add_argument("--qwen-tokens", type=int, default=2000)
     ap.add_argument("--scale", default="10000,100000,1000000", help="token counts of the scale runs ('' for none)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--systems", default="", help="'all' (every conf/system preset) or a comma list: each one's "
+                    "compiled-core rate on both traces, a table before the last lines ('' for none)")
     args = ap.parse_args()
 
     cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}"])
@@ -169,6 +174,18 @@ def main() -> None:
         print(f"  {tokens:>9,} tokens: {dt:8.2f} s  {len(tr.arrays) / dt:12,.0f} token-layers/s  "
               f"peak {streamed:8.0f} MiB allocated during the run, {kept:.0f} keeping its decisions "
               f"(the trace's arrays: {own / 2**20:.0f} MiB)")
+    if args.systems:
+        from hobbit.compare import all_systems
+
+        names = all_systems() if args.systems == "all" else args.systems.split(",")
+        print(f"every system, compiled core, token-layers/s (fresh layout, median of {args.repeats}):")
+        print(f"  {'system':24s} {'mixtral topology':>18s} {'qwen topology':>16s}")
+        for name in names:
+            mcfg = compose("sim", SimConfig, ["out_dir=.", f"system={name}"])
+            qc = compose("sim", SimConfig, ["out_dir=.", f"system={name}", "model=qwen3.5-397b-a17b",
+                                            "hardware=h200-pcie5"])
+            print(f"  {name:24s} {rate(trace, mcfg, 'fast', args.repeats)[0]:18,.0f} "
+                  f"{rate(q, qc, 'fast', args.repeats)[0]:16,.0f}", flush=True)
     print(f"qwen_token_layers_per_s={q_fast:.0f} qwen_ratio_vs_reference={q_fast / q_ref:.1f}")
     print(f"token_layers_per_s={fast:.0f} ratio_vs_reference={fast / ref:.1f}")
 
