@@ -1,6 +1,6 @@
 """Sweep throughput through the user-facing command: configurations per minute with 1 and 2 workers.
 
-    python benchmarks/sweep_scaling.py [--points 200] [--launcher joblib]
+    python benchmarks/sweep_scaling.py [--points 200] [--launcher joblib] [--tokens 20000]
 
 Runs one ``hobbit sim -m`` sweep of the bundled trace, a T1 x T2 x cache split x cache weight grid
 (5 x 4 x 2 x 5 = 200 points by default; result cache off), once with ``hydra.launcher.n_jobs=1``
@@ -12,7 +12,8 @@ trace read); the rate beyond it is printed too. The sweep's launcher is ``hobbit
 workers forked from the launching process, hobbit/launcher.py) unless ``--launcher`` names another
 (``joblib``: fresh worker processes through loky, as before the fork launcher). Ends with ``configs_per_min=<f>
 ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
-(targets: 300 / min and 1.9x). The line before it gives what two workers could reach in this run if the
+(targets: 300 / min and 1.9x). ``--tokens N`` sweeps the bundled trace's requests repeated to N tokens
+instead (written to a temporary Parquet file): the same fixed start before heavier points. The line before it gives what two workers could reach in this run if the
 one-worker command's start (its 4-point sweep less those points) stayed as it is and the points took exactly half
 the time.
 """
@@ -46,10 +47,11 @@ def grid(points: int) -> list[str]:
     return out
 
 
-def sweep(points: int, jobs: int, out: Path, launcher: str | None = None) -> tuple[float, int]:
+def sweep(points: int, jobs: int, out: Path, launcher: str | None = None, trace: Path | None = None
+          ) -> tuple[float, int]:
     """(seconds the command took, run directories it wrote)."""
     cmd = [sys.executable, "-m", "hobbit", "sim", "-m", *grid(points), "use_cache=false",
-           *([f"hydra/launcher={launcher}"] if launcher else []),
+           *([f"hydra/launcher={launcher}"] if launcher else []), *([f"trace={trace}"] if trace else []),
            f"hydra.launcher.n_jobs={jobs}", f"hydra.sweep.dir={out}"]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
@@ -60,13 +62,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", type=int, default=200)
     ap.add_argument("--launcher", default=None, help="a hydra/launcher option (default: hobbit sim's, hobbit)")
+    ap.add_argument("--tokens", type=int, default=0, help="sweep the bundled trace's requests repeated to this many "
+                    "tokens (sim_speed.repeated_trace) instead of the bundled trace: heavier points, the same start")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        sweep(4, 1, Path(d) / "warm")  # numba's on-disk cache filled, files in the page cache
+        trace = None
+        if args.tokens:
+            from sim_speed import repeated_trace
+
+            from hobbit.traces.io import write_trace
+
+            tr = repeated_trace(args.tokens)
+            trace = write_trace(Path(d) / "repeated.parquet", tr.arrays, tr.meta)
+            print(f"trace: the bundled trace's requests repeated, {len(tr.arrays) // len(tr.meta.layers):,} tokens")
+        sweep(4, 1, Path(d) / "warm", trace=trace)  # numba's on-disk cache filled, files in the page cache
         rate, beyond, smalls, walls = {}, {}, {}, {}
         for jobs in (1, 2):
-            small, _ = sweep(4, jobs, Path(d) / f"small{jobs}", args.launcher)  # the fixed part: start, workers...
-            wall, n = sweep(args.points, jobs, Path(d) / f"sweep{jobs}", args.launcher)
+            small, _ = sweep(4, jobs, Path(d) / f"small{jobs}", args.launcher, trace)  # the fixed part: start, ...
+            wall, n = sweep(args.points, jobs, Path(d) / f"sweep{jobs}", args.launcher, trace)
             rate[jobs], beyond[jobs] = n / (wall / 60), (n - 4) / ((wall - small) / 60)
             smalls[jobs], walls[jobs] = small, wall
             print(f"n_jobs={jobs}: {n} configurations in {wall:.1f} s, {rate[jobs]:.1f} / minute; a 4-point sweep took "
