@@ -1581,14 +1581,16 @@ def _pairwise_block(a, lo, n):
     return res
 
 
-@njit(cache=True)
-def _pairwise(a, lo, n):
-    """numpy's pairwise sum of ``a[lo:lo + n]`` (its add.reduce over a contiguous axis), for the same floats: blocks
-    of at most 128, halves (cut to a multiple of 8) added as numpy's recursion adds them; here with a stack."""
+PW_STACK = 128  # ``_pairwise_in``'s stack: two more entries a halving, at most
+# 1 + 2 x 56 for 2^63 elements
+
+
+@njit(cache=True, _nrt=False)
+def _pairwise_in(a, lo, n, todo, sums):
+    """``_pairwise`` with its stack given (``todo``: PW_STACK x 3 int64, lo, n and whether its halves are pushed;
+    ``sums``: PW_STACK floats), so that a caller without reference counts may call it (``_best_match``)."""
     if n <= 128:
         return _pairwise_block(a, lo, n)
-    todo = np.empty((128, 3), np.int64)  # lo, n, halves already pushed
-    sums = np.empty(128)
     nt, ns = 1, 0
     todo[0, 0], todo[0, 1], todo[0, 2] = lo, n, 0
     while nt:
@@ -1611,36 +1613,46 @@ def _pairwise(a, lo, n):
 
 
 @njit(cache=True)
-def _best_match(counts, layer, lib, lib_norms, ratios, fresh):
+def _pairwise(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` (its add.reduce over a contiguous axis), for the same floats: blocks
+    of at most 128, halves (cut to a multiple of 8) added as numpy's recursion adds them; here with a stack
+    (``_pairwise_in``)."""
+    if n <= 128:
+        return _pairwise_block(a, lo, n)
+    return _pairwise_in(a, lo, n, np.empty((PW_STACK, 3), np.int64), np.empty(PW_STACK))
+
+
+@njit(cache=True, _nrt=False)
+def _best_match(counts, layer, lib, lib_norms, ratios, fresh, row, cur, todo, sums):
     """``EAMPrefetch._best_match``: the profiling request whose matrix, normalised per layer, is the closest by
     cosine (averaged over the layers after ``layer``) to the request's so far; -1: none. Each layer's cosines with
     every profile (``ratios[h, g]``) depend on that layer's counts alone; they are kept while ``fresh[g]`` (the
     walk clears it where the counts change: at the layer's step, and at a new request), so that a step works out
-    the cosines of the layers whose counts changed since, usually none, not of every later layer."""
+    the cosines of the layers whose counts changed since, usually none, not of every later layer. ``row`` and
+    ``cur`` (E floats each), ``todo`` and ``sums`` (``_pairwise_in``'s stack): the walk's buffers; without
+    reference counts (``_nrt=False``), as every profile's sums, 2 + 2 H a step, had counted theirs."""
     H, L, E = lib.shape
     if H == 0 or layer + 1 >= L:
         return -1
     Lp = L - layer - 1
-    row = np.empty(E)
-    cur = np.empty(E)
     for g in range(layer + 1, L):
         if fresh[g]:
             continue
         for e in range(E):
             row[e] = counts[g, e]
-        total = max(_pairwise(row, 0, E), 1e-12)
+        total = max(_pairwise_in(row, 0, E, todo, sums), 1e-12)
         for e in range(E):
             cur[e] = row[e] / total
             row[e] = cur[e] * cur[e]
-        cur_norm = np.sqrt(_pairwise(row, 0, E))
+        cur_norm = np.sqrt(_pairwise_in(row, 0, E, todo, sums))
         for h in range(H):
             for e in range(E):
                 row[e] = lib[h, g, e] * cur[e]
-            ratios[h, g] = _pairwise(row, 0, E) / (lib_norms[h, g] * cur_norm + 1e-12)
+            ratios[h, g] = _pairwise_in(row, 0, E, todo, sums) / (lib_norms[h, g] * cur_norm + 1e-12)
         fresh[g] = True
     best, best_score = -1, 0.0
     for h in range(H):
-        score = _pairwise(ratios[h], layer + 1, Lp) / Lp
+        score = _pairwise_in(ratios[h], layer + 1, Lp, todo, sums) / Lp
         if best < 0 or score > best_score:
             best, best_score = h, score
     return best
@@ -1856,6 +1868,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     props = np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64)  # proposals: layer, expert, precision
     eam_v = np.zeros(max(eam_per_step, 1))  # the scores of EAM's proposals (negated: lowest first)
     eam_r, eam_fresh = np.zeros((eam_lib.shape[0], L)), np.zeros(L, np.bool_)  # the cosines ``_best_match`` keeps
+    eam_bm = (np.zeros(eam_lib.shape[2]), np.zeros(eam_lib.shape[2]), np.zeros((PW_STACK, 3), np.int64),
+              np.zeros(PW_STACK))  # and its buffers
     m_e = np.zeros(E, np.int64)
     m_c = np.zeros(E, np.int64)
     m_key = np.zeros(E, np.int64)
@@ -2173,7 +2187,7 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 continue
             n_props = 0
             if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
-                m = eam_match[EC_M] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh)
+                m = eam_match[EC_M] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh, *eam_bm)
                 if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
                     # order), kept sorted in props; each later layer's experts visited by probability, highest first
                     # (eam_order), up to the first that scores below the last kept one: no sort of them all
