@@ -1629,8 +1629,8 @@ def _best_match(counts, layer, lib, lib_norms, ratios, fresh, row, cur, todo, su
     every profile (``ratios[h, g]``) depend on that layer's counts alone; they are kept while ``fresh[g]`` (the
     walk clears it where the counts change: at the layer's step, and at a new request), so that a step works out
     the cosines of the layers whose counts changed since, usually none, not of every later layer. ``row`` and
-    ``cur`` (E floats each), ``todo`` and ``sums`` (``_pairwise_in``'s stack): the walk's buffers; without
-    reference counts (``_nrt=False``), as every profile's sums, 2 + 2 H a step, had counted theirs."""
+    ``cur`` (E floats each), ``todo`` and ``sums`` (``_pairwise_in``'s stack) are the walk's buffers, so that it
+    runs without reference counts (``_nrt=False``): a step takes 2 + 2 H sums, and each had counted its array."""
     H, L, E = lib.shape
     if H == 0 or layer + 1 >= L:
         return -1
@@ -1847,8 +1847,8 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     row, rc, rm = rule[4], rule[5], rule[6]
     eam_d = np.zeros(L)  # the layers' decays: at the current layer (_eam_evict) or the candidates' (_eam_let_go)
     n_ec = eam_match.shape[0] - EC_SLOTS + 1  # a scan's K + 1 lowest copies (_eam_evict)
-    rare = (fut_off, fut_steps, eam_lib, eam_match, bel, eam_d, np.zeros((2, n_ec), np.int64), np.zeros(n_ec))
     # what only Belady and EAM's priority read (_pre_admit)
+    rare = (fut_off, fut_steps, eam_lib, eam_match, bel, eam_d, np.zeros((2, n_ec), np.int64), np.zeros(n_ec))
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
     hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
     bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
