@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -421,3 +425,18 @@ def test_a_write_in_slices_of_whole_tokens_checks_and_writes_what_a_whole_write_
                 write_trace(path, batch, meta)
             assert (ei.value.field, ei.value.row) == want, (rows, str(ei.value))
             assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.name.startswith("t1048576")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pool is chosen on Linux only")
+@pytest.mark.parametrize("env, pool", [(None, "jemalloc"), ("mimalloc", "mimalloc"), ("system", "system")])
+def test_arrows_buffers_come_from_jemalloc_unless_the_environment_chooses(env, pool):
+    """traces.schema._arrow_pool: jemalloc instead of mimalloc's huge-page arena; ARROW_DEFAULT_MEMORY_POOL decides
+    when set. In a fresh process: the pool is chosen once, at import."""
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if env:
+        environ["ARROW_DEFAULT_MEMORY_POOL"] = env
+    code = ("import pyarrow as pa, numpy as np; from hobbit.traces.io import read_trace; "
+            "read_trace('traces/tiny/trace.parquet'); print(pa.default_memory_pool().backend_name)")
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[1])
+    assert out.stdout.split() == [pool]
