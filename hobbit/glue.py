@@ -176,17 +176,18 @@ def load_typed(schema: type[T], data: Any) -> T:
 
 def set_values(config: T, overrides: list[str]) -> T:
     """``with_overrides`` without OmegaConf where every override sets a knob that holds a bool, an int, a
-    float or a string to a value of that type (what a sweep's points do; ~100x faster); else ``with_overrides``."""
+    float or a string, or a path knob that may be unset (``str | None``: ``trace=``, ``cache_dir=``), to a value of
+    that type (what a sweep's points do; ~100x faster); else ``with_overrides``."""
     fast: list[tuple[list[str], Any]] = []
     for o in overrides:
         path, sep, text = o.partition("=")
         node, keys = config, path.split(".")
         for k in keys[:-1]:
             node = getattr(node, k, None)
-        old = getattr(node, keys[-1], None) if dataclasses.is_dataclass(node) and keys[-1] in {
-            f.name for f in dataclasses.fields(node)} else None
-        value = _typed(text, old) if sep else None
-        if value is None:
+        field = next((f for f in dataclasses.fields(node) if f.name == keys[-1]), None) if (
+            dataclasses.is_dataclass(node)) else None
+        value = _typed(text, getattr(node, keys[-1]), _optional_str(field.type)) if sep and field else _NOT_PLAIN
+        if value is _NOT_PLAIN:
             return with_overrides(config, overrides)
         fast.append((keys, value))
     for keys, value in fast:
@@ -194,22 +195,43 @@ def set_values(config: T, overrides: list[str]) -> T:
     return config
 
 
-def _typed(text: str, old: Any) -> Any:
-    """``text`` as the type of ``old`` (bool, int, float, str), or None where that is not plain."""
+_NOT_PLAIN = object()  # _typed: a value that OmegaConf must read
+
+
+def _optional_str(hint: Any) -> bool:
+    """Whether a field's annotation (a string under ``from __future__ import annotations``) is ``str | None``."""
+    return hint in ("str | None", "None | str", "Optional[str]") or hint == (str | None)
+
+
+def _typed(text: str, old: Any, optional_str: bool = False) -> Any:
+    """``text`` as the type of ``old`` (bool, int, float, str; ``optional_str``: a ``str | None`` field, unset or
+    not), or ``_NOT_PLAIN`` where that is not plain. A string is plain where OmegaConf's YAML reads it as that very
+    string (not ``null``, ``1e3``, ``true`` or ``a #b``) and it holds no interpolation, list or quote."""
     low = text.strip().lower()
     if isinstance(old, bool):
-        return {"true": True, "false": False}.get(low)
+        return {"true": True, "false": False}.get(low, _NOT_PLAIN)
     if isinstance(old, int):
-        return int(text) if text.strip().lstrip("+-").isdigit() else None
+        return int(text) if text.strip().lstrip("+-").isdigit() else _NOT_PLAIN
     if isinstance(old, float):
         try:
             v = float(text)
         except ValueError:
-            return None
-        return v if low not in ("nan", "inf", "-inf", "+inf") else None
-    if isinstance(old, str) and text and not any(c in text for c in "${}[]'\",") and low not in ("null", "none"):
+            return _NOT_PLAIN
+        return v if low not in ("nan", "inf", "-inf", "+inf") else _NOT_PLAIN
+    if (isinstance(old, str) or (optional_str and old is None)) and text and not any(
+            c in text for c in "${}[]'\",") and low not in ("null", "none") and _yaml_text(text):
         return text
-    return None
+    return _NOT_PLAIN
+
+
+def _yaml_text(text: str) -> bool:
+    """Whether OmegaConf's YAML loader (what ``OmegaConf.from_dotlist`` reads a value with) reads ``text`` as itself."""
+    from omegaconf._utils import get_yaml_loader
+
+    try:
+        return yaml.load(text, Loader=get_yaml_loader()) == text
+    except yaml.YAMLError:
+        return False
 
 
 def _replace_path(node: Any, keys: list[str], value: Any) -> Any:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
 import yaml
 
+from hobbit import glue
 from hobbit.api import simulate_config
-from hobbit.glue import compose, set_values
+from hobbit.glue import compose, set_values, with_overrides
 from hobbit.results_io import CACHED_MARK
 from hobbit.sim.config import SimConfig
 from hobbit.sim_commands import run_chunk
@@ -113,3 +115,29 @@ def test_values_are_set_with_their_types():
     assert (got.system.precision.t1, got.system.prefetch.max_depth, got.use_cache, got.system.cache.policy) == (
         0.45, 3, False, "lru")
     assert got.system.precision.t2 == cfg.system.precision.t2
+
+
+PLAIN = [["trace=/data/my run/trace.parquet", "cache_dir=/tmp/cache-1", "out_dir=runs/0"],
+         ["profile_trace=profile.parquet", "system.cache.policy=lru", "seed=7"]]
+OMEGACONF = [["trace=null"], ["cache_dir=~"], ["trace=1e3"], ["trace=true"], ["trace=a #b"], ["cache_dir=${oc.env:HOME}"],
+             ["system.cache.policy=null"], ["trace=a: b"], ["seed=1.5"]]
+
+
+@pytest.mark.parametrize("overrides", PLAIN + OMEGACONF)
+def test_values_set_without_omegaconf_are_what_omegaconf_sets(overrides, monkeypatch):
+    """``set_values``' shortcut (plain values, paths on knobs that may be unset among them: a sweep of a user's
+    trace) gives what ``with_overrides`` gives, and leaves to it every value its YAML reads otherwise."""
+    cfg = compose("sim", SimConfig, ["out_dir=."])
+    assert cfg.trace is None and cfg.cache_dir is None and cfg.profile_trace is None
+    try:
+        want = with_overrides(cfg, overrides)
+    except Exception as exc:  # noqa: BLE001 - the shortcut must then fail the same way
+        want = type(exc)
+    called = []
+    monkeypatch.setattr(glue, "with_overrides", lambda c, o: called.append(o) or with_overrides(c, o))
+    try:
+        got = set_values(cfg, overrides)
+    except Exception as exc:  # noqa: BLE001
+        got = type(exc)
+    assert got == want
+    assert bool(called) == (overrides in OMEGACONF)
