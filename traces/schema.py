@@ -20,10 +20,11 @@ def _arrow_pool() -> None:
     """pyarrow's buffers from jemalloc, not from its Linux default, mimalloc, unless ARROW_DEFAULT_MEMORY_POOL chooses.
     mimalloc madvises its 1 GiB arena for transparent huge pages (MADV_HUGEPAGE, seen with strace); where the kernel
     defragments on madvise (``/sys/kernel/mm/transparent_hugepage/defrag``: ``madvise``, a common default), a first
-    touch there can stall in compaction. Measured on a 2-core VM, fresh processes, alternated: the bundled trace's
-    decode took 0.033-0.95 s with mimalloc (over 0.07 s in 7 runs of 20), 0.041-0.055 s with jemalloc (12 of 12);
-    a 200,000-token trace read 2.8-8.3 s against 1.5-2.1 s (medians of 6: 4.0 and 1.7 s; its peak memory 10 % lower);
-    a 4-point ``hobbit sim -m`` 1.26-1.72 s against 1.29-1.42 s (10 each)."""
+    touch there can stall in the kernel. Measured on a 2-core VM, fresh processes, alternated: the bundled trace's
+    decode took 0.033-0.95 s with mimalloc (over 0.07 s in 7 runs of 20, the excess system time), 0.041-0.055 s
+    with jemalloc (12 of 12); a 200,000-token trace read 2.8-8.3 s against 1.5-2.1 s (medians of 6: 4.0 and 1.7 s;
+    peak memory 10 % lower; in one stretch the reverse, 1.5-1.6 s against 3.4-3.7 s); a 4-point ``hobbit sim -m``
+    1.26-1.72 s against 1.29-1.42 s (10 each). README.md, "pyarrow's memory pool", has the table."""
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or not sys.platform.startswith("linux"):
         return
     if pa.default_memory_pool().backend_name == "mimalloc":
