@@ -3,18 +3,19 @@
 # kernels against the reference, and the achieved host-to-device bandwidth of the replay's
 # copies as a fraction of the calibrated B. Runs unchanged on any CUDA box with the project.
 #   benchmarks/gpu_check.sh            # SCALE=4 REQUESTS=3 OUT=outputs/gpu_check by default
+#   PY=python3 benchmarks/gpu_check.sh # a Python that already holds the project (a machine with no package index)
 # Ends with: gpu_check mape=<f> bias=<f> noise_mape=<f> copy_fraction=<f>
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/hobbit ] || make venv >/dev/null
-PY=.venv/bin/python
+PY=${PY:-.venv/bin/python}
+if [ "$PY" = .venv/bin/python ]; then [ -x .venv/bin/hobbit ] || make venv >/dev/null; fi
 OUT=${OUT:-outputs/gpu_check}
 SCALE=${SCALE:-4}
 REQUESTS=${REQUESTS:-3}
 mkdir -p "$OUT"
 $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('device:', torch.cuda.get_device_name(0))"
 $PY -m pytest -q -m gpu tests/test_executor.py
-.venv/bin/hobbit validate device=cuda scale="$SCALE" requests="$REQUESTS" threads=4 hydra.run.dir="$OUT/validate"
+$PY -m hobbit validate device=cuda scale="$SCALE" requests="$REQUESTS" threads=4 hydra.run.dir="$OUT/validate"
 $PY - "$OUT/validate/results.json" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

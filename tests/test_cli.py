@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -65,38 +66,67 @@ def test_console_script_runs(tmp_path, synthetic_small):
     assert r.returncode == 2 and "missing.parquet does not exist" in r.stderr
 
 
-def test_wheel_installs_one_package_hobbit(tmp_path):
-    """Built and installed into a fresh folder, the project adds ``hobbit`` (and its dist-info)
-    and nothing else at the top level; ``python -m hobbit`` runs from there, away from the repo."""
+def _dependencies_only(tmp_path: Path) -> Path:
+    """A folder of links to this environment's installed distributions, hobbit's own (its editable install and
+    import hook) left out: another environment sees the dependencies through it, and not the source tree."""
+    import sysconfig
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for p in site.iterdir():
+        if p.name.startswith(("__editable__", "hobbit")) or p.suffix == ".pth" or p.name == "__pycache__":
+            continue
+        (deps / p.name).symlink_to(p)
+    return deps
+
+
+@pytest.mark.slow
+def test_wheel_from_a_clean_copy_simulates_in_an_environment_of_its_own(tmp_path):
+    """Built from a copy of the tree (links kept, as a clone has them) and installed with its dependencies into a
+    new environment that holds no editable install and has no source tree on its path, the wheel adds ``hobbit``
+    (and its dist-info) and nothing else; ``hobbit --help`` and ``hobbit sim`` on the bundled trace (the compiled
+    core included) run there, away from the repository."""
     src = tmp_path / "src"  # a copy: building leaves build/ behind, and a stale one could leak into the wheel
     skip = shutil.ignore_patterns(".git", ".venv", "build", "outputs", "multirun", "*.egg-info", "__pycache__",
-                                  ".hypothesis", ".pytest_cache", "demo-out")
-    shutil.copytree(ROOT, src, ignore=skip)
+                                  ".hypothesis", ".pytest_cache", "demo-out", "site", ".whl")
+    shutil.copytree(ROOT, src, ignore=skip, symlinks=True)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                         str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     (whl,) = (tmp_path / "dist").glob("hobbit-*.whl")
-    target = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
-                        str(target), str(whl)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    top = {p.name for p in target.iterdir()} - {"bin"}  # bin/: the console script, not an import name
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=300)
+    py = env / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "dependencies.pth").write_text(f"{_dependencies_only(tmp_path)}\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    # with its dependencies: pip resolves the wheel's requirements against what the new environment sees
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-index", "-q", str(whl)], env=clean,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    top = {p.name for p in site.iterdir()} - {"dependencies.pth"}
     assert top == {"hobbit", f"{whl.name.split('-')[0]}-{whl.name.split('-')[1]}.dist-info"}, top
-    assert [p.name for p in (target / "bin").iterdir()] == ["hobbit"]
     for must in ["conf/__init__.py", "conf/demo.yaml", "conf/system/hobbit.yaml", "conf/traces/capture.yaml",
                  "traces/tiny/model.safetensors", "traces/tiny/config.json", "traces/tiny/tokenizer.json",
                  "traces/tiny/prompts.jsonl", "traces/tiny/trace.parquet", "sim/policies/eviction/mru.py",
-                 "cli.py", "__main__.py"]:
-        assert (target / "hobbit" / must).is_file(), must
-    entry = next(target.glob("*.dist-info")) / "entry_points.txt"
-    assert "hobbit = hobbit.cli:main" in entry.read_text()
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    code = "import hobbit, hobbit.sim.run as r; print(r.__file__)"
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.startswith(str(target)), r.stdout + r.stderr[-2000:]
-    r = subprocess.run([sys.executable, "-m", "hobbit", "--help"], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)
+                 "sim/fast/__init__.py", "sim/fast/walk.py", "cli.py", "__main__.py"]:
+        assert (site / "hobbit" / must).is_file() and not (site / "hobbit" / must).is_symlink(), must
+    code = "import sys, hobbit, hobbit.sim.run as r, hobbit.sim.fast as f; print(r.__file__, f.__file__, sys.path)"
+    r = subprocess.run([str(py), "-c", code], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run_file, fast_file, path = r.stdout.split(" ", 2)
+    assert run_file.startswith(str(site)) and fast_file.startswith(str(site)), r.stdout
+    assert str(ROOT) not in path and "__editable__" not in path, path
+    exe = env / "bin" / "hobbit"
+    r = subprocess.run([str(exe), "--help"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "usage: hobbit <command>" in r.stdout, r.stderr[-2000:]
+    r = subprocess.run([str(exe), "sim", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=clean,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["engine"] == "fast" and res["tokens"]["decode"] > 1000 and res["decode_ms_per_token"]["mean"] > 0, res
 
 
 def test_a_command_exits_without_the_interpreters_final_collections():
