@@ -64,8 +64,9 @@ def run_dirs(root: Path) -> list[Path]:
     report's, nor any under a hidden directory: a sweep's launched jobs (``.chunks/<n>-<j>``, each with Hydra's
     .hydra) write their points' runs beside them and are no runs themselves."""
     found = {p.parent for p in root.rglob("results.json")} | {p.parent for p in root.rglob(".hydra")}
-    return sorted(d for d in found if not any(part == "report" or part.startswith(".")
-                                              for part in d.relative_to(root).parts))
+    return sorted(
+        d for d in found if not any(part == "report" or part.startswith(".") for part in d.relative_to(root).parts)
+    )
 
 
 def aggregate(root: str | Path) -> Aggregate:

@@ -57,8 +57,12 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
     if not _varies(df, T1, T2):
         return []
     plt = pyplot()
-    panels = [(LAT, "decode latency (ms / token)", "viridis_r"), ("precision_rule_mix.high", "share high", "Blues"),
-              ("precision_rule_mix.low", "share low", "Oranges"), ("precision_rule_mix.skip", "share skipped", "Reds")]
+    panels = [
+        (LAT, "decode latency (ms / token)", "viridis_r"),
+        ("precision_rule_mix.high", "share high", "Blues"),
+        ("precision_rule_mix.low", "share low", "Oranges"),
+        ("precision_rule_mix.skip", "share skipped", "Reds"),
+    ]
     fig, axes = plt.subplots(1, 4, figsize=(17, 4))
     for ax, (col, label, cmap) in zip(axes, panels):
         grid = df.pivot_table(index=T2, columns=T1, values=col, aggfunc="min" if col == LAT else "mean")

@@ -43,8 +43,11 @@ def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     out = Path(root) / "report"
     out.mkdir(parents=True, exist_ok=True)
     df = agg.runs
-    lines = [f"# Sweep report: {Path(root).resolve().name}", "",
-             f"{len(df)} runs aggregated from `{Path(root).resolve()}`; table: `runs.parquet`."]
+    lines = [
+        f"# Sweep report: {Path(root).resolve().name}",
+        "",
+        f"{len(df)} runs aggregated from `{Path(root).resolve()}`; table: `runs.parquet`.",
+    ]
     if agg.problems:
         lines += ["", "Runs left out:", *[f"- {p}" for p in agg.problems]]
     if df.empty:
@@ -60,10 +63,17 @@ def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     df = df.sort_values(plots.LAT)
     knobs = [k for k in knob_columns(df) if k != "knob.system"]
     best = df.iloc[0]
-    lines += ["", "## Fastest configurations", "",
-              _table(df, ["run", "system", *knobs, plots.LAT, "decode_ms_per_token.p95", "hit_rate",
-                          "quality_proxy.degraded_mass"]),
-              "", f"Best: `{best['run']}` ({best['system']}) at {best[plots.LAT]:.2f} ms/token."]
+    lines += [
+        "",
+        "## Fastest configurations",
+        "",
+        _table(
+            df,
+            ["run", "system", *knobs, plots.LAT, "decode_ms_per_token.p95", "hit_rate", "quality_proxy.degraded_mass"],
+        ),
+        "",
+        f"Best: `{best['run']}` ({best['system']}) at {best[plots.LAT]:.2f} ms/token.",
+    ]
     figures = [
         ("Latency against quality", plots.latency_quality(df, out)),
         ("Precision thresholds", plots.t1_t2_heatmaps(df, out)),
@@ -72,8 +82,12 @@ def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     ]
     layers_file = Path(root) / best["run"] / "layers.parquet"
     if layers_file.is_file():
-        figures.append(("Per-layer stall of the best configuration",
-                        plots.layer_stall(pd.read_parquet(layers_file), f"{best['run']} ({best['system']})", out)))
+        figures.append(
+            (
+                "Per-layer stall of the best configuration",
+                plots.layer_stall(pd.read_parquet(layers_file), f"{best['run']} ({best['system']})", out),
+            )
+        )
     for title, files in figures:
         if files:
             lines += ["", f"## {title}", "", f"![{title}]({files[0].name})"]

@@ -19,8 +19,13 @@ def plot_reproduce(rows: list[dict[str, Any]], out: Path, tolerance: float) -> l
     lo = min([0.5] + [min(r["decode_speedup"], r["paper_decode_speedup"]) for r in pts]) / 1.3
     hi = max([2.0] + [max(r["decode_speedup"], r["paper_decode_speedup"]) for r in pts]) * 1.3
     ax.plot([lo, hi], [lo, hi], color="0.3", lw=1, label="ours = paper")
-    ax.fill_between([lo, hi], [lo * (1 - tolerance), hi * (1 - tolerance)], [lo * (1 + tolerance), hi * (1 + tolerance)],
-                    color="0.85", label=f"within {100 * tolerance:.0f} %")
+    ax.fill_between(
+        [lo, hi],
+        [lo * (1 - tolerance), hi * (1 - tolerance)],
+        [lo * (1 + tolerance), hi * (1 + tolerance)],
+        color="0.85",
+        label=f"within {100 * tolerance:.0f} %",
+    )
     ax.axhline(1.0, color="C3", lw=0.8, ls=":")
     ax.axvline(1.0, color="C3", lw=0.8, ls=":")
     colors: dict[str, str] = {}
@@ -28,8 +33,15 @@ def plot_reproduce(rows: list[dict[str, Any]], out: Path, tolerance: float) -> l
         key = f"{r['setup']} vs {r['baseline']}"
         first = key not in colors
         c = colors.setdefault(key, f"C{len(colors)}")
-        ax.scatter(r["paper_decode_speedup"], r["decode_speedup"], color=c, marker=MARKERS.get(r["model"], "^"), s=40,
-                   zorder=3, label=key if first else None)
+        ax.scatter(
+            r["paper_decode_speedup"],
+            r["decode_speedup"],
+            color=c,
+            marker=MARKERS.get(r["model"], "^"),
+            s=40,
+            zorder=3,
+            label=key if first else None,
+        )
     handles, _ = ax.get_legend_handles_labels()
     for model, m in MARKERS.items():
         handles.append(plt.Line2D([], [], color="0.4", marker=m, ls="", label=model))

@@ -16,16 +16,22 @@ def cpu_assisted(row: dict[str, Any]) -> bool:
 
 def compare_table(rows: list[dict[str, Any]]) -> str:
     """The ``hobbit compare`` table: ranked rows (``rank``, ``gap_to_oracle`` set), one per system."""
-    out = [("| rank | system | decode ms/token | p95 | prefill ms/request | hit rate | GB moved | degraded mass | "
-            "bound ms/token | x own bound | x oracle |"),
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        (
+            "| rank | system | decode ms/token | p95 | prefill ms/request | hit rate | GB moved | degraded mass | "
+            "bound ms/token | x own bound | x oracle |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         d, pre, b = r["decode_ms_per_token"], r["prefill_ms_per_request"], r["bound"]
         cpu = " (CPU)" if cpu_assisted(r) else ""
-        out.append(f"| {r['rank']} | {r['system']}{cpu} | {d['mean']:.1f} | {d['p95']:.1f} | {pre['mean']:.1f} | "
-                   f"{r['hit_rate']:.3f} | {r['bytes_loaded'] / 1e9:.1f} | {r['quality_proxy']['degraded_mass']:.3f} | "
-                   f"{b['decode_ms_per_token']:.1f} | "
-                   f"{r['gap_to_bound']:.2f} | {r['gap_to_oracle']:.2f} |")
+        out.append(
+            f"| {r['rank']} | {r['system']}{cpu} | {d['mean']:.1f} | {d['p95']:.1f} | {pre['mean']:.1f} | "
+            f"{r['hit_rate']:.3f} | {r['bytes_loaded'] / 1e9:.1f} | {r['quality_proxy']['degraded_mass']:.3f} | "
+            f"{b['decode_ms_per_token']:.1f} | "
+            f"{r['gap_to_bound']:.2f} | {r['gap_to_oracle']:.2f} |"
+        )
     return "\n".join(out)
 
 
@@ -38,8 +44,9 @@ def plot_compare(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path
     stall = [min(r["stall_ms_per_token"], t) for r, t in zip(rows, total)]
     bound = [r["bound"]["decode_ms_per_token"] for r in rows]
     pre = [r["prefill_ms_per_request"]["mean"] for r in rows]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 0.42 * len(rows) + 1.8), sharey=True,
-                                  gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, ax2) = plt.subplots(
+        1, 2, figsize=(11, 0.42 * len(rows) + 1.8), sharey=True, gridspec_kw={"width_ratios": [3, 2]}
+    )
     y = list(range(len(rows)))
     ax.barh(y, [t - s for t, s in zip(total, stall)], color="C0", label="compute and other work")
     ax.barh(y, stall, left=[t - s for t, s in zip(total, stall)], color="C3", label="waiting for expert weights")

@@ -22,9 +22,19 @@ from hobbit.traces.io import atomic_write_json
 
 US = 1e6
 GAP_S = 0.0  # aligned passes sit back to back
-COLORS = {"dense": "#8c8c8c", "issue": "#bdbdbd", "stall": "#d62728", "wait_cpu": "#ff9896", "head": "#636363", "settle": "#e7ba52",
-          "expert high": "#1f77b4", "expert low": "#aec7e8", "cpu_expert": "#2ca02c",
-          "copy demand": "#ff7f0e", "copy prefetch": "#9467bd"}
+COLORS = {
+    "dense": "#8c8c8c",
+    "issue": "#bdbdbd",
+    "stall": "#d62728",
+    "wait_cpu": "#ff9896",
+    "head": "#636363",
+    "settle": "#e7ba52",
+    "expert high": "#1f77b4",
+    "expert low": "#aec7e8",
+    "cpu_expert": "#2ca02c",
+    "copy demand": "#ff7f0e",
+    "copy prefetch": "#9467bd",
+}
 
 
 def _offsets(runs: list[tuple[str, Any]], align: bool) -> list[np.ndarray]:
@@ -59,22 +69,41 @@ def chrome_trace(runs: list[tuple[str, Any]], align: bool = False, meta: dict | 
         events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": pid}})
         for tid, track in enumerate(s.tracks, start=1):
             events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track}})
-            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
-                           "args": {"sort_index": tid}})
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
         for sl in s.slices:
             d = _shift(s, off, sl.pass_index)
             ts, end = _us(sl.start + d), _us(sl.end + d)  # the end rounded as the next start is: slices abut
-            events.append({"ph": "X", "pid": pid, "tid": s.tracks.index(sl.track) + 1, "name": sl.name,
-                           "cat": sl.kind, "ts": ts, "dur": round(end - ts, 3), "args": sl.args})
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": s.tracks.index(sl.track) + 1,
+                    "name": sl.name,
+                    "cat": sl.kind,
+                    "ts": ts,
+                    "dur": round(end - ts, 3),
+                    "args": sl.args,
+                }
+            )
         for t, p, held in s.counters:
-            events.append({"ph": "C", "pid": pid, "tid": 0, "name": "cache copies held",
-                           "ts": _us(t + _shift(s, off, p)), "args": held})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"aligned": bool(align), "passes": list(runs[0][1].window), **(meta or {})}}
+            events.append(
+                {
+                    "ph": "C",
+                    "pid": pid,
+                    "tid": 0,
+                    "name": "cache copies held",
+                    "ts": _us(t + _shift(s, off, p)),
+                    "args": held,
+                }
+            )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"aligned": bool(align), "passes": list(runs[0][1].window), **(meta or {})},
+    }
 
 
-def write_timeline(path: Path, runs: list[tuple[str, Any]], align: bool = False,
-                   meta: dict | None = None) -> Path:
+def write_timeline(path: Path, runs: list[tuple[str, Any]], align: bool = False, meta: dict | None = None) -> Path:
     """``timeline.json`` (atomically)."""
     return atomic_write_json(path, chrome_trace(runs, align, meta))
 
@@ -89,20 +118,32 @@ def _color(sl) -> str:
 
 def first_decode(s: Any) -> int:
     """The first decode pass of a schedule's window (its first pass when it has none)."""
-    return min((sl.pass_index for sl in s.slices if sl.kind == "token" and sl.args.get("phase") == "decode"),
-               default=s.window[0])
+    return min(
+        (sl.pass_index for sl in s.slices if sl.kind == "token" and sl.args.get("phase") == "decode"),
+        default=s.window[0],
+    )
 
 
-def plot_gantt(runs: list[tuple[str, Any]], out: Path, passes: int = 3, align: bool = True,
-               name: str = "gantt", first: int | None = None) -> list[Path]:
+def plot_gantt(
+    runs: list[tuple[str, Any]],
+    out: Path,
+    passes: int = 3,
+    align: bool = True,
+    name: str = "gantt",
+    first: int | None = None,
+) -> list[Path]:
     """A Gantt chart of ``passes`` passes from ``first`` (default: the window's first decode pass): a row
     per run and track (the runs in order, top to bottom), work coloured by kind, pass boundaries dashed."""
     plt = pyplot()
     offsets = _offsets(runs, align)
     a = first_decode(runs[0][1]) if first is None else first
     last = min(a + passes, runs[0][1].window[1])
-    rows = [(run, track) for run, s in runs for track in s.tracks
-            if track != "cpu" or any(sl.track == track for sl in s.slices)]
+    rows = [
+        (run, track)
+        for run, s in runs
+        for track in s.tracks
+        if track != "cpu" or any(sl.track == track for sl in s.slices)
+    ]
     fig, ax = plt.subplots(figsize=(13, 0.55 * len(rows) + 1.6))
     seen: set[str] = set()
     for (run, s), off in zip(runs, offsets):
@@ -110,12 +151,24 @@ def plot_gantt(runs: list[tuple[str, Any]], out: Path, passes: int = 3, align: b
             if not a <= sl.pass_index < last or sl.kind in ("token", "layer"):
                 continue
             y = len(rows) - 1 - rows.index((run, sl.track))
-            label = sl.kind if sl.kind not in ("expert", "copy") else (
-                f"expert {sl.args['precision']}" if sl.kind == "expert"
-                else f"copy {'demand' if sl.args['demand'] else 'prefetch'}")
+            label = (
+                sl.kind
+                if sl.kind not in ("expert", "copy")
+                else (
+                    f"expert {sl.args['precision']}"
+                    if sl.kind == "expert"
+                    else f"copy {'demand' if sl.args['demand'] else 'prefetch'}"
+                )
+            )
             start = (sl.start + _shift(s, off, sl.pass_index)) * 1e3
-            ax.broken_barh([(start, sl.dur * 1e3)], (y - 0.38, 0.76), facecolors=_color(sl), edgecolor="none",
-                           linewidth=0, label=None if label in seen else label)
+            ax.broken_barh(
+                [(start, sl.dur * 1e3)],
+                (y - 0.38, 0.76),
+                facecolors=_color(sl),
+                edgecolor="none",
+                linewidth=0,
+                label=None if label in seen else label,
+            )
             seen.add(label)
         for p in range(a, last):
             x = (s.pass_start[p] + _shift(s, off, p)) * 1e3

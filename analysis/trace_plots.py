@@ -23,7 +23,9 @@ def plot_trace_summary(s: dict[str, Any], out: Path) -> list[Path]:
     im = ax.imshow(share, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_xlabel("expert id")
     ax.set_ylabel("MoE layer")
-    ax.set_yticks(range(len(layers))[:: max(1, len(layers) // 8)], [str(x) for x in layers][:: max(1, len(layers) // 8)])
+    ax.set_yticks(
+        range(len(layers))[:: max(1, len(layers) // 8)], [str(x) for x in layers][:: max(1, len(layers) // 8)]
+    )
     ax.set_title("expert load (share of the layer's selections)")
     fig.colorbar(im, ax=ax, label="share")
     ax = axes[1]
@@ -31,8 +33,13 @@ def plot_trace_summary(s: dict[str, Any], out: Path) -> list[Path]:
     per = reuse.get("per_layer") or []
     if per:
         ax.plot(layers[: len(per)], per, "o-", ms=3, label="measured")
-        ax.plot(layers[: len(per)], reuse["baseline_per_layer"], "--", color="C1",
-                label="expected from the layer's load alone")
+        ax.plot(
+            layers[: len(per)],
+            reuse["baseline_per_layer"],
+            "--",
+            color="C1",
+            label="expected from the layer's load alone",
+        )
     ax.axhline(m["top_k"] / m["num_experts"], color="grey", ls=":", label="uniform load (top_k / experts)")
     ax.set_ylim(0, 1)
     ax.set_xlabel("MoE layer")

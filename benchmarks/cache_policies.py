@@ -23,22 +23,25 @@ POLICIES = ("multidim", "lru", "lfu", "fifo", "lfru", "arc", "s3fifo", "sieve", 
 
 
 def _run(trace, model: str, system: str, policy: str, *over: str) -> tuple[float, float]:
-    cfg = configure(model, "rtx4090-pcie4", system, engine="plain",
-                    overrides=[f"system.cache.policy={policy}", *over])
+    cfg = configure(model, "rtx4090-pcie4", system, engine="plain", overrides=[f"system.cache.policy={policy}", *over])
     s = simulate_config(trace, cfg).summary
     return s["decode_ms_per_token"]["mean"], s["hit_rate"]
 
 
 def cases() -> list[tuple[str, object, str, list[str]]]:
     flame, qwen = flame_and_qwen(Path("/tmp/hobbit-cache-policies"))
-    return [("bundled, 4090", read_trace(), "mixtral-8x7b", []),
-            ("FLAME-290M, 3 GB", flame, "flame-moe-290m", ["hardware.device_memory_bytes=3000000000"]),
-            ("Qwen1.5-MoE, 12 GB", qwen, "qwen1.5-moe-a2.7b", [f"hardware.device_memory_bytes={12 * 2**30}"])]
+    return [
+        ("bundled, 4090", read_trace(), "mixtral-8x7b", []),
+        ("FLAME-290M, 3 GB", flame, "flame-moe-290m", ["hardware.device_memory_bytes=3000000000"]),
+        ("Qwen1.5-MoE, 12 GB", qwen, "qwen1.5-moe-a2.7b", [f"hardware.device_memory_bytes={12 * 2**30}"]),
+    ]
 
 
 def table(system: str, title: str, jobs: int) -> None:
     cs = cases()
-    got = Parallel(n_jobs=jobs)(delayed(_run)(tr, model, system, p, *extra) for p in POLICIES for _, tr, model, extra in cs)
+    got = Parallel(n_jobs=jobs)(
+        delayed(_run)(tr, model, system, p, *extra) for p in POLICIES for _, tr, model, extra in cs
+    )
     res = {(p, c[0]): got[i * len(cs) + j] for i, p in enumerate(POLICIES) for j, c in enumerate(cs)}
     print(f"\n{title}: decode ms/token (hit rate); x: over the best non-oracle policy of the column\n")
     print("| policy | " + " | ".join(c[0] for c in cs) + " |")

@@ -61,8 +61,10 @@ def main() -> None:
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     for k, v in med.items():
         print(f"{k:<11} {v:7.2f} ms/token (median of {args.repeats})")
-    print(f"plain_ms_per_token={med['plain']:.3f} hooks_ratio={med['hooks'] / med['plain']:.3f} "
-          f"lookahead3_ratio={med['lookahead3'] / med['plain']:.3f}")
+    print(
+        f"plain_ms_per_token={med['plain']:.3f} hooks_ratio={med['hooks'] / med['plain']:.3f} "
+        f"lookahead3_ratio={med['lookahead3'] / med['plain']:.3f}"
+    )
 
 
 if __name__ == "__main__":

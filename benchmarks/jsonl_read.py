@@ -60,8 +60,10 @@ def main() -> None:
     for mode, g in got.items():
         print(read_line(mode, g))
     a = got["arrow"]
-    print(f"jsonl_rows_per_s={a['rows'] / a['seconds']:.0f} ratio_vs_lines={got['lines']['seconds'] / a['seconds']:.2f} "
-          f"peak_mib={a['peak_kb'] / 1024:.0f}")
+    print(
+        f"jsonl_rows_per_s={a['rows'] / a['seconds']:.0f} ratio_vs_lines={got['lines']['seconds'] / a['seconds']:.2f} "
+        f"peak_mib={a['peak_kb'] / 1024:.0f}"
+    )
 
 
 if __name__ == "__main__":

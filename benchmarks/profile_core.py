@@ -42,7 +42,7 @@ def short(symbol: str) -> str:
     while i < len(symbol) and symbol[i].isdigit():
         m = re.match(r"\d+", symbol[i:])
         n, i = int(m.group()), i + len(m.group())
-        parts.append(symbol[i:i + n])
+        parts.append(symbol[i : i + n])
         i += n
     prefix = "wrapper " if symbol.startswith(("cfunc.", "_ZN7cpython")) else ""
     return prefix + ".".join(parts[-2:])
@@ -79,8 +79,9 @@ def symbols() -> list[str]:
                 for obj, libs in objects(disp):
                     path = Path(d) / "o.o"
                     path.write_bytes(obj)
-                    nm = subprocess.run(["nm", "-S", "--defined-only", str(path)], capture_output=True, text=True,
-                                        check=True).stdout
+                    nm = subprocess.run(
+                        ["nm", "-S", "--defined-only", str(path)], capture_output=True, text=True, check=True
+                    ).stdout
                     for row in nm.splitlines():
                         parts = row.split()
                         if len(parts) != 4 or parts[2] not in "tTW":  # the helpers a caller did not inline: W
@@ -109,10 +110,17 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0, help="how long to record")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--system", default="hobbit", help="a conf/system option (default: hobbit)")
-    ap.add_argument("--fresh", action="store_true", help="compile the core afresh (about 90 s) instead of reading "
-                    "the object code numba's cache holds")
-    ap.add_argument("--profile-share", type=float, default=0.0,
-                    help="the requests held out as the profile (0.25 for a system that learns from one, moe-infinity)")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="compile the core afresh (about 90 s) instead of reading the object code numba's cache holds",
+    )
+    ap.add_argument(
+        "--profile-share",
+        type=float,
+        default=0.0,
+        help="the requests held out as the profile (0.25 for a system that learns from one, moe-infinity)",
+    )
     args = ap.parse_args()
     for tool in ("perf", "nm"):
         if shutil.which(tool) is None:
@@ -126,7 +134,7 @@ def main() -> None:
 
     extra = ["model=qwen3.5-397b-a17b", "hardware=h200-pcie5"] if args.topology == "qwen" else []
     cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", *extra])
-    trace = (qwen_trace(args.tokens or 1920) if args.topology == "qwen" else repeated_trace(args.tokens or 10_000))
+    trace = qwen_trace(args.tokens or 1920) if args.topology == "qwen" else repeated_trace(args.tokens or 10_000)
     if CACHE:
         print(f"compiling the core afresh into {CACHE} (about 90 s) ...", flush=True)
     simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=args.profile_share)
@@ -142,10 +150,14 @@ def main() -> None:
     perf.wait()
     n = len(trace.arrays)
     print(f"{len(runs)} runs, best {min(runs):.3f} s ({n / min(runs):,.0f} token-layers/s)")
-    report = subprocess.run(["perf", "report", "-i", "core.perf.data", "--no-children", "--sort", "sym",
-                             "--stdio"], check=True, capture_output=True, text=True).stdout
+    report = subprocess.run(
+        ["perf", "report", "-i", "core.perf.data", "--no-children", "--sort", "sym", "--stdio"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     rows = [r for r in report.splitlines() if r.strip() and not r.startswith("#")]
-    print("\n".join(rows[:args.top]))
+    print("\n".join(rows[: args.top]))
     if CACHE:
         shutil.rmtree(CACHE, ignore_errors=True)
 

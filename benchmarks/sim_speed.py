@@ -55,10 +55,12 @@ def repeated_trace(tokens: int):
     cum = np.cumsum(np.tile(per_req, reps))
     keep_reqs = int(np.searchsorted(cum, tokens)) + 1  # whole requests, at least ``tokens`` tokens
     full, part = divmod(keep_reqs, n_req)
-    rows = np.concatenate([np.arange(len(a))] * full + [np.flatnonzero(req < part)] if part else
-                          [np.arange(len(a))] * full)
-    shift = np.repeat(np.arange(full + (1 if part else 0)) * n_req,
-                      [len(a)] * full + ([int((req < part).sum())] if part else []))
+    rows = np.concatenate(
+        [np.arange(len(a))] * full + [np.flatnonzero(req < part)] if part else [np.arange(len(a))] * full
+    )
+    shift = np.repeat(
+        np.arange(full + (1 if part else 0)) * n_req, [len(a)] * full + ([int((req < part).sum())] if part else [])
+    )
     out = a.take(rows)
     out = TraceArrays(**{f: getattr(out, f) for f in TraceArrays.__dataclass_fields__})
     out.request_id = (out.request_id + shift).astype(a.request_id.dtype)
@@ -70,9 +72,19 @@ def qwen_trace(tokens: int):
     from hobbit.traces.synthetic import SyntheticConfig, generate
 
     requests = max(tokens // 160, 1)
-    arrays, meta = generate(SyntheticConfig(name="synthetic-qwen3.5-397b", num_layers=60, num_experts=512, top_k=10,
-                                            requests=requests, prompt_tokens=32, decode_tokens=128,
-                                            lookahead_depth=2, seed=0))
+    arrays, meta = generate(
+        SyntheticConfig(
+            name="synthetic-qwen3.5-397b",
+            num_layers=60,
+            num_experts=512,
+            top_k=10,
+            requests=requests,
+            prompt_tokens=32,
+            decode_tokens=128,
+            lookahead_depth=2,
+            seed=0,
+        )
+    )
     return Trace(meta, arrays, "synthetic qwen3.5-397b topology")
 
 
@@ -96,15 +108,15 @@ def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, float, object]:
     from hobbit.sim.run import simulate
 
     n = len(trace.arrays)
-    res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0,
-                   keep_decisions=False)
+    res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0, keep_decisions=False)
     fresh, prepared = [], []
     for _ in range(repeats):
         forget()
         for times in (fresh, prepared):
             t0 = time.perf_counter()
-            res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0,
-                           keep_decisions=False)
+            res = simulate(
+                trace, cfg.model, cfg.hardware, cfg.system, engine=engine, profile_share=0.0, keep_decisions=False
+            )
             times.append(time.perf_counter() - t0)
     return n / statistics.median(fresh), n / statistics.median(prepared), res
 
@@ -120,8 +132,12 @@ def main() -> None:
     ap.add_argument("--qwen-tokens", type=int, default=2000)
     ap.add_argument("--scale", default="10000,100000,1000000", help="token counts of the scale runs ('' for none)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--systems", default="", help="'all' (every conf/system preset) or a comma list: each one's "
-                    "compiled-core rate on both traces, a table before the last lines ('' for none)")
+    ap.add_argument(
+        "--systems",
+        default="",
+        help="'all' (every conf/system preset) or a comma list: each one's "
+        "compiled-core rate on both traces, a table before the last lines ('' for none)",
+    )
     args = ap.parse_args()
 
     cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}"])
@@ -131,27 +147,42 @@ def main() -> None:
     fast, fast_prep, a = rate(trace, cfg, "fast", args.repeats)
     ref, _, b = rate(trace, cfg, "plain", 1)
     assert np.allclose(a.timeline.pass_end, b.timeline.pass_end, rtol=1e-9, atol=0), "the engines disagree"
-    print(f"  fast  {fast:12,.0f} token-layers/s ({fast_prep:,.0f} with the layout prepared, as in a sweep)\n"
-          f"  plain {ref:12,.0f} token-layers/s (reference)")
+    print(
+        f"  fast  {fast:12,.0f} token-layers/s ({fast_prep:,.0f} with the layout prepared, as in a sweep)\n"
+        f"  plain {ref:12,.0f} token-layers/s (reference)"
+    )
 
-    qcfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", "model=qwen3.5-397b-a17b",
-                                      "hardware=h200-pcie5"])
+    qcfg = compose(
+        "sim", SimConfig, ["out_dir=.", f"system={args.system}", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5"]
+    )
     q = qwen_trace(args.qwen_tokens)
     nq = len(q.arrays)
     q_fast, q_prep, _ = rate(q, qcfg, "fast", args.repeats)
     q_ref, _, _ = rate(first_tokens(q, 160), qcfg, "plain", 1)
     print(f"qwen3.5-397b topology: {nq // 60} tokens x 60 layers = {nq} token-layers")
-    print(f"  fast  {q_fast:12,.0f} token-layers/s ({q_prep:,.0f} with the layout prepared)\n"
-          f"  plain {q_ref:12,.0f} token-layers/s (reference, first 160 tokens)")
+    print(
+        f"  fast  {q_fast:12,.0f} token-layers/s ({q_prep:,.0f} with the layout prepared)\n"
+        f"  plain {q_ref:12,.0f} token-layers/s (reference, first 160 tokens)"
+    )
     if qcfg.system.cache.policy == "multidim":
-        ncfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", "model=qwen3.5-397b-a17b",
-                                          "hardware=h200-pcie5", "system.cache.multidim.w_fld=0"])
+        ncfg = compose(
+            "sim",
+            SimConfig,
+            [
+                "out_dir=.",
+                f"system={args.system}",
+                "model=qwen3.5-397b-a17b",
+                "hardware=h200-pcie5",
+                "system.cache.multidim.w_fld=0",
+            ],
+        )
         q_nofld, _, _ = rate(q, ncfg, "fast", args.repeats)
         print(f"  fast, w_fld=0 {q_nofld:12,.0f} token-layers/s ({q_nofld / q_fast:.2f}x the default weights')")
 
     scale = [int(x) for x in args.scale.split(",") if x]
     if scale:
         print("scale (compiled core, whole run from a fresh trace object: layout included):")
+
     def peak(tr, keep: bool) -> float:
         """MiB allocated at the most during a run (tracing slows allocation: a run of its own)."""
         forget()
@@ -171,9 +202,11 @@ def main() -> None:
         simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0, keep_decisions=False)
         dt = time.perf_counter() - t0
         streamed, kept = peak(tr, False), peak(tr, True)
-        print(f"  {tokens:>9,} tokens: {dt:8.2f} s  {len(tr.arrays) / dt:12,.0f} token-layers/s  "
-              f"peak {streamed:8.0f} MiB allocated during the run, {kept:.0f} keeping its decisions "
-              f"(the trace's arrays: {own / 2**20:.0f} MiB)")
+        print(
+            f"  {tokens:>9,} tokens: {dt:8.2f} s  {len(tr.arrays) / dt:12,.0f} token-layers/s  "
+            f"peak {streamed:8.0f} MiB allocated during the run, {kept:.0f} keeping its decisions "
+            f"(the trace's arrays: {own / 2**20:.0f} MiB)"
+        )
     if args.systems:
         from hobbit.compare import all_systems
 
@@ -182,10 +215,14 @@ def main() -> None:
         print(f"  {'system':24s} {'mixtral topology':>18s} {'qwen topology':>16s}")
         for name in names:
             mcfg = compose("sim", SimConfig, ["out_dir=.", f"system={name}"])
-            qc = compose("sim", SimConfig, ["out_dir=.", f"system={name}", "model=qwen3.5-397b-a17b",
-                                            "hardware=h200-pcie5"])
-            print(f"  {name:24s} {rate(trace, mcfg, 'fast', args.repeats)[0]:18,.0f} "
-                  f"{rate(q, qc, 'fast', args.repeats)[0]:16,.0f}", flush=True)
+            qc = compose(
+                "sim", SimConfig, ["out_dir=.", f"system={name}", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5"]
+            )
+            print(
+                f"  {name:24s} {rate(trace, mcfg, 'fast', args.repeats)[0]:18,.0f} "
+                f"{rate(q, qc, 'fast', args.repeats)[0]:16,.0f}",
+                flush=True,
+            )
     print(f"qwen_token_layers_per_s={q_fast:.0f} qwen_ratio_vs_reference={q_fast / q_ref:.1f}")
     print(f"token_layers_per_s={fast:.0f} ratio_vs_reference={fast / ref:.1f}")
 

@@ -47,12 +47,23 @@ def grid(points: int) -> list[str]:
     return out
 
 
-def sweep(points: int, jobs: int, out: Path, launcher: str | None = None, trace: Path | None = None
-          ) -> tuple[float, int]:
+def sweep(
+    points: int, jobs: int, out: Path, launcher: str | None = None, trace: Path | None = None
+) -> tuple[float, int]:
     """(seconds the command took, run directories it wrote)."""
-    cmd = [sys.executable, "-m", "hobbit", "sim", "-m", *grid(points), "use_cache=false",
-           *([f"hydra/launcher={launcher}"] if launcher else []), *([f"trace={trace}"] if trace else []),
-           f"hydra.launcher.n_jobs={jobs}", f"hydra.sweep.dir={out}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hobbit",
+        "sim",
+        "-m",
+        *grid(points),
+        "use_cache=false",
+        *([f"hydra/launcher={launcher}"] if launcher else []),
+        *([f"trace={trace}"] if trace else []),
+        f"hydra.launcher.n_jobs={jobs}",
+        f"hydra.sweep.dir={out}",
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
     return time.perf_counter() - t0, len(list(out.glob("*/results.json")))
@@ -62,8 +73,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", type=int, default=200)
     ap.add_argument("--launcher", default=None, help="a hydra/launcher option (default: hobbit sim's, hobbit)")
-    ap.add_argument("--tokens", type=int, default=0, help="sweep the bundled trace's requests repeated to this many "
-                    "tokens (sim_speed.repeated_trace) instead of the bundled trace: heavier points, the same start")
+    ap.add_argument(
+        "--tokens",
+        type=int,
+        default=0,
+        help="sweep the bundled trace's requests repeated to this many "
+        "tokens (sim_speed.repeated_trace) instead of the bundled trace: heavier points, the same start",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         trace = None
@@ -82,15 +98,19 @@ def main() -> None:
             wall, n = sweep(args.points, jobs, Path(d) / f"sweep{jobs}", args.launcher, trace)
             rate[jobs], beyond[jobs] = n / (wall / 60), (n - 4) / ((wall - small) / 60)
             smalls[jobs], walls[jobs] = small, wall
-            print(f"n_jobs={jobs}: {n} configurations in {wall:.1f} s, {rate[jobs]:.1f} / minute; a 4-point sweep took "
-                  f"{small:.1f} s, the other {n - 4} points {rate[jobs] and beyond[jobs]:.1f} / minute")
+            print(
+                f"n_jobs={jobs}: {n} configurations in {wall:.1f} s, {rate[jobs]:.1f} / minute; a 4-point sweep took "
+                f"{small:.1f} s, the other {n - 4} points {rate[jobs] and beyond[jobs]:.1f} / minute"
+            )
     print(f"beyond the fixed start: ratio_2_workers={beyond[2] / beyond[1]:.2f}")
     # what two workers could give, whole commands, if the start stayed as with one and every point took exactly half
     # the time: the start is the 4-point sweep less its points (at the one-worker rate beyond it); 1.9 needs that
     # start under about 1/18 of the points' time
     start = smalls[1] - 4 * 60 / beyond[1]
-    print(f"with a perfect split beyond the start (about {start:.1f} s of {walls[1]:.1f} s with one worker): "
-          f"ratio_2_workers about {walls[1] / (start + (walls[1] - start) / 2):.2f}")
+    print(
+        f"with a perfect split beyond the start (about {start:.1f} s of {walls[1]:.1f} s with one worker): "
+        f"ratio_2_workers about {walls[1] / (start + (walls[1] - start) / 2):.2f}"
+    )
     print(f"configs_per_min={rate[1]:.1f} ratio_2_workers={rate[2] / rate[1]:.2f}")
 
 

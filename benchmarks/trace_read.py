@@ -61,16 +61,19 @@ def measure(mode: str, path: Path, repeats: int, script: str = __file__) -> dict
     fresh processes."""
     runs = []
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, script, "--child", mode, str(path)], check=True, capture_output=True,
-                             text=True).stdout
+        out = subprocess.run(
+            [sys.executable, script, "--child", mode, str(path)], check=True, capture_output=True, text=True
+        ).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def read_line(mode: str, g: dict[str, float]) -> str:
     """One mode's figures (``measure``'s): rows, seconds, rows per second, peak over the start."""
-    return (f"  {mode:<7} {g['rows']:,.0f} rows in {g['seconds']:.2f} s ({g['rows'] / g['seconds']:,.0f} rows/s); "
-            f"peak {g['peak_kb'] / 1024:,.0f} MiB over the start")
+    return (
+        f"  {mode:<7} {g['rows']:,.0f} rows in {g['seconds']:.2f} s ({g['rows'] / g['seconds']:,.0f} rows/s); "
+        f"peak {g['peak_kb'] / 1024:,.0f} MiB over the start"
+    )
 
 
 def arguments(doc: str, tokens: int, child_of) -> argparse.Namespace | None:
@@ -108,8 +111,10 @@ def main() -> None:
         what = "the table" if mode == "decode" else "the arrays"
         print(f"{read_line(mode, g)}, {what} {g['held'] / 2**20:,.0f} MiB")
     r = got["read"]
-    print(f"read_rows_per_s={r['rows'] / r['seconds']:.0f} ratio_vs_decode={r['seconds'] / got['decode']['seconds']:.2f} "
-          f"peak_over_arrays={r['peak_kb'] * 1024 / r['held']:.2f}")
+    print(
+        f"read_rows_per_s={r['rows'] / r['seconds']:.0f} ratio_vs_decode={r['seconds'] / got['decode']['seconds']:.2f} "
+        f"peak_over_arrays={r['peak_kb'] * 1024 / r['held']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ def _weights(w: tuple[float, ...]) -> list[str]:
 
 
 def grid() -> list[tuple[float, ...]]:
-    pts = [tuple(c / STEP for c in combo) for combo in itertools.product(range(STEP + 1), repeat=4) if sum(combo) == STEP]
+    pts = [
+        tuple(c / STEP for c in combo) for combo in itertools.product(range(STEP + 1), repeat=4) if sum(combo) == STEP
+    ]
     return sorted(pts)
 
 
@@ -44,23 +46,33 @@ def main(jobs: int = 2) -> None:
     ms = Parallel(n_jobs=jobs)(delayed(_ms)(bundled, "mixtral-8x7b", "rtx4090-pcie4", *_weights(w)) for w in pts)
     ranked = sorted(zip(ms, pts))
     best = ranked[0][1]
-    print(f"calibration (bundled trace, mixtral-8x7b on rtx4090-pcie4, {len(pts)} points): best w_lru, w_lfu, "
-          f"w_lhu, w_fld = {best}: {ranked[0][0]:.1f} ms/token; worst {ranked[-1][0]:.1f}")
+    print(
+        f"calibration (bundled trace, mixtral-8x7b on rtx4090-pcie4, {len(pts)} points): best w_lru, w_lfu, "
+        f"w_lhu, w_fld = {best}: {ranked[0][0]:.1f} ms/token; worst {ranked[-1][0]:.1f}"
+    )
     for m, w in ranked[:5]:
         print(f"  {w}: {m:.1f}")
     flame, qwen = flame_and_qwen(Path("/tmp/hobbit-tune-weights"))
-    cases = [("bundled, 4090", bundled, "mixtral-8x7b", []),
-             ("FLAME-290M, 3 GB", flame, "flame-moe-290m", ["hardware.device_memory_bytes=3000000000"]),
-             ("Qwen1.5-MoE, 12 GB", qwen, "qwen1.5-moe-a2.7b", [f"hardware.device_memory_bytes={12 * 2**30}"])]
-    variants = [("tuned " + str(best), _weights(best), "hobbit"), ("equal", _weights((0.25,) * 4), "hobbit"),
-                ("FLD only", _weights((0, 0, 0, 1)), "hobbit"), ("LRU term only", _weights((1, 0, 0, 0)), "hobbit"),
-                ("LFU term only", _weights((0, 1, 0, 0)), "hobbit"), ("LHU term only", _weights((0, 0, 1, 0)), "hobbit"),
-                ("hobbit-lru", [], "hobbit-lru")]
+    cases = [
+        ("bundled, 4090", bundled, "mixtral-8x7b", []),
+        ("FLAME-290M, 3 GB", flame, "flame-moe-290m", ["hardware.device_memory_bytes=3000000000"]),
+        ("Qwen1.5-MoE, 12 GB", qwen, "qwen1.5-moe-a2.7b", [f"hardware.device_memory_bytes={12 * 2**30}"]),
+    ]
+    variants = [
+        ("tuned " + str(best), _weights(best), "hobbit"),
+        ("equal", _weights((0.25,) * 4), "hobbit"),
+        ("FLD only", _weights((0, 0, 0, 1)), "hobbit"),
+        ("LRU term only", _weights((1, 0, 0, 0)), "hobbit"),
+        ("LFU term only", _weights((0, 1, 0, 0)), "hobbit"),
+        ("LHU term only", _weights((0, 0, 1, 0)), "hobbit"),
+        ("hobbit-lru", [], "hobbit-lru"),
+    ]
     print("\n| weights (w_lru, w_lfu, w_lhu, w_fld) | " + " | ".join(c[0] for c in cases) + " |")
     print("|---|" + "---|" * len(cases))
     for name, over, system in variants:
-        row = Parallel(n_jobs=jobs)(delayed(_ms)(tr, model, "rtx4090-pcie4", *extra, *over, system=system)
-                                    for _, tr, model, extra in cases)
+        row = Parallel(n_jobs=jobs)(
+            delayed(_ms)(tr, model, "rtx4090-pcie4", *extra, *over, system=system) for _, tr, model, extra in cases
+        )
         print(f"| {name} | " + " | ".join(f"{x:.2f}" for x in row) + " |")
 
 

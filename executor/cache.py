@@ -54,8 +54,9 @@ class DeviceCache:
         cls = key[2]
         if key not in self.resident:
             if not pinned and self.count[cls] >= self.slots[cls]:
-                raise CacheOverflow(f"pool {cls} would hold {self.count[cls] + 1} experts, "
-                                    f"it has {self.slots[cls]} slots")
+                raise CacheOverflow(
+                    f"pool {cls} would hold {self.count[cls] + 1} experts, it has {self.slots[cls]} slots"
+                )
             self.count[cls] += 1
             self.peak[cls] = max(self.peak[cls], self.count[cls])
         self.resident[key] = buf

@@ -138,8 +138,12 @@ class ExpertProbe:
             self.runs[name] = (k, _Cycle(k.views(store.experts[(*key, cls)].to(dev)) for key in keys), x.to(dev), dev)
         host = store.kernels[HIGH]
         keys = every[: max(1, -(-ROTATION_BYTES // host.nbytes))]
-        self.runs["cpu"] = (host, _Cycle(host.views(store.experts[(*key, HIGH)]) for key in keys), x,
-                            torch.device("cpu"))
+        self.runs["cpu"] = (
+            host,
+            _Cycle(host.views(store.experts[(*key, HIGH)]) for key in keys),
+            x,
+            torch.device("cpu"),
+        )
         self.calls = {name: [MIN_CALLS] * len(tokens) for name in self.runs}
 
     def round(self) -> dict[str, list[float]]:
@@ -266,9 +270,16 @@ class ContentionProbe:
 ROUNDS = 15  # calibration rounds; each measures every shape of every part once, a value is its rounds reduced
 
 
-def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None] = print,
-              copy_cpu: int | None = None, statistic: str = "min", rounds: int = ROUNDS,
-              group: int = SAMPLES, between: Callable[[int], None] | None = None) -> ProfileConfig:
+def calibrate(
+    store: HostStore,
+    device_name: str,
+    progress: Callable[[str], None] = print,
+    copy_cpu: int | None = None,
+    statistic: str = "min",
+    rounds: int = ROUNDS,
+    group: int = SAMPLES,
+    between: Callable[[int], None] | None = None,
+) -> ProfileConfig:
     """Measure everything but the loop overhead and the cost of a copy (``validate.overhead_sample`` and
     ``copy_sample``) in ``rounds`` rounds after a warm-up one. Each round goes through every part (link, experts, dense part and head,
     contention) and every shape in turn, so that each value's samples are spread over the whole
@@ -300,33 +311,62 @@ def calibrate(store: HostStore, device_name: str, progress: Callable[[str], None
     issue_s = float(np.min(pick(np.array([s[0][1] for s in samples]), statistic, axis=0, group=group)))
     slope, t0 = np.polyfit(np.array(link.sizes, float), link_s, 1)
     t0, gbps = max(float(t0), 0.0), float(1.0 / max(slope, 1e-15) / 1e9)
-    progress(f"  link: t0 {t0 * 1e6:.1f} us, {gbps:.2f} GB/s (64 KB to one expert); issuing a copy {issue_s * 1e6:.1f} us")
-    ex = {k: [float(v) for v in pick(np.array([s[1][k] for s in samples]), statistic, axis=0, group=group)]
-          for k in experts.runs}
+    progress(
+        f"  link: t0 {t0 * 1e6:.1f} us, {gbps:.2f} GB/s (64 KB to one expert); issuing a copy {issue_s * 1e6:.1f} us"
+    )
+    ex = {
+        k: [float(v) for v in pick(np.array([s[1][k] for s in samples]), statistic, axis=0, group=group)]
+        for k in experts.runs
+    }
     layer_s = pick(np.array([s[2][0] for s in samples]), statistic, axis=0, group=group)
     head_s = pick(np.array([s[2][1] for s in samples]), statistic, axis=0, group=group)
     coef = _relative_fit(np.array([[1.0, t, t * c] for t, c in DENSE_SHAPES]), layer_s)
     other = _relative_fit(np.array([[1.0, t] for t in EXPERT_TOKENS]), head_s)
-    progress(f"  experts at 1 token: high {ex['high'][0] * 1e3:.3f} ms, low {ex['low'][0] * 1e3:.3f} ms, "
-             f"host CPU {ex['cpu'][0] * 1e3:.3f} ms; dense part {layer_s[0] * 1e3:.3f} ms, LM head "
-             f"{head_s[0] * 1e3:.3f} ms")
+    progress(
+        f"  experts at 1 token: high {ex['high'][0] * 1e3:.3f} ms, low {ex['low'][0] * 1e3:.3f} ms, "
+        f"host CPU {ex['cpu'][0] * 1e3:.3f} ms; dense part {layer_s[0] * 1e3:.3f} ms, LM head "
+        f"{head_s[0] * 1e3:.3f} ms"
+    )
     cont = {k: np.array([s[3][k] for s in samples]) for k in contention.kinds}  # [rounds, 4]
     f = {k: max(1.0, float(np.median(v[:, 0] / v[:, 1]))) for k, v in cont.items()}
     link_ratio = min(1.0, float(np.median(np.concatenate([v[:, 3] / v[:, 2] for v in cont.values()]))))
-    progress(f"  contention: the link at x{link_ratio:.3f} of its bandwidth while computing; compute while copying: "
-             f"dense x{f['dense']:.3f}, high expert x{f['high']:.3f}, low expert x{f['low']:.3f}")
+    progress(
+        f"  contention: the link at x{link_ratio:.3f} of its bandwidth while computing; compute while copying: "
+        f"dense x{f['dense']:.3f}, high expert x{f['high']:.3f}, low expert x{f['low']:.3f}"
+    )
     # in a decode step each part costs more per call than its probe measures back to back; the step's own
     # calls without copies (the contention probe's other half) against the probes at one token
     alone = {k: float(pick(v[:, 1], statistic, axis=0, group=group)) for k, v in cont.items()}
-    step = {"dense": max(0.0, alone["dense"] - float(coef @ [1.0, 1.0, 1.0 * STEP_CONTEXT])),
-            "high": max(0.0, alone["high"] - ex["high"][0]), "low": max(0.0, alone["low"] - ex["low"][0])}
-    progress(f"  in a decode step, per call: dense +{step['dense'] * 1e6:.1f} us, high expert "
-             f"+{step['high'] * 1e6:.1f} us, low expert +{step['low'] * 1e6:.1f} us over their probes")
-    return ProfileConfig(model=m.name, hidden_size=m.hidden_size, expert_ffn=m.expert_ffn, device=device_name,
-                         link_t0_s=t0, link_gbps=gbps, dense_s=[float(v) for v in coef],
-                         other_s=[float(v) for v in other], head_s=[float(v) for v in head_s], layer_overhead_s=0.0,
-                         copy_issue_s=issue_s, expert_tokens=list(EXPERT_TOKENS), expert_high_s=ex["high"],
-                         expert_low_s=ex["low"], cpu_expert_s=ex["cpu"], busy_link_gbps=gbps * link_ratio,
-                         busy_dense_factor=f["dense"], busy_expert_high_factor=f["high"],
-                         busy_expert_low_factor=f["low"], step_dense_s=step["dense"], step_expert_high_s=step["high"],
-                         step_expert_low_s=step["low"])
+    step = {
+        "dense": max(0.0, alone["dense"] - float(coef @ [1.0, 1.0, 1.0 * STEP_CONTEXT])),
+        "high": max(0.0, alone["high"] - ex["high"][0]),
+        "low": max(0.0, alone["low"] - ex["low"][0]),
+    }
+    progress(
+        f"  in a decode step, per call: dense +{step['dense'] * 1e6:.1f} us, high expert "
+        f"+{step['high'] * 1e6:.1f} us, low expert +{step['low'] * 1e6:.1f} us over their probes"
+    )
+    return ProfileConfig(
+        model=m.name,
+        hidden_size=m.hidden_size,
+        expert_ffn=m.expert_ffn,
+        device=device_name,
+        link_t0_s=t0,
+        link_gbps=gbps,
+        dense_s=[float(v) for v in coef],
+        other_s=[float(v) for v in other],
+        head_s=[float(v) for v in head_s],
+        layer_overhead_s=0.0,
+        copy_issue_s=issue_s,
+        expert_tokens=list(EXPERT_TOKENS),
+        expert_high_s=ex["high"],
+        expert_low_s=ex["low"],
+        cpu_expert_s=ex["cpu"],
+        busy_link_gbps=gbps * link_ratio,
+        busy_dense_factor=f["dense"],
+        busy_expert_high_factor=f["high"],
+        busy_expert_low_factor=f["low"],
+        step_dense_s=step["dense"],
+        step_expert_high_s=step["high"],
+        step_expert_low_s=step["low"],
+    )

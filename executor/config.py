@@ -25,7 +25,10 @@ class QualityConfig:
     """Knobs of ``hobbit quality`` (conf/quality.yaml); the rule's knobs are ``system.precision.*``."""
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "group": ">=1", "context_length": ">=1", "max_windows": ">=1", "batch_size": ">=1",
+        "group": ">=1",
+        "context_length": ">=1",
+        "max_windows": ">=1",
+        "batch_size": ">=1",
     }
 
     # path knobs and their roles (hobbit/guard.py)
@@ -81,12 +84,21 @@ class CalibrateConfig(ExecConfig):
 class ValidateConfig(ExecConfig):
     """Knobs of ``hobbit validate``."""
 
-    LIMITS: ClassVar[dict[str, str]] = {**ExecConfig.LIMITS, "requests": ">=1", "cache_fraction": "(0,1]",
-                                        "replays": ">=2"}
+    LIMITS: ClassVar[dict[str, str]] = {
+        **ExecConfig.LIMITS,
+        "requests": ">=1",
+        "cache_fraction": "(0,1]",
+        "replays": ">=2",
+    }
 
     # path knobs and their roles (hobbit/guard.py)
-    PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "checkpoint": "in", "tuned": "in",
-                                       "out_dir": "outdir"}
+    PATHS: ClassVar[dict[str, str]] = {
+        "trace": "in",
+        "profile": "in",
+        "checkpoint": "in",
+        "tuned": "in",
+        "out_dir": "outdir",
+    }
 
     trace: str | None = None  # None: the bundled trace
     system: SystemConfig = field(default_factory=SystemConfig)

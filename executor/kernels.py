@@ -65,11 +65,17 @@ class ExpertKernel:
                 parts.append(_Part(name, (n, k), torch.bfloat16))
             elif self.mode == "int4":
                 packed = self._int4_pack(torch.zeros(n, k, dtype=torch.uint8))
-                parts += [_Part(name, tuple(packed.shape), packed.dtype), _Part(name + "_sz", (k // g, n, 2), torch.bfloat16)]
+                parts += [
+                    _Part(name, tuple(packed.shape), packed.dtype),
+                    _Part(name + "_sz", (k // g, n, 2), torch.bfloat16),
+                ]
             else:
                 bits = BITS[self.precision]
-                parts += [_Part(name, (n, k * bits // 8), torch.uint8), _Part(name + "_scale", (n, k // g), torch.bfloat16),
-                          _Part(name + "_zero", (n, k // g), torch.bfloat16)]
+                parts += [
+                    _Part(name, (n, k * bits // 8), torch.uint8),
+                    _Part(name + "_scale", (n, k // g), torch.bfloat16),
+                    _Part(name + "_zero", (n, k // g), torch.bfloat16),
+                ]
         return parts
 
     def _int4_pack(self, codes: torch.Tensor) -> torch.Tensor:
@@ -106,7 +112,7 @@ class ExpertKernel:
         """Typed views of a device buffer (no copy)."""
         out = {}
         for p, off in zip(self.parts, self.offsets):
-            out[p.name] = buf[off: off + p.nbytes].view(p.dtype).reshape(p.shape)
+            out[p.name] = buf[off : off + p.nbytes].view(p.dtype).reshape(p.shape)
         return out
 
     def _matmul(self, x: torch.Tensor, v: dict[str, torch.Tensor], name: str, k: int) -> torch.Tensor:
@@ -118,8 +124,9 @@ class ExpertKernel:
                 return torch.ops.aten._weight_int4pack_mm(x, v[name], g, v[name + "_sz"])
             return torch.ops.aten._weight_int4pack_mm_for_cpu(x, v[name], g, v[name + "_sz"])
         n = v[name].shape[0]
-        q = QuantizedWeight(v[name], v[name + "_scale"].float(), v[name + "_zero"].float(), BITS[self.precision], g,
-                            (n, k))
+        q = QuantizedWeight(
+            v[name], v[name + "_scale"].float(), v[name + "_zero"].float(), BITS[self.precision], g, (n, k)
+        )
         return x @ dequantize(q, torch.bfloat16).t()
 
     def forward(self, x: torch.Tensor, v: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -135,19 +142,23 @@ class ExpertKernel:
         q = quantize(w, 4, self.group)
         codes = unpack(q.packed, 4, k)
         x = torch.randn(4, k, generator=g).to(torch.bfloat16).to(self.device)
-        want = (x.float() @ dequantize(q).to(self.device).t())
+        want = x.float() @ dequantize(q).to(self.device).t()
         sz = torch.stack([q.scale.t(), q.zero.t()], -1).to(torch.bfloat16).to(self.device)
         for order in ("low_first", "high_first"):
             try:
                 self.cuda_order = order
-                got = torch.ops.aten._weight_int4pack_mm(x, self._int4_pack(codes).to(self.device),
-                                                         group_size(k, self.group), sz)
+                got = torch.ops.aten._weight_int4pack_mm(
+                    x, self._int4_pack(codes).to(self.device), group_size(k, self.group), sz
+                )
                 if torch.allclose(got.float(), want, atol=0.05 * want.abs().max().item()):
                     return order
             except RuntimeError:
                 break
-        warnings.warn("CUDA int4 kernel disagrees with the reference (or is missing): int4 experts run through "
-                      "the dequantised reference path", stacklevel=2)
+        warnings.warn(
+            "CUDA int4 kernel disagrees with the reference (or is missing): int4 experts run through "
+            "the dequantised reference path",
+            stacklevel=2,
+        )
         return "reference"
 
 

@@ -33,6 +33,7 @@ from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir
 
 __all__ = ["PAIRS", "QualityError", "install", "measure", "run_quality", "windows"]
 
+
 def token_classes(weights: torch.Tensor, mode: str, t1: float, t2: float) -> torch.Tensor:
     """The rule per (token, slot): weights [T, K] in router order -> classes [T, K] (HIGH/LOW/SKIP)."""
     w = weights.detach().float()
@@ -46,8 +47,9 @@ class MixedExperts(nn.Module):
     """Stand-in for a transformers experts module (stacked ``gate_up_proj`` [E, 2F, H] and
     ``down_proj`` [E, H, F]) that serves each (token, expert) at the rule's precision."""
 
-    def __init__(self, experts: nn.Module, pair: tuple[str, str], mode: str, t1: float, t2: float,
-                 renormalize: bool, group: int) -> None:
+    def __init__(
+        self, experts: nn.Module, pair: tuple[str, str], mode: str, t1: float, t2: float, renormalize: bool, group: int
+    ) -> None:
         super().__init__()
         self.inner = experts
         self.mode, self.t1, self.t2, self.renormalize = mode, t1, t2, renormalize
@@ -59,8 +61,10 @@ class MixedExperts(nn.Module):
             if precision == "fp16" and cls == HIGH:
                 self.weights[cls] = (gu, down)  # the model's own weights, untouched
                 continue
-            self.weights[cls] = (torch.stack([fake_quantize(m, precision, group) for m in gu]),
-                                 torch.stack([fake_quantize(m, precision, group) for m in down]))
+            self.weights[cls] = (
+                torch.stack([fake_quantize(m, precision, group) for m in gu]),
+                torch.stack([fake_quantize(m, precision, group) for m in down]),
+            )
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
         if not self.enabled:
@@ -97,11 +101,17 @@ def install(model: Any, family: Any, **knobs: Any) -> list[MixedExperts]:
         for part in parent_path.split("."):
             parent = getattr(parent, part)
         experts = getattr(parent, "experts", None)
-        if experts is None or not hasattr(experts, "gate_up_proj") or getattr(experts, "gate_up_proj_bias", None) is not None \
-                or experts.gate_up_proj.shape[1] != 2 * experts.down_proj.shape[2]:
-            raise QualityError(f"{type(model).__name__}: layer {i}'s experts are not stacked gate_up/down "
-                               f"projections without bias; quality supports mixtral, qwen2_moe, qwen3_moe, olmoe, "
-                               f"phimoe, deepseek_v3 and granitemoe")
+        if (
+            experts is None
+            or not hasattr(experts, "gate_up_proj")
+            or getattr(experts, "gate_up_proj_bias", None) is not None
+            or experts.gate_up_proj.shape[1] != 2 * experts.down_proj.shape[2]
+        ):
+            raise QualityError(
+                f"{type(model).__name__}: layer {i}'s experts are not stacked gate_up/down "
+                f"projections without bias; quality supports mixtral, qwen2_moe, qwen3_moe, olmoe, "
+                f"phimoe, deepseek_v3 and granitemoe"
+            )
         m = MixedExperts(experts, **knobs)
         parent.experts = m
         mixed.append(m)
@@ -130,18 +140,27 @@ class Measure:
     def result(self, mass: torch.Tensor) -> dict[str, float]:
         ppl_ref, ppl = math.exp(self.nll_ref / self.tokens), math.exp(self.nll / self.tokens)
         total = float(mass.sum()) or 1.0
-        return {"ppl_reference": ppl_ref, "ppl": ppl, "ppl_rel_change": ppl / ppl_ref - 1.0,
-                "top1_agreement": self.agree / self.tokens, "kl_mean": self.kl / self.tokens,
-                "proxy": float(mass[LOW] + mass[SKIP]) / total, "low_mass": float(mass[LOW]) / total,
-                "skip_mass": float(mass[SKIP]) / total, "tokens": self.tokens}
+        return {
+            "ppl_reference": ppl_ref,
+            "ppl": ppl,
+            "ppl_rel_change": ppl / ppl_ref - 1.0,
+            "top1_agreement": self.agree / self.tokens,
+            "kl_mean": self.kl / self.tokens,
+            "proxy": float(mass[LOW] + mass[SKIP]) / total,
+            "low_mass": float(mass[LOW]) / total,
+            "skip_mass": float(mass[SKIP]) / total,
+            "tokens": self.tokens,
+        }
 
 
 def windows(ids: list[int], context: int, max_windows: int) -> torch.Tensor:
     """Non-overlapping windows of context + 1 tokens: [W, context + 1]."""
     n = min((len(ids) - 1) // context, max_windows)
     if n < 1:
-        raise QualityError(f"the text has {len(ids)} tokens, fewer than context_length + 1 = {context + 1} "
-                           f"(fix: a longer text= or a smaller context_length=)")
+        raise QualityError(
+            f"the text has {len(ids)} tokens, fewer than context_length + 1 = {context + 1} "
+            f"(fix: a longer text= or a smaller context_length=)"
+        )
     return torch.tensor(ids[: n * context + 1]).unfold(0, context + 1, context)[:n]
 
 
@@ -150,7 +169,7 @@ def measure(model: Any, mixed: list[MixedExperts], batches: torch.Tensor, batch_
     m = Measure()
     with torch.no_grad():
         for i in tqdm(range(0, len(batches), batch_size), desc="quality", unit="batch"):
-            x = batches[i: i + batch_size]
+            x = batches[i : i + batch_size]
             inputs, labels = x[:, :-1], x[:, 1:]
             for mod in mixed:
                 mod.enabled = False
@@ -180,9 +199,25 @@ def run_quality(cfg: QualityConfig) -> dict:
     batches = windows(ids, cfg.context_length, cfg.max_windows)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
     p = cfg.system.precision
-    mixed = install(model, family, pair=PAIRS[cfg.precision_pair], mode=p.mode, t1=p.t1, t2=p.t2,
-                    renormalize=cfg.renormalize, group=cfg.group)
+    mixed = install(
+        model,
+        family,
+        pair=PAIRS[cfg.precision_pair],
+        mode=p.mode,
+        t1=p.t1,
+        t2=p.t2,
+        renormalize=cfg.renormalize,
+        group=cfg.group,
+    )
     quality = measure(model, mixed, batches, cfg.batch_size)
-    return {"quality": quality, "system": cfg.system.name, "system_config": dataclasses.asdict(cfg.system),
-            "checkpoint": str(ckpt), "text": str(text_path), "precision_pair": cfg.precision_pair,
-            "renormalize": cfg.renormalize, "context_length": cfg.context_length, "windows": len(batches)}
+    return {
+        "quality": quality,
+        "system": cfg.system.name,
+        "system_config": dataclasses.asdict(cfg.system),
+        "checkpoint": str(ckpt),
+        "text": str(text_path),
+        "precision_pair": cfg.precision_pair,
+        "renormalize": cfg.renormalize,
+        "context_length": cfg.context_length,
+        "windows": len(batches),
+    }

@@ -44,16 +44,18 @@ class Dense:
         self.w = w
         self.h, self.kv = m.hidden_size, kv_width(m)
         self.heads, self.kv_heads = max(self.h // HEAD_DIM, 1), max(self.kv // HEAD_DIM, 1)
-        self.cache = [torch.zeros(2, self.kv_heads, max_context + 1, self.kv // self.kv_heads, dtype=torch.bfloat16,
-                                  device=dev) for _ in range(m.num_layers)]
+        self.cache = [
+            torch.zeros(2, self.kv_heads, max_context + 1, self.kv // self.kv_heads, dtype=torch.bfloat16, device=dev)
+            for _ in range(m.num_layers)
+        ]
 
     def layer(self, x: torch.Tensor, layer: int, context: int) -> torch.Tensor:
         """x [T, H] -> x [T, H]; the new tokens end at position ``context``."""
         t, w = x.shape[0], self.w
         q = (x @ w["q"].t()).reshape(t, self.heads, -1).transpose(0, 1)  # [heads, T, d]
         kv = self.cache[layer]
-        kv[0, :, context - t: context] = (x @ w["k"].t()).reshape(t, self.kv_heads, -1).transpose(0, 1)
-        kv[1, :, context - t: context] = (x @ w["v"].t()).reshape(t, self.kv_heads, -1).transpose(0, 1)
+        kv[0, :, context - t : context] = (x @ w["k"].t()).reshape(t, self.kv_heads, -1).transpose(0, 1)
+        kv[1, :, context - t : context] = (x @ w["v"].t()).reshape(t, self.kv_heads, -1).transpose(0, 1)
         rep = self.heads // self.kv_heads
         k = kv[0, :, :context].repeat_interleave(rep, 0)
         v = kv[1, :, :context].repeat_interleave(rep, 0)
@@ -72,8 +74,15 @@ class Dense:
 class Replayer:
     """Executes the decisions of one workload; ``run`` returns measured times."""
 
-    def __init__(self, wl: Workload, dec: Decisions, store: HostStore, copy_cpu: int | None = None,
-                 copies: bool = True, record: bool = False) -> None:
+    def __init__(
+        self,
+        wl: Workload,
+        dec: Decisions,
+        store: HostStore,
+        copy_cpu: int | None = None,
+        copies: bool = True,
+        record: bool = False,
+    ) -> None:
         """``record``: keep the schedule as it ran (``work``: (step, kind, start, end, index) as ``sim.plain.replay``
         records it, plus ``settle``, the cache's bookkeeping after a layer; ``copy_times``: tid -> (start, end)),
         seconds from the run's start. On CUDA each expert is then synchronised to time it."""
@@ -90,8 +99,11 @@ class Replayer:
         self.inflight: list[tuple[int, int, torch.Tensor]] = []  # dropped copies not done: (tid, class, buffer)
         self.views = {cls: {} for cls in store.kernels}  # id(buffer) -> typed views
         g = torch.Generator().manual_seed(0)
-        self.x = (torch.randn(max(np.diff([0, *wl.pass_end])), store.model.hidden_size, generator=g) * 0.1
-                  ).to(torch.bfloat16).to(self.device)
+        self.x = (
+            (torch.randn(max(np.diff([0, *wl.pass_end])), store.model.hidden_size, generator=g) * 0.1)
+            .to(torch.bfloat16)
+            .to(self.device)
+        )
 
     def _views(self, cls: int, buf: torch.Tensor) -> dict[str, torch.Tensor]:
         v = self.views[cls].get(id(buf))
@@ -167,8 +179,7 @@ class Replayer:
         # again in the step (a victim its own layer then needs) is the new buffer
         loaded_here = set(step.kept)
         out = Counter(step.evicted)
-        kept = {key for key in loaded_here
-                if (key in self.cache.resident) + step.kept.count(key) - out[key] > 0}
+        kept = {key for key in loaded_here if (key in self.cache.resident) + step.kept.count(key) - out[key] > 0}
         for key in out:
             if self.cache.evict(key) or key in loaded_here:
                 self.log.append(LogEntry(step.pass_index, key.layer, key.expert, "evict", key.precision))
@@ -203,8 +214,11 @@ class Replayer:
         self._preload()
         link = CopyEngine(self.device, self.copy_cpu, dry=not self.copies)
         cuda = self.device.type == "cuda"
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(n_pass)] if cuda else []
+        events = (
+            [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n_pass)]
+            if cuda
+            else []
+        )
         origin = self.origin = time.perf_counter()
         timed = self.work is not None
         try:
@@ -249,6 +263,7 @@ class Replayer:
                 tl.pass_end[p] = tl.pass_start[p] + start.elapsed_time(end) / 1e3
         tl.link_busy_s, tl.bytes_moved, tl.cancelled = link.busy_s, link.moved, link.cancelled
         if timed:
-            self.copy_times = {tid: (c.start_s - origin, c.end_s - origin) for tid, c in link.copies.items()
-                               if c.done.is_set()}
+            self.copy_times = {
+                tid: (c.start_s - origin, c.end_s - origin) for tid, c in link.copies.items() if c.done.is_set()
+            }
         return tl

@@ -14,8 +14,9 @@ from hobbit.executor.weights import HostStore, build_store, reduce_model
 from hobbit.sim.config import ModelConfig
 
 
-def prepare(cfg: ExecConfig, pool_fraction: float = 0.0
-            ) -> tuple[torch.device, ModelConfig, tuple[str, str], HostStore]:
+def prepare(
+    cfg: ExecConfig, pool_fraction: float = 0.0
+) -> tuple[torch.device, ModelConfig, tuple[str, str], HostStore]:
     """(device, reduced model, precision pair, expert weights), after checking host memory (every
     expert) and device memory (``pool_fraction`` of them, the cache's pools)."""
     if cfg.device not in ("auto", "cpu", "cuda"):
@@ -26,24 +27,29 @@ def prepare(cfg: ExecConfig, pool_fraction: float = 0.0
         raise QualityError(f"statistic={cfg.statistic} must be one of {list(STATISTICS)}")
     if cfg.precision_pair not in PAIRS:
         raise QualityError(f"precision_pair={cfg.precision_pair} must be one of {sorted(PAIRS)}")
-    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = torch.device(
+        "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     model = reduce_model(cfg.model, cfg.scale, cfg.layers)
     pair = PAIRS[cfg.precision_pair]
     per_expert = sum(ExpertKernel(p, model.hidden_size, model.expert_ffn, torch.device("cpu")).nbytes for p in pair)
     need = model.num_layers * model.num_experts * per_expert
     avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     if need > 0.8 * avail:
-        raise QualityError(f"model={model.name} needs {need / 2**30:.1f} GiB of host memory for its experts, "
-                           f"{avail / 2**30:.1f} GiB are free (fix: a larger scale=, e.g. scale={cfg.scale * 2})")
+        raise QualityError(
+            f"model={model.name} needs {need / 2**30:.1f} GiB of host memory for its experts, "
+            f"{avail / 2**30:.1f} GiB are free (fix: a larger scale=, e.g. scale={cfg.scale * 2})"
+        )
     if device.type == "cuda" and pool_fraction > 0:  # the cache's pools live on the device
         high = ExpertKernel(pair[0], model.hidden_size, model.expert_ffn, torch.device("cpu")).nbytes
         pools = int(pool_fraction * model.num_layers * model.num_experts * high)
         free = torch.cuda.mem_get_info(device)[0]
         if pools > 0.9 * free:
-            raise QualityError(f"model={model.name}: the cache's pools need {pools / 2**30:.1f} GiB on {device}, "
-                               f"{free / 2**30:.1f} GiB are free (fix: a larger scale=, fewer layers= or a smaller "
-                               f"cache_fraction=)")
+            raise QualityError(
+                f"model={model.name}: the cache's pools need {pools / 2**30:.1f} GiB on {device}, "
+                f"{free / 2**30:.1f} GiB are free (fix: a larger scale=, fewer layers= or a smaller "
+                f"cache_fraction=)"
+            )
     if device.type == "cpu":
         torch.set_num_threads(max(cfg.threads, 1))
     store = build_store(model, pair, device, cfg.checkpoint, cfg.seed)

@@ -38,21 +38,36 @@ def device_memory_bytes(device: torch.device) -> int:
 def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[str, str]) -> HardwareConfig:
     """A hardware config whose costs are the measured profile."""
     high = "bf16" if pair[0] in ("fp16", "bf16") else pair[0]
-    return HardwareConfig(name=f"calibrated-{profile.device}", device_memory_bytes=device_memory_bytes(device),
-                          high_precision=high, low_precision=pair[1], reserve_bytes=0, profile=profile,
-                          source=f"hobbit calibrate on {profile.device} for {profile.model}")
+    return HardwareConfig(
+        name=f"calibrated-{profile.device}",
+        device_memory_bytes=device_memory_bytes(device),
+        high_precision=high,
+        low_precision=pair[1],
+        reserve_bytes=0,
+        profile=profile,
+        source=f"hobbit calibrate on {profile.device} for {profile.model}",
+    )
 
 
-def plan(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
-         engine: str = "fast") -> tuple[Results, Any]:
+def plan(
+    trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, engine: str = "fast"
+) -> tuple[Results, Any]:
     """Simulate every request of ``trace`` (all timed) and build the workload a replay runs; (results, workload)."""
     res = simulate(trace, model, hw, system, np.random.default_rng(0), engine=engine, profile_share=0.0)
     p = system.prefetch
     return res, build_workload(trace, p.fallback, p.fallback_accuracy, p.max_depth, np.random.default_rng(0))
 
 
-def run_pair(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, store: HostStore,
-             engine: str = "fast", copy_cpu: int | None = None, replayers: list | None = None) -> tuple[Any, Any, Any]:
+def run_pair(
+    trace: Trace,
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    store: HostStore,
+    engine: str = "fast",
+    copy_cpu: int | None = None,
+    replayers: list | None = None,
+) -> tuple[Any, Any, Any]:
     """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline).
     ``replayers``: a list that receives the replayer, recording its schedule."""
     res, wl = plan(trace, model, hw, system, engine)
@@ -68,8 +83,11 @@ PARTS = ("dense", "issue", "expert", "stall", "cpu_expert", "head")  # the work 
 def resident(hw: HardwareConfig) -> tuple[SystemConfig, HardwareConfig]:
     """The system and machine of the loop-overhead replays: every expert resident (static placement, no copies)."""
     system = SystemConfig(name="resident", placement="static", n_cpu_moe=0)
-    system = dataclasses.replace(system, precision=dataclasses.replace(system.precision, mode="high"),
-                                 prefetch=dataclasses.replace(system.prefetch, kind="none"))
+    system = dataclasses.replace(
+        system,
+        precision=dataclasses.replace(system.precision, mode="high"),
+        prefetch=dataclasses.replace(system.prefetch, kind="none"),
+    )
     return system, dataclasses.replace(hw, device_memory_bytes=10**15)  # placement: everything fits
 
 
@@ -123,10 +141,18 @@ def calibration_rounds(replays: int, rounds: int = ROUNDS) -> int:
     return max(rounds, 3 * replays)
 
 
-def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], trace: Trace,
-                 progress=print, copy_cpu: int | None = None, statistic: str = "min",
-                 samples: int = SAMPLES, replay: Callable[[HardwareConfig], None] | None = None,
-                 rounds: int = ROUNDS) -> HardwareConfig:
+def full_profile(
+    store: HostStore,
+    device: torch.device,
+    pair: tuple[str, str],
+    trace: Trace,
+    progress=print,
+    copy_cpu: int | None = None,
+    statistic: str = "min",
+    samples: int = SAMPLES,
+    replay: Callable[[HardwareConfig], None] | None = None,
+    rounds: int = ROUNDS,
+) -> HardwareConfig:
     """Calibrate the parts, the loop overhead and the cost of a copy (on ``trace``'s first request) in
     alternating rounds: ``samples`` times, spread evenly over the calibration's rounds, a replay with
     every expert resident, a copy probe's replay and, when given, ``replay(rough)`` (validate's replays
@@ -137,8 +163,9 @@ def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], 
     (``validate`` checks)."""
     trace = first_layers(trace, store.model.num_layers)
     first = _requests(trace, 0, 1)
-    rough = profile_hardware(calibrate(store, device.type, lambda _: None, copy_cpu, statistic, rounds=1, group=0),
-                             device, pair)
+    rough = profile_hardware(
+        calibrate(store, device.type, lambda _: None, copy_cpu, statistic, rounds=1, group=0), device, pair
+    )
     system, big = resident(rough)
     run_pair(first, store.model, big, system, store, engine="fast")  # warm-up: first-call costs out of the way
     over: list[float] = []
@@ -158,8 +185,10 @@ def full_profile(store: HostStore, device: torch.device, pair: tuple[str, str], 
     o = max(float(pick(np.array(over), statistic)), 0.0)
     progress(f"  replay loop overhead per layer: {o * 1e6:.1f} us")
     c = max(float(pick(np.array(per_copy), statistic)), 0.0) if per_copy else prof.copy_issue_s
-    progress(f"  a copy in a replay costs the compute stream {c * 1e6:.1f} us (issuing it and the cache's "
-             f"bookkeeping; {prof.copy_issue_s * 1e6:.1f} us to submit it alone)")
+    progress(
+        f"  a copy in a replay costs the compute stream {c * 1e6:.1f} us (issuing it and the cache's "
+        f"bookkeeping; {prof.copy_issue_s * 1e6:.1f} us to submit it alone)"
+    )
     return profile_hardware(dataclasses.replace(prof, layer_overhead_s=o, copy_issue_s=c), device, pair)
 
 
@@ -167,8 +196,11 @@ def cache_system(system: SystemConfig, store: HostStore, model: ModelConfig, fra
     """``system`` with explicit pools holding ``fraction`` of all experts' high-precision bytes."""
     total = model.num_layers * model.num_experts * store.nbytes(HIGH)
     budget = fraction * total
-    split = 1.0 if system.precision.mode == "high" else (0.0 if system.precision.mode == "low" else
-                                                         system.cache.high_fraction)
+    split = (
+        1.0
+        if system.precision.mode == "high"
+        else (0.0 if system.precision.mode == "low" else system.cache.high_fraction)
+    )
     high = int(budget * split) // store.nbytes(HIGH) * store.nbytes(HIGH)
     low = int(budget - high) // store.nbytes(LOW) * store.nbytes(LOW)
     return dataclasses.replace(system, cache=dataclasses.replace(system.cache, high_bytes=high, low_bytes=low))
@@ -200,17 +232,26 @@ def errors(wl, sim_tl, real_tl) -> dict[str, Any]:
     real = ((real_tl.pass_end - real_tl.pass_start) * 1e3)[decode]
     abs_err = np.abs(sim - real)
     sim_pf, real_pf = _prefill_ms(wl, sim_tl), _prefill_ms(wl, real_tl)
-    return {"mape": float(np.mean(abs_err / real)), "bias": float(np.mean((sim - real) / real)),
-            "p50_abs_ms": float(np.percentile(abs_err, 50)), "p95_abs_ms": float(np.percentile(abs_err, 95)),
-            "tokens": int(decode.sum()), "mean_simulated_ms": float(sim.mean()), "mean_measured_ms": float(real.mean()),
-            "prefill_mape": float(np.mean(np.abs(sim_pf - real_pf) / real_pf)) if len(real_pf) else None,
-            "prefill_bias": float(np.mean((sim_pf - real_pf) / real_pf)) if len(real_pf) else None,
-            "prefills": len(real_pf), "sim_ms": sim.tolist(), "measured_ms": real.tolist(),
-            "prefill_sim_ms": sim_pf.tolist(), "prefill_measured_ms": real_pf.tolist()}
+    return {
+        "mape": float(np.mean(abs_err / real)),
+        "bias": float(np.mean((sim - real) / real)),
+        "p50_abs_ms": float(np.percentile(abs_err, 50)),
+        "p95_abs_ms": float(np.percentile(abs_err, 95)),
+        "tokens": int(decode.sum()),
+        "mean_simulated_ms": float(sim.mean()),
+        "mean_measured_ms": float(real.mean()),
+        "prefill_mape": float(np.mean(np.abs(sim_pf - real_pf) / real_pf)) if len(real_pf) else None,
+        "prefill_bias": float(np.mean((sim_pf - real_pf) / real_pf)) if len(real_pf) else None,
+        "prefills": len(real_pf),
+        "sim_ms": sim.tolist(),
+        "measured_ms": real.tolist(),
+        "prefill_sim_ms": sim_pf.tolist(),
+        "prefill_measured_ms": real_pf.tolist(),
+    }
 
 
 def _requests(trace: Trace, first: int, n: int) -> Trace:
-    ids = np.unique(trace.arrays.request_id)[first: first + n]
+    ids = np.unique(trace.arrays.request_id)[first : first + n]
     return Trace(trace.meta, trace.arrays.take(np.flatnonzero(np.isin(trace.arrays.request_id, ids))), trace.path)
 
 
@@ -268,12 +309,24 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
             progress(f"compute pinned to core(s) {sorted(os.sched_getaffinity(0))}, the copy thread to core {copy_cpu}")
         if hw is None:
             progress(f"calibrating {model.name} on {device}, replaying {what} between its rounds")
-            hw = full_profile(store, device, pair, warm, progress, copy_cpu, cfg.statistic, samples=cfg.replays,
-                              replay=replay, rounds=calibration_rounds(cfg.replays, cfg.rounds))
+            hw = full_profile(
+                store,
+                device,
+                pair,
+                warm,
+                progress,
+                copy_cpu,
+                cfg.statistic,
+                samples=cfg.replays,
+                replay=replay,
+                rounds=calibration_rounds(cfg.replays, cfg.rounds),
+            )
         res, wl = plan(measured, model, hw, system, cfg.engine)
         if planned and not same_decisions(res.decisions, planned[0][0].decisions):
-            progress("the calibrated profile changes the decisions (misses computed on the CPU are a choice made on "
-                     "the costs): replaying them again")
+            progress(
+                "the calibrated profile changes the decisions (misses computed on the CPU are a choice made on "
+                "the costs): replaying them again"
+            )
             runs.clear()
             planned.clear()
             if reps is not None:
@@ -290,21 +343,45 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
         window = parse_window(cfg.timeline_tokens, len(wl.pass_start))
         order = np.argsort([float(np.sum(r.pass_end - r.pass_start)) for r in runs])
         k = int(order[len(order) // 2])
-        schedules = [("simulated", simulated(res.workload, res.decisions, res.cost, system.demand_first, window)),
-                     (f"measured (replay {k + 1} of {len(runs)}, the median)",
-                      build(wl, res.decisions, runs[k], reps[k].work, window, reps[k].copy_times))]
+        schedules = [
+            ("simulated", simulated(res.workload, res.decisions, res.cost, system.demand_first, window)),
+            (
+                f"measured (replay {k + 1} of {len(runs)}, the median)",
+                build(wl, res.decisions, runs[k], reps[k].work, window, reps[k].copy_times),
+            ),
+        ]
     real = _combine_runs(runs, cfg.statistic)
-    replay = summarise(measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]),
-                       "replay", spent[0])
+    replay = summarise(
+        measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]), "replay", spent[0]
+    )
     e = errors(wl, res.timeline, real)
-    v = {k: e[k] for k in ("mape", "bias", "p50_abs_ms", "p95_abs_ms", "tokens", "mean_simulated_ms",
-                           "mean_measured_ms", "prefill_mape", "prefill_bias", "prefills")}
+    v = {
+        k: e[k]
+        for k in (
+            "mape",
+            "bias",
+            "p50_abs_ms",
+            "p95_abs_ms",
+            "tokens",
+            "mean_simulated_ms",
+            "mean_measured_ms",
+            "prefill_mape",
+            "prefill_bias",
+            "prefills",
+        )
+    }
     v["noise_mape"] = spread
     v["replays"], v["statistic"] = cfg.replays, cfg.statistic
     v["device"] = f"{device.type}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-    summary = {"validation": v, "model": model.name, "system": system.name, "hardware": hw.name,
-               "profile": dataclasses.asdict(hw.profile), "precision_pair": cfg.precision_pair,
-               "copies_measured_gbps": replay.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9}
+    summary = {
+        "validation": v,
+        "model": model.name,
+        "system": system.name,
+        "hardware": hw.name,
+        "profile": dataclasses.asdict(hw.profile),
+        "precision_pair": cfg.precision_pair,
+        "copies_measured_gbps": replay.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9,
+    }
     return Validation(res, replay, e, summary, hw, model, schedules)
 
 

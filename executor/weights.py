@@ -27,19 +27,30 @@ def reduce_model(model: ModelConfig, scale: int, layers: int = 0) -> ModelConfig
     parts shrink with the square of the width, embeddings with it) and, when ``layers`` > 0,
     only its first ``layers`` MoE layers; the routing of the layers kept is unchanged."""
     if scale < 1 or model.hidden_size % scale or model.expert_ffn % scale:
-        raise ConfigError(f"scale={scale} must divide hidden_size {model.hidden_size} and expert_ffn "
-                          f"{model.expert_ffn}")
+        raise ConfigError(
+            f"scale={scale} must divide hidden_size {model.hidden_size} and expert_ffn {model.expert_ffn}"
+        )
     if layers < 0 or layers > model.num_layers:
-        raise ConfigError(f"layers={layers} must be between 1 and model={model.name}'s {model.num_layers} MoE layers "
-                          f"(0: all of them)")
+        raise ConfigError(
+            f"layers={layers} must be between 1 and model={model.name}'s {model.num_layers} MoE layers (0: all of them)"
+        )
     if scale > 1:
         model = dataclasses.replace(
-            model, name=f"{model.name}/{scale}", hidden_size=model.hidden_size // scale,
-            expert_ffn=model.expert_ffn // scale, dense_params_per_layer=model.dense_params_per_layer // scale**2,
-            other_params=model.other_params // scale, kv_bytes_per_token=model.kv_bytes_per_token // scale)
+            model,
+            name=f"{model.name}/{scale}",
+            hidden_size=model.hidden_size // scale,
+            expert_ffn=model.expert_ffn // scale,
+            dense_params_per_layer=model.dense_params_per_layer // scale**2,
+            other_params=model.other_params // scale,
+            kv_bytes_per_token=model.kv_bytes_per_token // scale,
+        )
     if 0 < layers < model.num_layers:  # the KV cache per token is per layer: it shrinks with them
-        model = dataclasses.replace(model, name=f"{model.name}-L{layers}", num_layers=layers,
-                                    kv_bytes_per_token=model.kv_bytes_per_token * layers // model.num_layers)
+        model = dataclasses.replace(
+            model,
+            name=f"{model.name}-L{layers}",
+            num_layers=layers,
+            kv_bytes_per_token=model.kv_bytes_per_token * layers // model.num_layers,
+        )
     return model
 
 
@@ -49,8 +60,10 @@ def first_layers(trace: Trace, layers: int) -> Trace:
     if layers <= 0 or layers >= meta.model.num_layers:
         return trace
     if meta.recorded_layers is not None:
-        raise ConfigError(f"layers={layers}: trace {trace.path} recorded only layers {list(meta.recorded_layers)}; "
-                          f"use layers=0 with a partial trace")
+        raise ConfigError(
+            f"layers={layers}: trace {trace.path} recorded only layers {list(meta.recorded_layers)}; "
+            f"use layers=0 with a partial trace"
+        )
     keep = trace.arrays.take(np.flatnonzero(trace.arrays.layer < layers))
     meta = dataclasses.replace(meta, model=dataclasses.replace(meta.model, num_layers=layers))
     return Trace(meta, keep, trace.path)
@@ -84,8 +97,15 @@ def _expert_tensors(model: ModelConfig, checkpoint: Any, layer: int, expert: int
     return torch.randn(2 * f, h, generator=g) * std, torch.randn(h, f, generator=g) * f**-0.5
 
 
-def build_store(model: ModelConfig, pair: tuple[str, str], device: torch.device, checkpoint_dir: str | None = None,
-                seed: int = 0, group: int = 128, progress: bool = True) -> HostStore:
+def build_store(
+    model: ModelConfig,
+    pair: tuple[str, str],
+    device: torch.device,
+    checkpoint_dir: str | None = None,
+    seed: int = 0,
+    group: int = 128,
+    progress: bool = True,
+) -> HostStore:
     """Quantise and lay out every expert once (pinned host memory on CUDA)."""
     from tqdm import tqdm
 
@@ -96,10 +116,14 @@ def build_store(model: ModelConfig, pair: tuple[str, str], device: torch.device,
         checkpoint = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32)
         cfg = checkpoint.config
         if (cfg.hidden_size, cfg.intermediate_size) != (model.hidden_size, model.expert_ffn):
-            raise ConfigError(f"checkpoint {checkpoint_dir} has hidden {cfg.hidden_size}, expert FFN "
-                              f"{cfg.intermediate_size}; model={model.name} wants {model.hidden_size}, {model.expert_ffn}")
-    kernels = {cls: ExpertKernel(prec, model.hidden_size, model.expert_ffn, device, group)
-               for cls, prec in ((HIGH, pair[0]), (LOW, pair[1]))}
+            raise ConfigError(
+                f"checkpoint {checkpoint_dir} has hidden {cfg.hidden_size}, expert FFN "
+                f"{cfg.intermediate_size}; model={model.name} wants {model.hidden_size}, {model.expert_ffn}"
+            )
+    kernels = {
+        cls: ExpertKernel(prec, model.hidden_size, model.expert_ffn, device, group)
+        for cls, prec in ((HIGH, pair[0]), (LOW, pair[1]))
+    }
     g = torch.Generator().manual_seed(seed)
     experts = {}
     pin = device.type == "cuda"

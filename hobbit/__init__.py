@@ -23,9 +23,11 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     if name == "Results":
         from hobbit.sim.results import Results
+
         return Results
     if name in __all__:
         import hobbit.api
+
         return getattr(hobbit.api, name)
     raise AttributeError(f"module 'hobbit' has no attribute {name!r}")
 

@@ -75,46 +75,78 @@ def _knob(key: str, value: Any) -> str:
     return f"{key.replace('__', '.')}={'null' if value is None else value}"
 
 
-def configure(model: str | ModelConfig | None = None, hardware: str | HardwareConfig | None = None,
-              system: str | SystemConfig | None = None, *, overrides: Sequence[str] = (), **knobs: Any) -> SimConfig:
+def configure(
+    model: str | ModelConfig | None = None,
+    hardware: str | HardwareConfig | None = None,
+    system: str | SystemConfig | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    **knobs: Any,
+) -> SimConfig:
     """The typed ``SimConfig`` of a run: group names (conf/model, conf/hardware, conf/system) or
     typed configs, plus knobs by path (``system__cache__high_fraction=0.5``, ``engine="simpy"``)
     and Hydra ``overrides`` as the command line takes them."""
     given = {"model": model, "hardware": hardware, "system": system}
     names = [f"{g}={v}" for g, v in given.items() if isinstance(v, str)]
-    plain = [_knob(k, v) for k, v in knobs.items() if not any(
-        k.startswith(g + "__") and not isinstance(given[g], (str, type(None))) for g in GROUPS)]
+    plain = [
+        _knob(k, v)
+        for k, v in knobs.items()
+        if not any(k.startswith(g + "__") and not isinstance(given[g], (str, type(None))) for g in GROUPS)
+    ]
     cfg = compose("sim", SimConfig, ["out_dir=.", *names, *plain, *overrides])
     for group, value in given.items():
         if value is None or isinstance(value, str):
             continue
         if not isinstance(value, GROUPS[group]):
             raise ConfigError(f"{group}={value!r} must be a name in conf/{group}/ or a {GROUPS[group].__name__}")
-        mine = [_knob(k[len(group) + 2:], v) for k, v in knobs.items() if k.startswith(group + "__")]
+        mine = [_knob(k[len(group) + 2 :], v) for k, v in knobs.items() if k.startswith(group + "__")]
         cfg = dataclasses.replace(cfg, **{group: with_overrides(value, mine)})
     return cfg
 
 
-def simulate(trace: Trace | str | Path | None = None, model: str | ModelConfig | None = None,
-             hardware: str | HardwareConfig | None = None, system: str | SystemConfig | None = None,
-             *, keep_log: bool = False, keep_decisions: bool = True, **knobs: Any) -> Results:
+def simulate(
+    trace: Trace | str | Path | None = None,
+    model: str | ModelConfig | None = None,
+    hardware: str | HardwareConfig | None = None,
+    system: str | SystemConfig | None = None,
+    *,
+    keep_log: bool = False,
+    keep_decisions: bool = True,
+    **knobs: Any,
+) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hardware`` (defaults: conf/sim.yaml's:
     mixtral-8x7b, rtx4090-pcie4, hobbit). No files are written. ``keep_decisions=False`` streams the run (the same
     results, in the trace's memory and little more, without ``Results.decisions.steps``)."""
     tr = trace if isinstance(trace, Trace) else read_trace(trace)
-    return simulate_config(tr, configure(model, hardware, system, **knobs), keep_log=keep_log,
-                           keep_decisions=keep_decisions)
+    return simulate_config(
+        tr, configure(model, hardware, system, **knobs), keep_log=keep_log, keep_decisions=keep_decisions
+    )
 
 
-def simulate_config(trace: Trace, cfg: SimConfig, keep_log: bool = False, keep_decisions: bool = True,
-                    progress: Callable[[int, int], None] | None = None) -> Results:
+def simulate_config(
+    trace: Trace,
+    cfg: SimConfig,
+    keep_log: bool = False,
+    keep_decisions: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> Results:
     """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written. ``keep_decisions=False``:
     the run streams (``hobbit.sim.run.simulate``): the same results in the trace's memory and little more, without
     the decisions' records."""
     profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
-    return simulate_configs(trace, cfg.model, cfg.hardware, cfg.system, np.random.default_rng(cfg.seed), cfg.engine,
-                            keep_log=keep_log, profile=profile, profile_share=cfg.profile_share,
-                            keep_decisions=keep_decisions, progress=progress)
+    return simulate_configs(
+        trace,
+        cfg.model,
+        cfg.hardware,
+        cfg.system,
+        np.random.default_rng(cfg.seed),
+        cfg.engine,
+        keep_log=keep_log,
+        profile=profile,
+        profile_share=cfg.profile_share,
+        keep_decisions=keep_decisions,
+        progress=progress,
+    )
 
 
 def preload(cfg: SimConfig) -> None:
@@ -153,8 +185,15 @@ def _points(trace: Trace, items: list[tuple[SimConfig, Path | None, list[str]]])
     return [_point(trace, cfg, out, over) for cfg, out, over in items]
 
 
-def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *, n_jobs: int = 1,
-          out: str | Path | None = None, progress: bool = True, **base: Any) -> pd.DataFrame:
+def sweep(
+    trace: Trace | str | Path | None,
+    grid: Mapping[str, Sequence[Any]],
+    *,
+    n_jobs: int = 1,
+    out: str | Path | None = None,
+    progress: bool = True,
+    **base: Any,
+) -> pd.DataFrame:
     """Simulate every point of ``grid`` (``{override path: values}``, e.g. ``{"system.precision.t1":
     [0.4, 0.6], "system": ["hobbit", "on-demand"]}``) over ``base`` knobs (as ``configure`` takes them,
     default engine fast). One row per point: its knobs (``knob.<path>``) and results.json flattened.
@@ -171,7 +210,7 @@ def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *
     items = [(c, None if root is None else root / str(i), over) for i, (c, over) in enumerate(zip(cfgs, points))]
     workers = max(n_jobs if n_jobs > 0 else (os.cpu_count() or 1), 1)
     size = max(1, -(-len(items) // (4 * workers)))  # four chunks per worker: one trace layout per chunk
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
     from joblib import Parallel, delayed  # here: 0.03 s that a command which runs no sweep would pay at its start
 
     done = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
@@ -180,8 +219,10 @@ def sweep(trace: Trace | str | Path | None, grid: Mapping[str, Sequence[Any]], *
         for part in done:
             summaries += part
             bar.update(len(part))
-    rows = [{**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)}
-            for s, over in zip(summaries, points)]
+    rows = [
+        {**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)}
+        for s, over in zip(summaries, points)
+    ]
     import pandas as pd
 
     return pd.DataFrame(rows)

@@ -17,32 +17,59 @@ from hobbit.guard import PathError, check_output
 # name -> (module, function, one-line description). A command's module is imported only to run
 # it (as pip does with its commands), so `hobbit sim` never loads torch and --help is quick.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "capture": ("hobbit.trace_commands", "capture_main",
-                "record routing traces from a Hugging Face MoE model's live inference"),
-    "convert": ("hobbit.trace_commands", "convert_main",
-                "convert FLAME-MoE / vLLM / JSONL / llama.cpp moe-trace CSV / TEC routing logs into a trace"),
-    "export": ("hobbit.trace_commands", "export_main",
-               "write a trace as generic JSONL, llama.cpp moe-trace CSV or a TEC router trace"),
-    "trace-info": ("hobbit.trace_commands", "trace_info_main",
-                   "statistics of a trace: load, reuse, lookahead accuracy (--json)"),
-    "sim": ("hobbit.sim_commands", "sim_main",
-            "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
-    "tune": ("hobbit.tune_command", "tune_main",
-             "search T1/T2, cache split and cache weights with Optuna (resumable)"),
-    "quality": ("hobbit.executor_commands", "quality_main",
-                "perplexity, top-1 agreement and KL of mixed precision vs full"),
-    "calibrate": ("hobbit.executor_commands", "calibrate_main",
-                  "measure this machine through the executor; write a hardware profile"),
-    "validate": ("hobbit.executor_commands", "validate_main",
-                 "simulate and replay the same decisions; report the per-token error"),
-    "compare": ("hobbit.compare", "compare_main",
-                "every system and HOBBIT tuned for it on your trace and machine, ranked (compare.md/.json/.png)"),
-    "reproduce": ("hobbit.reproduce", "reproduce_main",
-                  "HOBBIT's Table 2 grid on the bundled models' workloads, beside the paper's numbers"),
-    "report": ("hobbit.report_command", "report_main",
-               "aggregate a run or multirun dir into runs.parquet, plots and report.md"),
-    "demo": ("hobbit.demo", "demo_main",
-             "the main job on the bundled defaults; prints where results and plots went"),
+    "capture": (
+        "hobbit.trace_commands",
+        "capture_main",
+        "record routing traces from a Hugging Face MoE model's live inference",
+    ),
+    "convert": (
+        "hobbit.trace_commands",
+        "convert_main",
+        "convert FLAME-MoE / vLLM / JSONL / llama.cpp moe-trace CSV / TEC routing logs into a trace",
+    ),
+    "export": (
+        "hobbit.trace_commands",
+        "export_main",
+        "write a trace as generic JSONL, llama.cpp moe-trace CSV or a TEC router trace",
+    ),
+    "trace-info": (
+        "hobbit.trace_commands",
+        "trace_info_main",
+        "statistics of a trace: load, reuse, lookahead accuracy (--json)",
+    ),
+    "sim": ("hobbit.sim_commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
+    "tune": ("hobbit.tune_command", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
+    "quality": (
+        "hobbit.executor_commands",
+        "quality_main",
+        "perplexity, top-1 agreement and KL of mixed precision vs full",
+    ),
+    "calibrate": (
+        "hobbit.executor_commands",
+        "calibrate_main",
+        "measure this machine through the executor; write a hardware profile",
+    ),
+    "validate": (
+        "hobbit.executor_commands",
+        "validate_main",
+        "simulate and replay the same decisions; report the per-token error",
+    ),
+    "compare": (
+        "hobbit.compare",
+        "compare_main",
+        "every system and HOBBIT tuned for it on your trace and machine, ranked (compare.md/.json/.png)",
+    ),
+    "reproduce": (
+        "hobbit.reproduce",
+        "reproduce_main",
+        "HOBBIT's Table 2 grid on the bundled models' workloads, beside the paper's numbers",
+    ),
+    "report": (
+        "hobbit.report_command",
+        "report_main",
+        "aggregate a run or multirun dir into runs.parquet, plots and report.md",
+    ),
+    "demo": ("hobbit.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
 }
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
@@ -54,8 +81,11 @@ def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: hobbit <command> [key=value ...] [-m] [--help]", "", "commands:"]
     lines += [f"  {name:<{width}}  {desc}" for name, (_, _, desc) in COMMANDS.items()]
-    lines += ["", "Each command is a Hydra app: `hobbit <command> --help` lists its knobs and defaults.",
-              "Exit codes: 0 success, 2 bad input (the message names the file, field and fix), 141 output pipe closed."]
+    lines += [
+        "",
+        "Each command is a Hydra app: `hobbit <command> --help` lists its knobs and defaults.",
+        "Exit codes: 0 success, 2 bad input (the message names the file, field and fix), 141 output pipe closed.",
+    ]
     return "\n".join(lines)
 
 

@@ -68,9 +68,17 @@ def _system(name: str) -> SystemConfig:
 
 def _tuned(profile: Trace, cfg: CompareConfig, hw: HardwareConfig, out: Path) -> tuple[SystemConfig | None, str]:
     """HOBBIT tuned on the profiling requests (the study resumes), or None with why."""
-    tcfg = TuneConfig(model=cfg.model, hardware=hw, system=cfg.system, trials=cfg.tune_trials, seed=cfg.seed,
-                      objective="budget", quality_budget=cfg.quality_budget, study=str(out / "study.db"),
-                      out_dir=str(out))
+    tcfg = TuneConfig(
+        model=cfg.model,
+        hardware=hw,
+        system=cfg.system,
+        trials=cfg.tune_trials,
+        seed=cfg.seed,
+        objective="budget",
+        quality_budget=cfg.quality_budget,
+        study=str(out / "study.db"),
+        out_dir=str(out),
+    )
     summary = tune(profile, tcfg)
     best = best_trials(open_study(tcfg, out / "study.db"), tcfg)
     if not best:
@@ -78,8 +86,9 @@ def _tuned(profile: Trace, cfg: CompareConfig, hw: HardwareConfig, out: Path) ->
     import optuna
 
     system = suggest(optuna.trial.FixedTrial(best[0].params), cfg.system)
-    return dataclasses.replace(system, name=TUNED), (f"trial {best[0].number} of {summary['trials']} on the "
-                                                     f"profiling requests: {summary['experiment']}")
+    return dataclasses.replace(system, name=TUNED), (
+        f"trial {best[0].number} of {summary['trials']} on the profiling requests: {summary['experiment']}"
+    )
 
 
 def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,15 +111,20 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
         raise ConfigError(f"systems={unknown} are not presets of conf/system (fix: some of {', '.join(all_systems())})")
     profile, timed = split_requests(trace, cfg.profile_share)
     systems = [_system(n) for n in names]
-    notes = [f"{len(np.unique(profile.arrays.request_id))} requests held apart for profiling and tuning"
-             if profile is not None else "no requests held apart (the trace has one request): nothing profiled"]
+    notes = [
+        f"{len(np.unique(profile.arrays.request_id))} requests held apart for profiling and tuning"
+        if profile is not None
+        else "no requests held apart (the trace has one request): nothing profiled"
+    ]
     blind = weights_absent(trace.meta)
     if blind:  # run what can run: the T1/T2 rule needs the gate weights the trace's source lacked
         skipped = [s.name for s in systems if needs_weights(s)]
         systems = [s for s in systems if not needs_weights(s)]
         if not systems:
-            raise ConfigError(f"trace {trace.path} has no gate weights and every system asked for needs them "
-                              f"(fix: systems= with uniform precision, e.g. [on-demand,freetoken,tec])")
+            raise ConfigError(
+                f"trace {trace.path} has no gate weights and every system asked for needs them "
+                f"(fix: systems= with uniform precision, e.g. [on-demand,freetoken,tec])"
+            )
         if skipped:
             notes.append(f"the trace has no gate weights: {', '.join(skipped)} not run (the T1/T2 rule needs them)")
     if profile is None or blind or cfg.tune_trials == 0:
@@ -124,27 +138,59 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     note = "; ".join(notes)
     rows = []
     for system in tqdm(systems, desc="compare", unit="system"):
-        res = simulate(timed, cfg.model, hw, system, np.random.default_rng(cfg.seed), engine="fast",
-                       profile=profile, profile_share=0.0, keep_decisions=False)
+        res = simulate(
+            timed,
+            cfg.model,
+            hw,
+            system,
+            np.random.default_rng(cfg.seed),
+            engine="fast",
+            profile=profile,
+            profile_share=0.0,
+            keep_decisions=False,
+        )
         write_results(res, out / "systems" / system.name)
         rows.append(res.summary)
     rows = rank(rows)
-    title = (f"{trace.meta.model.name} routing as {cfg.model.name} on {hw.name}: "
-             f"{rows[0]['tokens']['decode']} decode tokens, {rows[0]['requests']} requests")
+    title = (
+        f"{trace.meta.model.name} routing as {cfg.model.name} on {hw.name}: "
+        f"{rows[0]['tokens']['decode']} decode tokens, {rows[0]['requests']} requests"
+    )
     table = compare_table(rows)
     plots = plot_compare(rows, out, title)
-    md = (f"# {title}\n\n{note}.\n\nRanked by decode latency. *degraded mass*: the gate mass served in low precision "
-          f"or skipped (the quality proxy; the tuning keeps it within quality_budget={cfg.quality_budget}); *bound*: the "
-          f"system's own rules with every expert already where they run it; *x oracle*: decode latency over the lowest "
-          f"bound of all systems; (CPU): it also computes experts on the host CPU.\n\n"
-          f"{table}\n\n![compare](compare.png)\n")
-    keep = ("rank", "system", "decode_ms_per_token", "prefill_ms_per_request", "hit_rate", "bytes_loaded", "bound",
-            "gap_to_bound", "gap_to_oracle", "stall_ms_per_token", "served_mix", "quality_proxy", "cpu_assisted")
+    md = (
+        f"# {title}\n\n{note}.\n\nRanked by decode latency. *degraded mass*: the gate mass served in low precision "
+        f"or skipped (the quality proxy; the tuning keeps it within quality_budget={cfg.quality_budget}); *bound*: the "
+        f"system's own rules with every expert already where they run it; *x oracle*: decode latency over the lowest "
+        f"bound of all systems; (CPU): it also computes experts on the host CPU.\n\n"
+        f"{table}\n\n![compare](compare.png)\n"
+    )
+    keep = (
+        "rank",
+        "system",
+        "decode_ms_per_token",
+        "prefill_ms_per_request",
+        "hit_rate",
+        "bytes_loaded",
+        "bound",
+        "gap_to_bound",
+        "gap_to_oracle",
+        "stall_ms_per_token",
+        "served_mix",
+        "quality_proxy",
+        "cpu_assisted",
+    )
     for r in rows:
         r["cpu_assisted"] = cpu_assisted(r)
-    summary = {"title": title, "trace": str(trace.path), "model": cfg.model.name, "hardware": hw.name, "note": note,
-               "oracle_bound_ms_per_token": min(r["bound"]["decode_ms_per_token"] for r in rows),
-               "systems": [{k: r[k] for k in keep if k in r} for r in rows]}
+    summary = {
+        "title": title,
+        "trace": str(trace.path),
+        "model": cfg.model.name,
+        "hardware": hw.name,
+        "note": note,
+        "oracle_bound_ms_per_token": min(r["bound"]["decode_ms_per_token"] for r in rows),
+        "systems": [{k: r[k] for k in keep if k in r} for r in rows],
+    }
     atomic_write_json(out / "compare.json", summary)
     atomic_write_text(out / "compare.md", md)
     summary["files"] = [out / "compare.md", out / "compare.json", *plots]

@@ -33,9 +33,19 @@ class DemoConfig:
     """Knobs of ``hobbit demo`` (defaults keep it to a few minutes on two CPU cores)."""
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "max_prompts": ">=1", "max_new_tokens": ">=1", "lookahead": ">=0", "batch_size": ">=1", "sweep_t1": "[0,1]",
-        "sweep_t2": "[0,1]", "sweep_high_gb": ">=0", "sweep_jobs": ">=1", "validate_scale": ">=1",
-        "validate_requests": ">=1", "validate_replays": ">=2", "validate_rounds": ">=1", "compare_trials": ">=0",
+        "max_prompts": ">=1",
+        "max_new_tokens": ">=1",
+        "lookahead": ">=0",
+        "batch_size": ">=1",
+        "sweep_t1": "[0,1]",
+        "sweep_t2": "[0,1]",
+        "sweep_high_gb": ">=0",
+        "sweep_jobs": ">=1",
+        "validate_scale": ">=1",
+        "validate_requests": ">=1",
+        "validate_replays": ">=2",
+        "validate_rounds": ">=1",
+        "compare_trials": ">=0",
     }
 
     # path knobs and their roles (hobbit/guard.py)
@@ -66,9 +76,15 @@ def demo_main(cfg: DemoConfig) -> None:
     out = Path(cfg.out_dir)
     t0 = time.perf_counter()
     print(f"[1/5] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
-    res = capture(CaptureConfig(out=str(out / "trace.parquet"), max_prompts=cfg.max_prompts,
-                                max_new_tokens=cfg.max_new_tokens, lookahead=cfg.lookahead,
-                                batch_size=cfg.batch_size))
+    res = capture(
+        CaptureConfig(
+            out=str(out / "trace.parquet"),
+            max_prompts=cfg.max_prompts,
+            max_new_tokens=cfg.max_new_tokens,
+            lookahead=cfg.lookahead,
+            batch_size=cfg.batch_size,
+        )
+    )
     print("[2/5] trace statistics")
     trace = read_trace(res.path)
     summary = summarize(trace)
@@ -83,8 +99,10 @@ def demo_main(cfg: DemoConfig) -> None:
     n = len(cfg.sweep_t1) * len(cfg.sweep_t2) * len(cfg.sweep_high_gb)
     print(f"[4/5] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
     written += _sweep(cfg, out / "sweep")
-    print(f"[5/5] calibrate this machine and validate the simulator against a real replay ({cfg.model} at 1/"
-          f"{cfg.validate_scale} width)")
+    print(
+        f"[5/5] calibrate this machine and validate the simulator against a real replay ({cfg.model} at 1/"
+        f"{cfg.validate_scale} width)"
+    )
     written += _validate(cfg, out / "validate")
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; results in {out.resolve()}:")
     for p in [res.path, out / "trace_info.txt", out / "trace_info.json", *plots, *written]:
@@ -93,8 +111,17 @@ def demo_main(cfg: DemoConfig) -> None:
 
 def _compare(trace: Trace, cfg: DemoConfig, out: Path) -> list[Path]:
     systems = "[" + ",".join(cfg.systems) + "]"
-    cc = compose("compare", CompareConfig, [f"model={cfg.model}", f"hardware={cfg.hardware}", f"systems={systems}",
-                                            f"tune_trials={cfg.compare_trials}", f"out_dir={out}"])
+    cc = compose(
+        "compare",
+        CompareConfig,
+        [
+            f"model={cfg.model}",
+            f"hardware={cfg.hardware}",
+            f"systems={systems}",
+            f"tune_trials={cfg.compare_trials}",
+            f"out_dir={out}",
+        ],
+    )
     s = compare(trace, cc, out)
     print(s["table"])
     print(s["note"])
@@ -102,23 +129,39 @@ def _compare(trace: Trace, cfg: DemoConfig, out: Path) -> list[Path]:
 
 
 def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
-    grid = {"system.precision.t1": cfg.sweep_t1, "system.precision.t2": cfg.sweep_t2,
-            "system.cache.high_bytes": [int(gb * 1e9) for gb in cfg.sweep_high_gb],
-            "system.cache.low_bytes": [4_000_000_000]}
-    sweep(bundled_trace(), grid, model=cfg.model, hardware=cfg.hardware, system="hobbit", n_jobs=cfg.sweep_jobs,
-          out=out)
+    grid = {
+        "system.precision.t1": cfg.sweep_t1,
+        "system.precision.t2": cfg.sweep_t2,
+        "system.cache.high_bytes": [int(gb * 1e9) for gb in cfg.sweep_high_gb],
+        "system.cache.low_bytes": [4_000_000_000],
+    }
+    sweep(
+        bundled_trace(), grid, model=cfg.model, hardware=cfg.hardware, system="hobbit", n_jobs=cfg.sweep_jobs, out=out
+    )
     report, agg = build_report(out)
     best = agg.runs.sort_values("decode_ms_per_token.mean").iloc[0]
-    print(f"sweep: {len(agg.runs)} runs; fastest {best['decode_ms_per_token.mean']:.1f} ms/token at T1="
-          f"{best['system_config.precision.t1']}, T2={best['system_config.precision.t2']}, high pool "
-          f"{best['cache.high_bytes'] / 1e9:.0f} GB")
+    print(
+        f"sweep: {len(agg.runs)} runs; fastest {best['decode_ms_per_token.mean']:.1f} ms/token at T1="
+        f"{best['system_config.precision.t1']}, T2={best['system_config.precision.t2']}, high pool "
+        f"{best['cache.high_bytes'] / 1e9:.0f} GB"
+    )
     return [report, report.parent / "runs.parquet", *sorted(report.parent.glob("*.png"))]
 
 
 def _validate(cfg: DemoConfig, out: Path) -> list[Path]:
-    vc = compose("validate", ValidateConfig, [f"model={cfg.model}", f"scale={cfg.validate_scale}",
-                                              f"requests={cfg.validate_requests}", f"replays={cfg.validate_replays}",
-                                              f"rounds={cfg.validate_rounds}", "timeline=true", f"out_dir={out}"])
+    vc = compose(
+        "validate",
+        ValidateConfig,
+        [
+            f"model={cfg.model}",
+            f"scale={cfg.validate_scale}",
+            f"requests={cfg.validate_requests}",
+            f"replays={cfg.validate_replays}",
+            f"rounds={cfg.validate_rounds}",
+            "timeline=true",
+            f"out_dir={out}",
+        ],
+    )
     v = validate_to(vc, out)
     print(summary_line(v))
     return [out / "results.json", out / "report.md", out / "validation.png", out / "timeline.json", out / "gantt.png"]

@@ -35,17 +35,21 @@ def quality_main(cfg: QualityConfig) -> None:
     out = Path(cfg.out_dir)
     atomic_write_json(out / "results.json", res)
     q, p = res["quality"], cfg.system.precision
-    print(f"{cfg.system.name} (mode {p.mode}, T1 {p.t1}, T2 {p.t2}, {cfg.precision_pair}): perplexity "
-          f"{q['ppl']:.4f} vs {q['ppl_reference']:.4f} ({100 * q['ppl_rel_change']:+.2f} %), top-1 agreement "
-          f"{q['top1_agreement']:.4f}, KL {q['kl_mean']:.5f}, degraded gate mass {q['proxy']:.3f} over {q['tokens']} tokens")
+    print(
+        f"{cfg.system.name} (mode {p.mode}, T1 {p.t1}, T2 {p.t2}, {cfg.precision_pair}): perplexity "
+        f"{q['ppl']:.4f} vs {q['ppl_reference']:.4f} ({100 * q['ppl_rel_change']:+.2f} %), top-1 agreement "
+        f"{q['top1_agreement']:.4f}, KL {q['kl_mean']:.5f}, degraded gate mass {q['proxy']:.3f} over {q['tokens']} tokens"
+    )
     print(f"results in {(out / 'results.json').resolve()}")
 
 
 def write_profile(hw: HardwareConfig, model: ModelConfig, out: Path) -> tuple[Path, Path]:
     """hardware/<name>.yaml and model/<model>-div<scale>.yaml: a search path ``hobbit sim`` accepts."""
     model_file = model.name.replace("/", "-div")
-    return (write_yaml(hw, out / "hardware" / f"{hw.name}.yaml"),
-            write_yaml(dataclasses.replace(model, name=model_file), out / "model" / f"{model_file}.yaml"))
+    return (
+        write_yaml(hw, out / "hardware" / f"{hw.name}.yaml"),
+        write_yaml(dataclasses.replace(model, name=model_file), out / "model" / f"{model_file}.yaml"),
+    )
 
 
 @hydra_command(CONF, "calibrate", CalibrateConfig)
@@ -54,8 +58,15 @@ def calibrate_main(cfg: CalibrateConfig) -> None:
     device, model, pair, store = prepare(cfg)
     print(f"calibrating {model.name} on {device}")
     with pinned(cfg) as copy_cpu:
-        hw = full_profile(store, device, pair, read_trace(bundled_trace()), copy_cpu=copy_cpu,
-                          statistic=cfg.statistic, rounds=cfg.rounds)
+        hw = full_profile(
+            store,
+            device,
+            pair,
+            read_trace(bundled_trace()),
+            copy_cpu=copy_cpu,
+            statistic=cfg.statistic,
+            rounds=cfg.rounds,
+        )
     if cfg.name:
         hw = dataclasses.replace(hw, name=cfg.name)
     hw_file, model_file = write_profile(hw, model, Path(cfg.out_dir))
@@ -77,8 +88,9 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     write_results(v.replay, out / "replay")
     atomic_write_json(out / "results.json", v.summary)
     e = v.errors
-    atomic_write_parquet(pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}),
-                         out / "tokens.parquet")
+    atomic_write_parquet(
+        pd.DataFrame({"simulated_ms": e["sim_ms"], "measured_ms": e["measured_ms"]}), out / "tokens.parquet"
+    )
     plots = plot_validation(e["sim_ms"], e["measured_ms"], v.summary["validation"], out)
     if v.schedules is not None:
         meta = {"model": v.summary["model"], "system": v.summary["system"], "hardware": v.summary["hardware"]}
@@ -93,30 +105,38 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
 
 def summary_line(v: dict[str, Any]) -> str:
     """One line of a validation's numbers, as ``hobbit validate`` and the demo print it."""
-    pf = "" if v.get("prefill_mape") is None else f"; prefill MAPE {100 * v['prefill_mape']:.1f} % over {v['prefills']} requests"
-    return (f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, bias "
-            f"{100 * v['bias']:+.1f} % (replays' own spread {100 * v['noise_mape']:.1f} %), |error| P50 "
-            f"{v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms (simulated {v['mean_simulated_ms']:.1f} vs measured "
-            f"{v['mean_measured_ms']:.1f} ms/token){pf}")
+    pf = (
+        ""
+        if v.get("prefill_mape") is None
+        else f"; prefill MAPE {100 * v['prefill_mape']:.1f} % over {v['prefills']} requests"
+    )
+    return (
+        f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, bias "
+        f"{100 * v['bias']:+.1f} % (replays' own spread {100 * v['noise_mape']:.1f} %), |error| P50 "
+        f"{v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms (simulated {v['mean_simulated_ms']:.1f} vs measured "
+        f"{v['mean_measured_ms']:.1f} ms/token){pf}"
+    )
 
 
 def _report(v: Validation, plots: list[Path]) -> str:
     s, e = v.summary, v.summary["validation"]
     p = s["profile"]
-    return (f"# Validation: {s['system']} on {s['hardware']} ({e['device']}), {s['model']}\n\n"
-            f"{summary_line(e)}.\n\nThe measured latency of a token is the {e['statistic']} of {e['replays']} replays of "
-            f"the same decisions; noise_mape is their own spread (the per-token MAPE between two replays), the floor "
-            f"under which the simulator's error cannot be told from the machine's.\n\n"
-            f"Profile: link t0 {p['link_t0_s'] * 1e6:.1f} us, {p['link_gbps']:.2f} GB/s (copies during the replay: "
-            f"{s['copies_measured_gbps']:.2f} GB/s), issuing a copy {p['copy_issue_s'] * 1e6:.1f} us; contention: the "
-            f"link at {p['busy_link_gbps']:.2f} GB/s while computing, compute while copying: dense "
-            f"x{p['busy_dense_factor']:.3f}, high expert x{p['busy_expert_high_factor']:.3f}, low expert "
-            f"x{p['busy_expert_low_factor']:.3f}; in a decode step, per call, the dense part "
-            f"+{p.get('step_dense_s', 0.0) * 1e6:.1f} us, a high expert +{p.get('step_expert_high_s', 0.0) * 1e6:.1f} us, "
-            f"a low one +{p.get('step_expert_low_s', 0.0) * 1e6:.1f} us over their probes; replay loop "
-            f"{p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n"
-            f"![validation]({plots[0].name})\n"
-            + "".join(f"\n![schedule]({p.name})\n" for p in plots if p.stem == "gantt" and p.suffix == ".png"))
+    return (
+        f"# Validation: {s['system']} on {s['hardware']} ({e['device']}), {s['model']}\n\n"
+        f"{summary_line(e)}.\n\nThe measured latency of a token is the {e['statistic']} of {e['replays']} replays of "
+        f"the same decisions; noise_mape is their own spread (the per-token MAPE between two replays), the floor "
+        f"under which the simulator's error cannot be told from the machine's.\n\n"
+        f"Profile: link t0 {p['link_t0_s'] * 1e6:.1f} us, {p['link_gbps']:.2f} GB/s (copies during the replay: "
+        f"{s['copies_measured_gbps']:.2f} GB/s), issuing a copy {p['copy_issue_s'] * 1e6:.1f} us; contention: the "
+        f"link at {p['busy_link_gbps']:.2f} GB/s while computing, compute while copying: dense "
+        f"x{p['busy_dense_factor']:.3f}, high expert x{p['busy_expert_high_factor']:.3f}, low expert "
+        f"x{p['busy_expert_low_factor']:.3f}; in a decode step, per call, the dense part "
+        f"+{p.get('step_dense_s', 0.0) * 1e6:.1f} us, a high expert +{p.get('step_expert_high_s', 0.0) * 1e6:.1f} us, "
+        f"a low one +{p.get('step_expert_low_s', 0.0) * 1e6:.1f} us over their probes; replay loop "
+        f"{p['layer_overhead_s'] * 1e6:.0f} us per layer.\n\n"
+        f"![validation]({plots[0].name})\n"
+        + "".join(f"\n![schedule]({p.name})\n" for p in plots if p.stem == "gantt" and p.suffix == ".png")
+    )
 
 
 @hydra_command(CONF, "validate", ValidateConfig)

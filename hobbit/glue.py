@@ -104,8 +104,10 @@ def _get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any
     run itself. conf/ never sets it (tests/test_sim_cli.py checks), so the mode is unset (None: ``-m`` or not decides)
     unless an override names ``hydra.mode`` or ``hydra.searchpath``, or ``--config-dir`` adds a directory whose
     configs might: those go through Hydra's own."""
-    if any("hydra.mode" in o or "hydra.searchpath" in o for o in overrides) or \
-            {p.provider for p in self.config_loader.get_search_path().get_path()} - OWN_SEARCH_PATH:
+    if (
+        any("hydra.mode" in o or "hydra.searchpath" in o for o in overrides)
+        or {p.provider for p in self.config_loader.get_search_path().get_path()} - OWN_SEARCH_PATH
+    ):
         return _HYDRA_GET_MODE(self, config_name, overrides)
     return None
 
@@ -184,8 +186,11 @@ def set_values(config: T, overrides: list[str]) -> T:
         node, keys = config, path.split(".")
         for k in keys[:-1]:
             node = getattr(node, k, None)
-        field = next((f for f in dataclasses.fields(node) if f.name == keys[-1]), None) if (
-            dataclasses.is_dataclass(node)) else None
+        field = (
+            next((f for f in dataclasses.fields(node) if f.name == keys[-1]), None)
+            if (dataclasses.is_dataclass(node))
+            else None
+        )
         value = _typed(text, getattr(node, keys[-1]), _optional_str(field.type)) if sep and field else _NOT_PLAIN
         if value is _NOT_PLAIN:
             return with_overrides(config, overrides)
@@ -218,8 +223,13 @@ def _typed(text: str, old: Any, optional_str: bool = False) -> Any:
         except ValueError:
             return _NOT_PLAIN
         return v if low not in ("nan", "inf", "-inf", "+inf") else _NOT_PLAIN
-    if (isinstance(old, str) or (optional_str and old is None)) and text and not any(
-            c in text for c in "${}[]'\",") and low not in ("null", "none") and _yaml_text(text):
+    if (
+        (isinstance(old, str) or (optional_str and old is None))
+        and text
+        and not any(c in text for c in "${}[]'\",")
+        and low not in ("null", "none")
+        and _yaml_text(text)
+    ):
         return text
     return _NOT_PLAIN
 

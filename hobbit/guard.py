@@ -39,8 +39,11 @@ def path_roles(cfg: Any) -> dict[str, str]:
 
 def resolve(cfg: Any, cwd: str | os.PathLike) -> Any:
     """``cfg`` with every declared path knob made absolute against ``cwd`` (unset ones left as they are)."""
-    new = {k: str((Path(cwd) / Path(v).expanduser()).resolve())
-           for k in path_roles(cfg) if (v := getattr(cfg, k)) not in (None, "")}
+    new = {
+        k: str((Path(cwd) / Path(v).expanduser()).resolve())
+        for k in path_roles(cfg)
+        if (v := getattr(cfg, k)) not in (None, "")
+    }
     return dataclasses.replace(cfg, **new) if new else cfg
 
 
@@ -58,14 +61,14 @@ def check_output(knob: str, path: Path, role: str, inputs: dict[str, Path]) -> N
     """Refuse an output path the command could not write, or that would destroy one of its inputs."""
     for name, src in inputs.items():
         if path == src:
-            raise PathError(f"{knob}={path} is also {name}=: writing it would destroy the input "
-                            f"(fix: another {knob}=)")
+            raise PathError(f"{knob}={path} is also {name}=: writing it would destroy the input (fix: another {knob}=)")
     if role in ("out", "state"):
         if path.is_dir():
             raise PathError(f"{knob}={path} is a directory, not a file (fix: {knob}=DIR/NAME)")
         if not path.parent.is_dir():
-            raise PathError(f"{knob}={path}: its directory {path.parent} does not exist (fix: create it, or "
-                            f"another {knob}=)")
+            raise PathError(
+                f"{knob}={path}: its directory {path.parent} does not exist (fix: create it, or another {knob}=)"
+            )
         if not _writable_dir(path.parent):
             raise PathError(f"{knob}={path}: its directory {path.parent} is not writable (fix: another {knob}=)")
         if path.exists() and not os.access(path, os.W_OK) and role == "state":

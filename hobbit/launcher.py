@@ -102,8 +102,13 @@ class HobbitLauncher(Launcher):
             raise SystemExit(EXIT_BAD_INPUT) from None
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = sweep_config.hydra.job.num = idx
-        ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return ret
 
@@ -117,9 +122,11 @@ class HobbitLauncher(Launcher):
             log.info(f"\t#{initial_job_idx + i} : {' '.join(filter_overrides(overrides))}")
         if n > 1 and not can_fork():
             threads = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
-            log.warning(f"n_jobs={self.n_jobs}: the jobs run one after another in this process (workers are forked on "
-                        f"Linux only, from a process without threads{'; running: ' + threads if threads else ''}); "
-                        "hydra/launcher=joblib starts its own")
+            log.warning(
+                f"n_jobs={self.n_jobs}: the jobs run one after another in this process (workers are forked on "
+                f"Linux only, from a process without threads{'; running: ' + threads if threads else ''}); "
+                "hydra/launcher=joblib starts its own"
+            )
             n = 1
         if n == 1:
             return [self._run(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
@@ -206,8 +213,10 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
             if code == EXIT_BAD_INPUT:  # bad input: the worker has said what (fail), and the command exits 2
                 raise SystemExit(2)
             if code:
-                raise WorkerFailed(f"sweep worker {pid} " + (f"was killed by signal {-code}" if code < 0 else
-                                                             f"exited with code {code}"))
+                raise WorkerFailed(
+                    f"sweep worker {pid} "
+                    + (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+                )
     finally:
         signal.signal(signal.SIGTERM, term)
         for pid in live:
@@ -248,7 +257,7 @@ def _collect(kids: dict[int, int], results: dict[int, Any]) -> Iterator[int]:
                     end = FRAME.size + FRAME.unpack_from(buf[r])[0]
                     if len(buf[r]) < end:
                         break
-                    i, ret = pickle.loads(buf[r][FRAME.size:end])
+                    i, ret = pickle.loads(buf[r][FRAME.size : end])
                     results[i] = ret
                     buf[r] = buf[r][end:]
 

@@ -84,8 +84,14 @@ BUNDLED = {"mixtral-8x7b": bundled_model_dir, "phi-3.5-moe": bundled_phimoe_dir}
 class ReproduceConfig:
     """Knobs of ``hobbit reproduce``."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"prompts": ">=2", "prompt_tokens": ">=1", "new_tokens": ">=2",
-                                        "batch_size": ">=1", "jobs": ">=1", "tolerance": ">0"}
+    LIMITS: ClassVar[dict[str, str]] = {
+        "prompts": ">=2",
+        "prompt_tokens": ">=1",
+        "new_tokens": ">=2",
+        "batch_size": ">=1",
+        "jobs": ">=1",
+        "tolerance": ">0",
+    }
     PATHS: ClassVar[dict[str, str]] = {"out_dir": "outdir", "trace": "in"}
 
     out_dir: str = "outputs/reproduce"
@@ -121,7 +127,7 @@ def _prompts(n: int, length: int, out: Path) -> Path:
     if len(starts) < n:
         raise ConfigError(f"reproduce: the held-out text has too few lines for {n} prompts of {length} tokens")
     pick = np.linspace(0, len(starts) - 1, n).astype(int)
-    lines = [json.dumps({"prompt": text[starts[i]: starts[i] + length]}) for i in pick]
+    lines = [json.dumps({"prompt": text[starts[i] : starts[i] + length]}) for i in pick]
     return atomic_write_text(out / f"prompts-{length}.jsonl", "\n".join(lines) + "\n")
 
 
@@ -131,8 +137,10 @@ def capture_workloads(cfg: ReproduceConfig, out: Path) -> list[Workload]:
     todo = []
     for model in cfg.models:
         if model not in BUNDLED:
-            raise ConfigError(f"reproduce: models={model}: no bundled checkpoint (choose from {', '.join(BUNDLED)}), "
-                              f"or give trace=PATH model=NAME")
+            raise ConfigError(
+                f"reproduce: models={model}: no bundled checkpoint (choose from {', '.join(BUNDLED)}), "
+                f"or give trace=PATH model=NAME"
+            )
         for p in cfg.prompt_tokens:
             for n in cfg.new_tokens:
                 todo.append((model, p, n))
@@ -155,9 +163,20 @@ def _capture_all(cfg: ReproduceConfig, out: Path, todo: list[tuple[str, int, int
         path = out / f"{model}-{name}.parquet"
         bar.set_postfix(model=model, workload=name)
         if not path.exists():
-            capture(CaptureConfig(model=str(BUNDLED[model]()), prompts=str(_prompts(cfg.prompts, p, out)),
-                                  out=str(path), max_new_tokens=n, lookahead=3, batch_size=cfg.batch_size,
-                                  max_prompts=cfg.prompts, max_prompt_tokens=p, stop_at_eos=False, progress=False))
+            capture(
+                CaptureConfig(
+                    model=str(BUNDLED[model]()),
+                    prompts=str(_prompts(cfg.prompts, p, out)),
+                    out=str(path),
+                    max_new_tokens=n,
+                    lookahead=3,
+                    batch_size=cfg.batch_size,
+                    max_prompts=cfg.prompts,
+                    max_prompt_tokens=p,
+                    stop_at_eos=False,
+                    progress=False,
+                )
+            )
         done.append(Workload(model, name, path))
     return done
 
@@ -165,8 +184,7 @@ def _capture_all(cfg: ReproduceConfig, out: Path, todo: list[tuple[str, int, int
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline: str | None = None
-         ) -> dict[str, Any]:
+def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline: str | None = None) -> dict[str, Any]:
     """One simulation, its summary kept as JSON (a rerun reads it back); ``timeline``: the passes of its
     timeline, written beside it as ``<run>.timeline.json``."""
     tl_file = out.with_suffix(".timeline.json")
@@ -177,8 +195,20 @@ def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline
     if timeline is not None:
         write_sim_timeline(res, cfg.system.demand_first, timeline, out.parent, gantt=False, name=tl_file.name)
     s = res.summary
-    keep = {k: s[k] for k in ("decode_ms_per_token", "prefill_ms_per_request", "served_mix", "precision_rule_mix",
-                              "hit_rate", "tokens", "requests", "bytes_loaded", "stall_ms_per_token")}
+    keep = {
+        k: s[k]
+        for k in (
+            "decode_ms_per_token",
+            "prefill_ms_per_request",
+            "served_mix",
+            "precision_rule_mix",
+            "hit_rate",
+            "tokens",
+            "requests",
+            "bytes_loaded",
+            "stall_ms_per_token",
+        )
+    }
     atomic_write_json(out, keep)
     return keep
 
@@ -198,8 +228,10 @@ def simulate_grid(cfg: ReproduceConfig, workloads: list[Workload], out: Path) ->
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(cfg, workloads)
     tl = cfg.timeline_tokens if cfg.timeline else None
-    jobs = (delayed(_run)(w.path, w.model, hw, system, out / f"{w.model}-{w.name}-{hw}-{system}.json", tl)
-            for w, hw, system in runs)
+    jobs = (
+        delayed(_run)(w.path, w.model, hw, system, out / f"{w.model}-{w.name}-{hw}-{system}.json", tl)
+        for w, hw, system in runs
+    )
     results = Parallel(n_jobs=cfg.jobs, return_as="generator")(jobs)
     got = {}
     for (w, hw, system), r in zip(runs, tqdm(results, total=len(runs), desc="simulate", unit="run")):
@@ -235,39 +267,79 @@ def tabulate(cfg: ReproduceConfig, workloads: list[Workload], runs: dict[tuple, 
                 ws = [w for w in workloads if w.model == model]
                 per = []
                 for w in ws:
-                    ours, base = runs[(model, w.name, s.hardware, s.hobbit)], runs[(model, w.name, s.hardware, baseline)]
-                    per.append({"workload": w.name, "hobbit_ms_per_token": ours["decode_ms_per_token"]["mean"],
-                                "baseline_ms_per_token": base["decode_ms_per_token"]["mean"],
-                                "decode_speedup": _speedup(base, ours), "prefill_reduction": _reduction(base, ours)})
+                    ours, base = (
+                        runs[(model, w.name, s.hardware, s.hobbit)],
+                        runs[(model, w.name, s.hardware, baseline)],
+                    )
+                    per.append(
+                        {
+                            "workload": w.name,
+                            "hobbit_ms_per_token": ours["decode_ms_per_token"]["mean"],
+                            "baseline_ms_per_token": base["decode_ms_per_token"]["mean"],
+                            "decode_speedup": _speedup(base, ours),
+                            "prefill_reduction": _reduction(base, ours),
+                        }
+                    )
                 paper = PAPER.get((s.name, baseline, model), (None, None))
-                row = {"setup": s.name, "hardware": s.hardware, "gpu_only": s.gpu_only, "hobbit": s.hobbit,
-                       "baseline": baseline, "model": model,
-                       "decode_speedup": _mean([p["decode_speedup"] for p in per]), "paper_decode_speedup": paper[0],
-                       "prefill_reduction": _mean([p["prefill_reduction"] for p in per]),
-                       "paper_prefill_reduction": paper[1], "workloads": per}
+                row = {
+                    "setup": s.name,
+                    "hardware": s.hardware,
+                    "gpu_only": s.gpu_only,
+                    "hobbit": s.hobbit,
+                    "baseline": baseline,
+                    "model": model,
+                    "decode_speedup": _mean([p["decode_speedup"] for p in per]),
+                    "paper_decode_speedup": paper[0],
+                    "prefill_reduction": _mean([p["prefill_reduction"] for p in per]),
+                    "paper_prefill_reduction": paper[1],
+                    "workloads": per,
+                }
                 d, pd_ = row["decode_speedup"], row["paper_decode_speedup"]
                 row["off"] = None if d is None or pd_ is None else d / pd_ - 1.0
                 row["within_tolerance"] = None if row["off"] is None else abs(row["off"]) <= cfg.tolerance
-                row["sign_right"] = None if d is None or pd_ is None else (d > 1.0) == (pd_ > 1.0) or abs(pd_ - 1) < 0.02
+                row["sign_right"] = (
+                    None if d is None or pd_ is None else (d > 1.0) == (pd_ > 1.0) or abs(pd_ - 1) < 0.02
+                )
                 rows.append(row)
     ablation = []
     for model in models:
         ws = [w for w in workloads if w.model == model]
-        ups = [_speedup(runs[(model, w.name, ABLATION[1], ABLATION[2])], runs[(model, w.name, ABLATION[1], ABLATION[3])])
-               for w in ws]
-        ablation.append({"model": model, "hardware": ABLATION[1], "baseline": ABLATION[2], "system": ABLATION[3],
-                         "decode_speedup": _mean(ups), "paper_range": list(PAPER_ABLATION)})
+        ups = [
+            _speedup(runs[(model, w.name, ABLATION[1], ABLATION[2])], runs[(model, w.name, ABLATION[1], ABLATION[3])])
+            for w in ws
+        ]
+        ablation.append(
+            {
+                "model": model,
+                "hardware": ABLATION[1],
+                "baseline": ABLATION[2],
+                "system": ABLATION[3],
+                "decode_speedup": _mean(ups),
+                "paper_range": list(PAPER_ABLATION),
+            }
+        )
     mix = []
     for model in models:
         ws = [w for w in workloads if w.model == model]
         served = [runs[(model, w.name, "rtx4090-pcie4", "hobbit")]["served_mix"] for w in ws]
         rule = [runs[(model, w.name, "rtx4090-pcie4", "hobbit")]["precision_rule_mix"] for w in ws]
-        mix.append({"model": model, "rule": {k: _mean([r[k] for r in rule]) for k in rule[0]},
-                    "served": {k: _mean([r[k] for r in served]) for k in served[0]}, "paper_rule": PAPER_MIX.get(model)})
-    return {"rows": rows, "ablation": ablation, "precision_mix": mix, "tolerance": cfg.tolerance,
-            "workloads": [{"model": w.model, "name": w.name, "trace": str(w.path)} for w in workloads],
-            "averaging": "arithmetic mean over workloads of baseline/HOBBIT decode ms per token, and of "
-                         "1 - HOBBIT/baseline prefill ms per request"}
+        mix.append(
+            {
+                "model": model,
+                "rule": {k: _mean([r[k] for r in rule]) for k in rule[0]},
+                "served": {k: _mean([r[k] for r in served]) for k in served[0]},
+                "paper_rule": PAPER_MIX.get(model),
+            }
+        )
+    return {
+        "rows": rows,
+        "ablation": ablation,
+        "precision_mix": mix,
+        "tolerance": cfg.tolerance,
+        "workloads": [{"model": w.model, "name": w.name, "trace": str(w.path)} for w in workloads],
+        "averaging": "arithmetic mean over workloads of baseline/HOBBIT decode ms per token, and of "
+        "1 - HOBBIT/baseline prefill ms per request",
+    }
 
 
 def _fmt(x: float | None, pct: bool = False) -> str:
@@ -278,42 +350,71 @@ def _fmt(x: float | None, pct: bool = False) -> str:
 
 def render(table: dict[str, Any]) -> str:
     tol = table["tolerance"]
-    lines = ["# HOBBIT's evaluation reproduced", "",
-             "Decode speed-up of HOBBIT over each baseline (baseline ms/token / HOBBIT's) and prefill latency "
-             "reduction, averaged over the workloads, beside the paper's (arXiv:2411.01433, Table 2). "
-             f"'off': ours / paper - 1; cells more than {100 * tol:.0f} % off are marked.", ""]
+    lines = [
+        "# HOBBIT's evaluation reproduced",
+        "",
+        "Decode speed-up of HOBBIT over each baseline (baseline ms/token / HOBBIT's) and prefill latency "
+        "reduction, averaged over the workloads, beside the paper's (arXiv:2411.01433, Table 2). "
+        f"'off': ours / paper - 1; cells more than {100 * tol:.0f} % off are marked.",
+        "",
+    ]
     for gpu_only, title in ((True, "GPU-only systems"), (False, "CPU-assisted systems")):
-        lines += [f"## {title}", "", "| set-up | HOBBIT | baseline | model | decode speed-up | paper | off | "
-                  "prefill reduction | paper |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {title}",
+            "",
+            "| set-up | HOBBIT | baseline | model | decode speed-up | paper | off | prefill reduction | paper |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in table["rows"]:
             if r["gpu_only"] != gpu_only:
                 continue
             off = "n/a" if r["off"] is None else f"{100 * r['off']:+.0f} %" + ("" if r["within_tolerance"] else " **")
-            lines.append(f"| {r['setup']} | {r['hobbit']} | {r['baseline']} | {r['model']} | "
-                         f"{_fmt(r['decode_speedup'])} | {_fmt(r['paper_decode_speedup'])} | {off} | "
-                         f"{_fmt(r['prefill_reduction'], True)} | {_fmt(r['paper_prefill_reduction'], True)} |")
+            lines.append(
+                f"| {r['setup']} | {r['hobbit']} | {r['baseline']} | {r['model']} | "
+                f"{_fmt(r['decode_speedup'])} | {_fmt(r['paper_decode_speedup'])} | {off} | "
+                f"{_fmt(r['prefill_reduction'], True)} | {_fmt(r['paper_prefill_reduction'], True)} |"
+            )
         lines.append("")
     far = [r for r in table["rows"] if r["within_tolerance"] is False]
     wrong = [r for r in table["rows"] if r["sign_right"] is False]
-    lines += [f"{len(table['rows']) - len(far)} of {len(table['rows'])} decode speed-ups within {100 * tol:.0f} % of "
-              f"the paper's; the sign (HOBBIT faster or not) is right in {len(table['rows']) - len(wrong)} of "
-              f"{len(table['rows'])}.", ""]
-    lines += ["## Dynamic loading only (ablation)", "",
-              "| model | speed-up of HOBBIT's precision rule over on-demand loading (4090) | paper |", "|---|---|---|"]
+    lines += [
+        f"{len(table['rows']) - len(far)} of {len(table['rows'])} decode speed-ups within {100 * tol:.0f} % of "
+        f"the paper's; the sign (HOBBIT faster or not) is right in {len(table['rows']) - len(wrong)} of "
+        f"{len(table['rows'])}.",
+        "",
+    ]
+    lines += [
+        "## Dynamic loading only (ablation)",
+        "",
+        "| model | speed-up of HOBBIT's precision rule over on-demand loading (4090) | paper |",
+        "|---|---|---|",
+    ]
     for a in table["ablation"]:
         lo, hi = a["paper_range"]
         lines.append(f"| {a['model']} | {_fmt(a['decode_speedup'])} | {lo:.2f}-{hi:.2f}x |")
-    lines += ["", "## Precision mix", "",
-              "| model | rule high / low / skip | served from cache or loaded: high / low / skipped | paper (rule) |",
-              "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Precision mix",
+        "",
+        "| model | rule high / low / skip | served from cache or loaded: high / low / skipped | paper (rule) |",
+        "|---|---|---|---|",
+    ]
     for m in table["precision_mix"]:
         r, s, p = m["rule"], m["served"], m["paper_rule"]
         paper = "n/a" if p is None else f"{p['high']:.0%} / {p['low']:.0%} / {p['skip']:.0%}"
-        lines.append(f"| {m['model']} | {r['high']:.0%} / {r['low']:.0%} / {r['skip']:.0%} | "
-                     f"{s['high_hit'] + s['high_load']:.0%} / {s['low_hit'] + s['low_load']:.0%} / {s['skipped']:.0%} | "
-                     f"{paper} |")
-    lines += ["", "Workloads: " + ", ".join(f"{w['model']} {w['name']}" for w in table["workloads"]) + ".",
-              "Averaging: " + table["averaging"] + ".", "", "![ours against the paper](reproduce.png)", ""]
+        lines.append(
+            f"| {m['model']} | {r['high']:.0%} / {r['low']:.0%} / {r['skip']:.0%} | "
+            f"{s['high_hit'] + s['high_load']:.0%} / {s['low_hit'] + s['low_load']:.0%} / {s['skipped']:.0%} | "
+            f"{paper} |"
+        )
+    lines += [
+        "",
+        "Workloads: " + ", ".join(f"{w['model']} {w['name']}" for w in table["workloads"]) + ".",
+        "Averaging: " + table["averaging"] + ".",
+        "",
+        "![ours against the paper](reproduce.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -324,8 +425,10 @@ def reproduce(cfg: ReproduceConfig, out: Path) -> dict[str, Any]:
     """Capture (or take) the workloads, simulate the grid, write reproduce.{md,json,png}; returns the table."""
     if cfg.trace is not None:
         if cfg.model is None:
-            raise ConfigError("reproduce: trace=PATH needs model=NAME (the model whose size the trace is replayed at: "
-                              "a name of conf/model)")
+            raise ConfigError(
+                "reproduce: trace=PATH needs model=NAME (the model whose size the trace is replayed at: "
+                "a name of conf/model)"
+            )
         read_meta(cfg.trace)  # a bad trace is refused before any work
         workloads = [Workload(cfg.model.name, Path(cfg.trace).stem, Path(cfg.trace))]
     else:

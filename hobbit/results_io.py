@@ -30,8 +30,10 @@ MANIFEST = "sha256.json"  # in a cache entry: result file -> its SHA-256
 
 def write_results(res: Results, out: Path) -> list[Path]:
     """results.json, passes.parquet, layers.parquet under ``out``; results.json is the last path."""
-    paths = [atomic_write_parquet(res.pass_columns, out / "passes.parquet"),
-             atomic_write_parquet(res.layer_columns, out / "layers.parquet")]
+    paths = [
+        atomic_write_parquet(res.pass_columns, out / "passes.parquet"),
+        atomic_write_parquet(res.layer_columns, out / "layers.parquet"),
+    ]
     paths.append(atomic_write_json(out / "results.json", res.summary))
     return paths
 
@@ -46,16 +48,20 @@ def cache_root(cfg: SimConfig) -> Path | None:
             return root
     except OSError:
         pass
-    warnings.warn(f"result cache {root} is not writable: running without it (fix: cache_dir=A/WRITABLE/DIR)",
-                  stacklevel=2)
+    warnings.warn(
+        f"result cache {root} is not writable: running without it (fix: cache_dir=A/WRITABLE/DIR)", stacklevel=2
+    )
     return None
 
 
 def config_key(cfg: SimConfig, trace_path: Path) -> str:
     """What determines a run's results: the trace's bytes and every knob of the run."""
     digest = _sha256(trace_path)
-    knobs = {k: v for k, v in dataclasses.asdict(cfg).items()
-             if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens", "sweep_chunk")}
+    knobs = {
+        k: v
+        for k, v in dataclasses.asdict(cfg).items()
+        if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens", "sweep_chunk")
+    }
     blob = json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 

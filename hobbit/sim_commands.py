@@ -60,8 +60,9 @@ def run_chunk(cfg: SimConfig) -> None:
         check_knobs(pcfg)
         run_one(pcfg, progress=False)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
-        atomic_write_text(out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER,
-                                                                     sort_keys=False))
+        atomic_write_text(
+            out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER, sort_keys=False)
+        )
 
 
 def run_one(cfg: SimConfig, progress: bool = True) -> None:
@@ -82,8 +83,9 @@ def run_one(cfg: SimConfig, progress: bool = True) -> None:
         print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
         return
     tqdm.monitor_interval = 0  # no monitor thread: a process that later sweeps forks its workers (hobbit.launcher)
-    with tqdm(desc="simulate", unit="pass", delay=PROGRESS_DELAY_S, leave=False,
-              disable=None if progress else True) as bar:  # None: shown on a terminal only
+    with tqdm(
+        desc="simulate", unit="pass", delay=PROGRESS_DELAY_S, leave=False, disable=None if progress else True
+    ) as bar:  # None: shown on a terminal only
 
         def advance(done: int, total: int) -> None:
             bar.total = total
@@ -101,10 +103,12 @@ def run_one(cfg: SimConfig, progress: bool = True) -> None:
         to_cache(out, entry)
     s = res.summary
     d = s["decode_ms_per_token"]
-    print(f"{s['system']} on {s['hardware']}, {s['model']}: decode {d['mean']:.2f} ms/token (p95 {d['p95']:.2f}), "
-          f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
-          f"link busy {s['link_busy_fraction']:.2f}"
-          + (f"; {s['gap_to_bound']:.2f}x its bound" if s.get("gap_to_bound") else ""))
+    print(
+        f"{s['system']} on {s['hardware']}, {s['model']}: decode {d['mean']:.2f} ms/token (p95 {d['p95']:.2f}), "
+        f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
+        f"link busy {s['link_busy_fraction']:.2f}"
+        + (f"; {s['gap_to_bound']:.2f}x its bound" if s.get("gap_to_bound") else "")
+    )
     print(f"results in {paths[-1].parent.resolve()}")
 
 

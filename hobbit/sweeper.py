@@ -70,8 +70,7 @@ def claim(spec: Path, index: int) -> bool:
 def structural(o: Override, groups: Any) -> bool:
     """Whether override ``o`` needs Hydra's composition: a config group, an added or deleted key, hydra.*."""
     key = o.key_or_group
-    return (o.is_add() or o.is_delete() or o.is_force_add() or key.startswith("hydra")
-            or bool(groups(key)))
+    return o.is_add() or o.is_delete() or o.is_force_add() or key.startswith("hydra") or bool(groups(key))
 
 
 class HobbitSweeper(Sweeper):
@@ -83,8 +82,9 @@ class HobbitSweeper(Sweeper):
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def _workers(self) -> int:
         n = OmegaConf.select(self.config, "hydra.launcher.n_jobs", default=None)
@@ -114,20 +114,33 @@ class HobbitSweeper(Sweeper):
         specs = 0
         for shape, idx in by_shape.items():
             if self.chunk_size:  # fixed chunks of points: one job each
-                parts = [(idx[i:i + self.chunk_size], 1) for i in range(0, len(idx), self.chunk_size)]
+                parts = [(idx[i : i + self.chunk_size], 1) for i in range(0, len(idx), self.chunk_size)]
             else:  # the shape's points as one queue, drained by one job per worker
                 parts = [(idx, min(self._workers(), len(idx)))]
             for part, takers in parts:
-                spec = {"points": [{"index": i, "values": [s for s, k in zip(points[i], kinds) if not k],
-                                    "overrides": list(points[i])} for i in part]}
+                spec = {
+                    "points": [
+                        {
+                            "index": i,
+                            "values": [s for s, k in zip(points[i], kinds) if not k],
+                            "overrides": list(points[i]),
+                        }
+                        for i in part
+                    ]
+                }
                 path = sweep_dir / CHUNKS_DIR / f"{specs}.json"
                 shutil.rmtree(claims_dir(path), ignore_errors=True)  # a rerun into the same sweep dir claims afresh
                 tmp = path.with_suffix(".json.tmp")
                 tmp.write_text(json.dumps(spec))
                 tmp.replace(path)
-                jobs += [[*shape, f"sweep_chunk={path.resolve()}",
-                          f"hydra.sweep.subdir={CHUNKS_DIR}/{specs}" + (f"-{j}" if takers > 1 else "")]
-                         for j in range(takers)]
+                jobs += [
+                    [
+                        *shape,
+                        f"sweep_chunk={path.resolve()}",
+                        f"hydra.sweep.subdir={CHUNKS_DIR}/{specs}" + (f"-{j}" if takers > 1 else ""),
+                    ]
+                    for j in range(takers)
+                ]
                 specs += 1
         results = self.launcher.launch(jobs, initial_job_idx=0)
         for r in results:

@@ -14,11 +14,14 @@ GANTT_PASSES = 3  # passes in the Gantt plot: enough to see a decode step's copi
 
 def schedule_of(res: Results, demand_first: bool, tokens: str) -> Schedule:
     """The simulated schedule of a run's passes ``tokens``."""
-    return simulated(res.workload, res.decisions, res.cost, demand_first, parse_window(tokens, len(res.timeline.pass_start)))
+    return simulated(
+        res.workload, res.decisions, res.cost, demand_first, parse_window(tokens, len(res.timeline.pass_start))
+    )
 
 
-def write_sim_timeline(res: Results, demand_first: bool, tokens: str, out: Path, gantt: bool = True,
-                       name: str = "timeline.json") -> list[Path]:
+def write_sim_timeline(
+    res: Results, demand_first: bool, tokens: str, out: Path, gantt: bool = True, name: str = "timeline.json"
+) -> list[Path]:
     """``out``/timeline.json (and the Gantt plot) of one simulated run; the paths written."""
     sched = schedule_of(res, demand_first, tokens)
     s = res.summary

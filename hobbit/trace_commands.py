@@ -31,8 +31,10 @@ def convert_main(cfg: ConvertConfig) -> None:
     m = tr.meta.model
     for note in tr.meta.source.get("warnings", []):
         print(f"hobbit: warning: {note}", file=sys.stderr)
-    print(f"wrote {path}: {m.name}, {tr.num_tokens} tokens x {len(tr.meta.layers)} layers, "
-          f"{m.num_experts} experts, top-{m.top_k}")
+    print(
+        f"wrote {path}: {m.name}, {tr.num_tokens} tokens x {len(tr.meta.layers)} layers, "
+        f"{m.num_experts} experts, top-{m.top_k}"
+    )
 
 
 @hydra_command(TRACES_CONF, "export", ExportConfig)

@@ -18,11 +18,11 @@ from hobbit.traces.schema import InputError
 _BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
 # Other systems' formats, in bits per weight with their scales (block layouts):
 FORMAT_BPW = {
-    "q8_0": 8.5,    # llama.cpp block_q8_0: fp16 scale + 32 int8 codes = 34 B / 32 weights (ggml-common.h)
-    "q4_0": 4.5,    # llama.cpp block_q4_0: fp16 scale + 16 B of codes = 18 B / 32 weights (ggml-common.h)
+    "q8_0": 8.5,  # llama.cpp block_q8_0: fp16 scale + 32 int8 codes = 34 B / 32 weights (ggml-common.h)
+    "q4_0": 4.5,  # llama.cpp block_q4_0: fp16 scale + 16 B of codes = 18 B / 32 weights (ggml-common.h)
     "q2_k": 2.625,  # llama.cpp block_q2_K: 84 B / 256 weights (ggml-common.h)
-    "hqq2": 3.02,   # HQQ 2-bit, group 16, 8-bit quantised scales and zeros (mixtral-offloading's experts,
-                    # hqq/core/quantize.py at the commit it pins): 2 + 0.5 + 0.5 + ~0.02 bits
+    "hqq2": 3.02,  # HQQ 2-bit, group 16, 8-bit quantised scales and zeros (mixtral-offloading's experts,
+    # hqq/core/quantize.py at the commit it pins): 2 + 0.5 + 0.5 + ~0.02 bits
 }
 PRECISIONS = (*_BITS, *FORMAT_BPW)
 
@@ -51,9 +51,16 @@ class ModelConfig:
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "num_layers": ">=1", "num_experts": ">=1", "top_k": ">=1", "hidden_size": ">=1", "expert_ffn": ">=1",
-        "dense_params_per_layer": ">=0", "other_params": ">=0", "kv_bytes_per_token": ">=0",
-        "quant_group_size": ">=1", "quant_meta_bytes_per_group": ">=0",
+        "num_layers": ">=1",
+        "num_experts": ">=1",
+        "top_k": ">=1",
+        "hidden_size": ">=1",
+        "expert_ffn": ">=1",
+        "dense_params_per_layer": ">=0",
+        "other_params": ">=0",
+        "kv_bytes_per_token": ">=0",
+        "quant_group_size": ">=1",
+        "quant_meta_bytes_per_group": ">=0",
     }
 
     name: str = "unnamed"
@@ -76,7 +83,7 @@ class ModelConfig:
     def expert_bytes(self, precision: str) -> int:
         """Bytes of one expert at ``precision``, quantisation scales and zeros included."""
         if precision in FORMAT_BPW:
-            return int(round(self.expert_params * FORMAT_BPW[precision] / 8))
+            return round(self.expert_params * FORMAT_BPW[precision] / 8)
         if precision not in _BITS:
             raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}")
         p = self.expert_params
@@ -108,10 +115,23 @@ class ProfileConfig:
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "hidden_size": ">=1", "expert_ffn": ">=1", "link_t0_s": ">=0", "link_gbps": ">0",
-        "layer_overhead_s": ">=0", "expert_tokens": ">=1", "expert_high_s": ">=0", "expert_low_s": ">=0",
-        "cpu_expert_s": ">=0", "head_s": ">=0", "copy_issue_s": ">=0", "busy_link_gbps": ">=0", "busy_dense_factor": ">0", "busy_expert_high_factor": ">0",
-        "busy_expert_low_factor": ">0", "step_dense_s": ">=0", "step_expert_high_s": ">=0",
+        "hidden_size": ">=1",
+        "expert_ffn": ">=1",
+        "link_t0_s": ">=0",
+        "link_gbps": ">0",
+        "layer_overhead_s": ">=0",
+        "expert_tokens": ">=1",
+        "expert_high_s": ">=0",
+        "expert_low_s": ">=0",
+        "cpu_expert_s": ">=0",
+        "head_s": ">=0",
+        "copy_issue_s": ">=0",
+        "busy_link_gbps": ">=0",
+        "busy_dense_factor": ">0",
+        "busy_expert_high_factor": ">0",
+        "busy_expert_low_factor": ">0",
+        "step_dense_s": ">=0",
+        "step_expert_high_s": ">=0",
         "step_expert_low_s": ">=0",  # dense_s and other_s are fitted coefficients: finite, of either sign
     }
 
@@ -155,10 +175,21 @@ class HardwareConfig:
     """
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "device_memory_bytes": ">0", "device_mem_gbps": ">0", "device_tflops": ">0", "kernel_overhead_s": ">=0",
-        "compute_efficiency": "(0,1]", "link_gbps": ">0", "link_t0_s": ">=0", "ssd_gbps": ">0", "ssd_t0_s": ">=0",
-        "cpu_tflops": ">0", "cpu_mem_gbps": ">0", "low_precision_efficiency": "(0,1]", "reserve_bytes": ">=0",
-        "contention_compute": ">=1", "contention_link": ">=1",
+        "device_memory_bytes": ">0",
+        "device_mem_gbps": ">0",
+        "device_tflops": ">0",
+        "kernel_overhead_s": ">=0",
+        "compute_efficiency": "(0,1]",
+        "link_gbps": ">0",
+        "link_t0_s": ">=0",
+        "ssd_gbps": ">0",
+        "ssd_t0_s": ">=0",
+        "cpu_tflops": ">0",
+        "cpu_mem_gbps": ">0",
+        "low_precision_efficiency": "(0,1]",
+        "reserve_bytes": ">=0",
+        "contention_compute": ">=1",
+        "contention_link": ">=1",
     }
 
     name: str = "unnamed"
@@ -236,8 +267,14 @@ class CacheBase:
     resident weights, KV cache and the reserve, split by ``high_fraction``.
     """
 
-    LIMITS: ClassVar[dict[str, str]] = {"high_bytes": ">=-1", "low_bytes": ">=-1", "high_fraction": "[0,1]",
-                                        "layer_slots": ">=0", "layer_share": "[0,1]", "layer_pinned": "[0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {
+        "high_bytes": ">=-1",
+        "low_bytes": ">=-1",
+        "high_fraction": "[0,1]",
+        "layer_slots": ">=0",
+        "layer_share": "[0,1]",
+        "layer_pinned": "[0,1]",
+    }
 
     policy: str = "multidim"
     high_bytes: int = -1
@@ -267,8 +304,13 @@ def policy_knobs(node: Any, name: str) -> Any:
 class SystemConfig:
     """An offloading system: precision, prefetch and cache policies, and CPU help."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"n_cpu_moe": ">=-1", "cpu_kernel_efficiency": "(0,1]", "cpu_insert": ">=0",
-                                        "split_threshold": ">=0", "split_max_fetch": ">=-1"}
+    LIMITS: ClassVar[dict[str, str]] = {
+        "n_cpu_moe": ">=-1",
+        "cpu_kernel_efficiency": "(0,1]",
+        "cpu_insert": ">=0",
+        "split_threshold": ">=0",
+        "split_max_fetch": ">=-1",
+    }
 
     name: str = "hobbit"
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)

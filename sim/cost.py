@@ -137,8 +137,10 @@ class CostModel:
         if self.hw.profile is not None:
             a, b, c = self.hw.profile.dense_s
             step = self.hw.profile.step_dense_s
-            return max(self.layer_scale * (a + b * tokens + c * tokens * context + step)
-                       + self.hw.profile.layer_overhead_s, 0.0)
+            return max(
+                self.layer_scale * (a + b * tokens + c * tokens * context + step) + self.hw.profile.layer_overhead_s,
+                0.0,
+            )
         m = self.model
         kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
         nbytes = m.dense_bytes_per_layer() + kv_per_layer * context
@@ -178,8 +180,10 @@ class CostModel:
             return interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s)
         m = self.model
         nbytes = self.expert_bytes(HIGH)
-        compute = max(nbytes / (self.hw.cpu_mem_gbps * GB),
-                      2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP)) / self.cpu_efficiency
+        compute = (
+            max(nbytes / (self.hw.cpu_mem_gbps * GB), 2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP))
+            / self.cpu_efficiency
+        )
         act = 2 * tokens * m.hidden_size
         move = 0.0 if self.hw.unified_memory else 2 * (self.hw.link_t0_s + act / (self.hw.link_gbps * GB))
         read = self.hw.ssd_t0_s + nbytes / (self.hw.ssd_gbps * GB) if self.hw.expert_source == "ssd" else 0.0

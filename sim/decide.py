@@ -139,10 +139,14 @@ class DecisionTables:
     ``cancel``: step, tid; ``evicted`` and ``kept``: step, layer, expert, precision.
     """
 
-    COLUMNS: ClassVar[dict[str, tuple[str, ...]]] = {"loads": ("step", "demand", "layer", "expert", "precision"),
-               "gpu": ("step", "tid", "precision", "tokens", "expert"),
-               "cpu": ("step", "tokens", "expert"), "cancel": ("step", "tid"),
-               "evicted": ("step", "layer", "expert", "precision"), "kept": ("step", "layer", "expert", "precision")}
+    COLUMNS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "loads": ("step", "demand", "layer", "expert", "precision"),
+        "gpu": ("step", "tid", "precision", "tokens", "expert"),
+        "cpu": ("step", "tokens", "expert"),
+        "cancel": ("step", "tid"),
+        "evicted": ("step", "layer", "expert", "precision"),
+        "kept": ("step", "layer", "expert", "precision"),
+    }
 
     def __init__(self, num_layers: int, n_steps: int, expert_bytes: tuple[int, int], **tables: np.ndarray) -> None:
         self.num_layers, self.n_steps, self.expert_bytes = num_layers, n_steps, expert_bytes
@@ -246,8 +250,10 @@ class NotKept(Sequence):
         return self.n_steps
 
     def __getitem__(self, i):
-        raise LookupError("this run streamed its decisions and kept none (simulate(..., keep_decisions=False)); "
-                          "run it with keep_decisions=True to read them")
+        raise LookupError(
+            "this run streamed its decisions and kept none (simulate(..., keep_decisions=False)); "
+            "run it with keep_decisions=True to read them"
+        )
 
 
 def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTables:
@@ -302,8 +308,10 @@ class Decisions:
             steps = self.tables.column("loads", "step")
             n = self.tables.n_steps
             return (np.bincount(steps[demand == 1], minlength=n), np.bincount(steps[demand == 0], minlength=n))
-        return (np.array([sum(1 for x in s.loads if x.demand) for s in self.steps], np.int64),
-                np.array([sum(1 for x in s.loads if not x.demand) for s in self.steps], np.int64))
+        return (
+            np.array([sum(1 for x in s.loads if x.demand) for s in self.steps], np.int64),
+            np.array([sum(1 for x in s.loads if not x.demand) for s in self.steps], np.int64),
+        )
 
 
 @dataclass
@@ -316,10 +324,18 @@ class _Staged:
 class Decider:
     """Applies one system's policies to a workload; ``run`` returns the decisions."""
 
-    def __init__(self, wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-                 placement: Placement | None = None, keep_log: bool = False,
-                 cpu_faster: Callable[[int, int], bool] | None = None, profile: list | None = None,
-                 miss_costs: Callable[[int, int], tuple[float, float]] | None = None) -> None:
+    def __init__(
+        self,
+        wl: Workload,
+        system: SystemConfig,
+        slots: tuple[int, int],
+        expert_bytes: tuple[int, int],
+        placement: Placement | None = None,
+        keep_log: bool = False,
+        cpu_faster: Callable[[int, int], bool] | None = None,
+        profile: list | None = None,
+        miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+    ) -> None:
         """``cpu_faster(precision, tokens)``: whether a miss is better computed on the CPU (for
         ``system.cpu_misses=faster``); ``profile``: the profiling requests' activation matrices;
         ``miss_costs(precision, tokens)``: a miss's copy time and CPU time (``cpu_misses=split``)."""
@@ -339,16 +355,21 @@ class Decider:
         needs = pf_cls.needs | ev_cls.needs
         if wl.pred_ids is not None and "predictions" in needs:
             self.pred = wl.pred_ids[:, :, :depth].tolist()  # [N][L][D][K]
-            self.pred_cls = classes_for(np.nan_to_num(wl.pred_weights[:, :, :depth], nan=0.0), p.mode, p.t1,
-                                        p.t2).tolist()  # a missing prediction's weight counts as 0
-        inputs = PolicyInputs(num_layers=wl.num_layers, depth=depth,
-                              future_uses=wl.future_uses() if "future_uses" in needs else None,
-                              profile=profile if "profile" in needs else None)
+            self.pred_cls = classes_for(
+                np.nan_to_num(wl.pred_weights[:, :, :depth], nan=0.0), p.mode, p.t1, p.t2
+            ).tolist()  # a missing prediction's weight counts as 0
+        inputs = PolicyInputs(
+            num_layers=wl.num_layers,
+            depth=depth,
+            future_uses=wl.future_uses() if "future_uses" in needs else None,
+            profile=profile if "profile" in needs else None,
+        )
         self.prefetcher = pf_cls(policy_knobs(pf, pf.kind), inputs)
         if "prefetcher" in needs:
             inputs = dataclasses.replace(inputs, prefetcher=self.prefetcher)
-        self.cache = ExpertCache(slots[HIGH], slots[LOW], ev_cls(policy_knobs(ev, ev.policy), inputs),
-                                 wl.num_layers, per_layer=ev.per_layer)
+        self.cache = ExpertCache(
+            slots[HIGH], slots[LOW], ev_cls(policy_knobs(ev, ev.policy), inputs), wl.num_layers, per_layer=ev.per_layer
+        )
         placement = placement or Placement()
         self.resident, self.cpu_layers = placement.resident, placement.cpu_layers
         self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
@@ -364,13 +385,24 @@ class Decider:
         self.prefetching = pf_cls.loads_ahead and system.cpu_misses != "always"
         # None: the precision the rule gives the predicted weights; else one class for every prefetch
         self.prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision) if self.mixed else self.uniform
-        self.out = Decisions(steps=[], served=np.zeros(6, np.int64), log=[] if keep_log else None,
-                             slots=(int(slots[HIGH]), int(slots[LOW])),
-                             staging=self.staging if self.prefetching else 0)
+        self.out = Decisions(
+            steps=[],
+            served=np.zeros(6, np.int64),
+            log=[] if keep_log else None,
+            slots=(int(slots[HIGH]), int(slots[LOW])),
+            staging=self.staging if self.prefetching else 0,
+        )
         self.any_prec = p.serve_any_cached
         self._span = (0, 0)
-        self.ctx = PrefetchContext(layer=0, num_layers=wl.num_layers, predict=self._predict, future=self._future,
-                                   counts=self.counts, is_cached=self._present, precision=self.uniform)
+        self.ctx = PrefetchContext(
+            layer=0,
+            num_layers=wl.num_layers,
+            predict=self._predict,
+            future=self._future,
+            counts=self.counts,
+            is_cached=self._present,
+            precision=self.uniform,
+        )
 
     def _log(self, p: int, layer: int, e: int, action: str, prec: int) -> None:
         if self.out.log is not None:
@@ -385,8 +417,9 @@ class Decider:
         self.out.bytes_requested += nbytes
         return tid
 
-    def _admit(self, p: int, key: tuple[int, int], prec: int, layer_now: int, tid: int, token: int,
-               step: LayerStep) -> None:
+    def _admit(
+        self, p: int, key: tuple[int, int], prec: int, layer_now: int, tid: int, token: int, step: LayerStep
+    ) -> None:
         slot, victim = self.cache.admit(key, prec, layer_now, tid)
         if victim is not None:
             self.out.evictions += 1
@@ -463,8 +496,11 @@ class Decider:
             self._log(p, layer, e, "skip", SKIP)
             return SKIP
         prec = c if self.mixed else self.uniform
-        if self.cpu_misses == "always" or (self.cpu_misses == "faster" and self.cpu_faster(prec, n)) or (
-                e in self.on_cpu):
+        if (
+            self.cpu_misses == "always"
+            or (self.cpu_misses == "faster" and self.cpu_faster(prec, n))
+            or (e in self.on_cpu)
+        ):
             self.out.served[CPU] += 1
             step.cpu.append(n)
             step.cpu_keys.append(key)
@@ -554,8 +590,10 @@ class Decider:
         if self.pred is not None and d <= len(self.pred[a][layer]):
             if b - a == 1:
                 return [self.pred[a][layer][d - 1]], [self.pred_cls[a][layer][d - 1]]
-            return ([self.pred[t][layer][d - 1] for t in range(a, b)],
-                    [self.pred_cls[t][layer][d - 1] for t in range(a, b)])
+            return (
+                [self.pred[t][layer][d - 1] for t in range(a, b)],
+                [self.pred_cls[t][layer][d - 1] for t in range(a, b)],
+            )
         if self.system.prefetch.fallback == "history" and self.counts[layer + d].any():
             top = np.argsort(-self.counts[layer + d], kind="stable")[: self.wl.top_k].tolist()
             return [top], [[self.uniform] * len(top)]

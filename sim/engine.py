@@ -9,7 +9,7 @@ of the copies it needs and on its own compute timeouts. The rules are in
 
 from __future__ import annotations
 
-from typing import Generator
+from collections.abc import Generator
 
 import numpy as np
 import simpy
@@ -77,8 +77,9 @@ class Shared:
 class Link:
     """A host-to-device (or SSD-to-memory) copy engine."""
 
-    def __init__(self, env: simpy.Environment, demand_first: bool, shared: Shared | None = None,
-                 factor: float = 1.0) -> None:
+    def __init__(
+        self, env: simpy.Environment, demand_first: bool, shared: Shared | None = None, factor: float = 1.0
+    ) -> None:
         self.env = env
         self.shared, self.factor = shared, factor
         self.demand_first = demand_first
@@ -162,8 +163,13 @@ class Engine:
 
     def _layer(self, step: LayerStep, dense: float) -> Generator:
         env, cost, link = self.env, self.cost, self.link
-        if (self.shared is None and not step.loads and not step.cpu and not step.cancel
-                and all(self._ready(g.tid) for g in step.gpu)):
+        if (
+            self.shared is None
+            and not step.loads
+            and not step.cpu
+            and not step.cancel
+            and all(self._ready(g.tid) for g in step.gpu)
+        ):
             yield env.timeout(dense + sum(cost.cached("expert_s", g.precision, g.tokens) for g in step.gpu))
             return 0.0
         yield self._work(dense, self.f.dense)
@@ -209,6 +215,10 @@ class Engine:
 
     def run(self) -> Timeline:
         self.env.run(until=self.env.process(self._compute()))
-        self.tl.link_busy_s, self.tl.bytes_moved, self.tl.cancelled = self.link.busy, self.link.moved, self.link.cancelled
+        self.tl.link_busy_s, self.tl.bytes_moved, self.tl.cancelled = (
+            self.link.busy,
+            self.link.moved,
+            self.link.cancelled,
+        )
         self.tl.transfer_done = self.link.done_at
         return self.tl

@@ -65,8 +65,9 @@ def parse_window(text: str, n_pass: int) -> tuple[int, int]:
             raise ValueError
         a, b = (int(x) if x.strip() else None for x in parts)
     except ValueError:
-        raise ConfigError(f"timeline_tokens={text!r} is not a pass range (fix: A:B, e.g. 0:64, 100: or ':' for "
-                          f"all {n_pass} passes)") from None
+        raise ConfigError(
+            f"timeline_tokens={text!r} is not a pass range (fix: A:B, e.g. 0:64, 100: or ':' for all {n_pass} passes)"
+        ) from None
     start, stop, _ = slice(a, b).indices(n_pass)
     return start, max(start, stop)
 
@@ -90,8 +91,14 @@ def occupancy(dec: Decisions, steps: int | None = None) -> np.ndarray:
     return np.cumsum(delta, axis=0)
 
 
-def build(wl: Workload, dec: Decisions, tl: Timeline, work: list, window: tuple[int, int],
-          copies: dict[int, tuple[float, float]]) -> Schedule:
+def build(
+    wl: Workload,
+    dec: Decisions,
+    tl: Timeline,
+    work: list,
+    window: tuple[int, int],
+    copies: dict[int, tuple[float, float]],
+) -> Schedule:
     """A schedule from a timeline, its compute/CPU work records (``sim.plain.replay``'s ``rec`` layout) and
     ``copies`` (tid -> (start, end) of each copy that ran)."""
     L = wl.num_layers
@@ -103,22 +110,46 @@ def build(wl: Workload, dec: Decisions, tl: Timeline, work: list, window: tuple[
     for i in range(a * L, b * L):
         step = dec.steps[i]
         for (tid, nbytes, demand), (layer, e, prec) in zip(step.loads, step.load_keys):
-            copy_info[tid] = (step.pass_index, {"layer": layer, "expert": e, "precision": PRECISION[prec],
-                                                "bytes": nbytes, "demand": bool(demand), "tid": tid})
+            copy_info[tid] = (
+                step.pass_index,
+                {
+                    "layer": layer,
+                    "expert": e,
+                    "precision": PRECISION[prec],
+                    "bytes": nbytes,
+                    "demand": bool(demand),
+                    "tid": tid,
+                },
+            )
     for p in range(a, b):
         t_start, t_end = float(tl.pass_start[p]), float(tl.pass_end[p])
         phase = "decode" if wl.pass_phase[p] == 1 else "prefill"
         tokens = wl.pass_end[p] - wl.pass_start[p]
-        out.append(Slice("compute", f"{phase} pass {p}", "token", t_start, t_end, p,
-                         {"pass": p, "request": int(wl.pass_request[p]), "phase": phase, "tokens": int(tokens),
-                          "latency_ms": (t_end - t_start) * 1e3}))
+        out.append(
+            Slice(
+                "compute",
+                f"{phase} pass {p}",
+                "token",
+                t_start,
+                t_end,
+                p,
+                {
+                    "pass": p,
+                    "request": int(wl.pass_request[p]),
+                    "phase": phase,
+                    "tokens": int(tokens),
+                    "latency_ms": (t_end - t_start) * 1e3,
+                },
+            )
+        )
         begin = t_start
         for layer in range(L):
             i = p * L + layer
             end = float(tl.step_end[i])
             out.append(Slice("compute", f"layer {layer}", "layer", begin, end, p, {"layer": layer}))
-            counters.append((begin, p, {"high": int(held[i - 1, 0]) if i else 0,
-                                        "low": int(held[i - 1, 1]) if i else 0}))
+            counters.append(
+                (begin, p, {"high": int(held[i - 1, 0]) if i else 0, "low": int(held[i - 1, 1]) if i else 0})
+            )
             begin = end
         out.append(Slice("compute", "lm head", "head", begin, t_end, p))  # the pass's end, after its last layer
     for i, kind, start, end, j in work:
@@ -129,8 +160,12 @@ def build(wl: Workload, dec: Decisions, tl: Timeline, work: list, window: tuple[
         args: dict = {"layer": layer}
         if kind == "expert":
             tid, prec, n = step.gpu[j]
-            args.update(expert=step.gpu_keys[j][1], precision=PRECISION[prec], tokens=n,
-                        weights="resident" if tid < 0 else f"copy {tid}")
+            args.update(
+                expert=step.gpu_keys[j][1],
+                precision=PRECISION[prec],
+                tokens=n,
+                weights="resident" if tid < 0 else f"copy {tid}",
+            )
             name = f"expert {step.gpu_keys[j][1]} ({PRECISION[prec]})"
         elif kind == "cpu_expert":
             args.update(expert=step.cpu_keys[j][1], tokens=step.cpu[j])

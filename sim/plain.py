@@ -16,8 +16,9 @@ from hobbit.sim.timeline import Timeline, demand_insert_at
 from hobbit.sim.workload import Workload
 
 
-def requeue(queue: list[tuple[int, float, bool]], items: list[tuple[int, float, bool]], cancel: list[int],
-            demand_first: bool) -> int:
+def requeue(
+    queue: list[tuple[int, float, bool]], items: list[tuple[int, float, bool]], cancel: list[int], demand_first: bool
+) -> int:
     """Drop the cancelled copies that have not started from ``queue``, then add ``items`` (a demand
     load ahead of queued prefetches when ``demand_first``), in place; the number dropped."""
     before = len(queue)
@@ -138,8 +139,14 @@ class _SharedLink:
         return self.now
 
 
-def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, rec: list | None = None,
-                   passes: int | None = None) -> Timeline:
+def _replay_shared(
+    wl: Workload,
+    dec: Decisions,
+    cost: CostModel,
+    demand_first: bool,
+    rec: list | None = None,
+    passes: int | None = None,
+) -> Timeline:
     """``replay`` with contention: the same rules, the overlap of copies and compute charged."""
     f, issue = cost.contention, cost.issue_s()
     link = _SharedLink(demand_first, f)
@@ -163,12 +170,16 @@ def _replay_shared(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
                     rec.append((i, "issue", routed, link.now, -1))
             if step.loads or step.cancel:
                 link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
-                link.enqueue([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads],
-                             step.cancel)
+                link.enqueue(
+                    [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], step.cancel
+                )
             todo, stall = list(range(len(step.gpu))), 0.0
             while todo:  # the experts whose weights are resident, in arrival order; then wait for the next
-                ready = sorted((-1.0 if step.gpu[j].tid < 0 else link.done[step.gpu[j].tid], j) for j in todo
-                               if step.gpu[j].tid < 0 or step.gpu[j].tid in link.done)
+                ready = sorted(
+                    (-1.0 if step.gpu[j].tid < 0 else link.done[step.gpu[j].tid], j)
+                    for j in todo
+                    if step.gpu[j].tid < 0 or step.gpu[j].tid in link.done
+                )
                 if not ready:
                     t0 = link.now
                     stall += link.wait_first([step.gpu[j].tid for j in todo]) - t0
@@ -211,8 +222,15 @@ def _cpu_work(step, cost: CostModel, start: float, i: int, rec: list | None) -> 
     return start
 
 
-def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True, shared: bool | None = None,
-           rec: list | None = None, passes: int | None = None) -> Timeline:
+def replay(
+    wl: Workload,
+    dec: Decisions,
+    cost: CostModel,
+    demand_first: bool = True,
+    shared: bool | None = None,
+    rec: list | None = None,
+    passes: int | None = None,
+) -> Timeline:
     """Times of every pass and layer of ``dec`` on ``cost``'s machine. ``shared``: charge contention
     (None: when the cost model has any; True with no contention gives the same times, the slow way).
     ``rec``: a list that receives the compute stream's and the CPU's work as (step, kind, start, end,
@@ -246,8 +264,9 @@ def replay(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = T
                 t += issue * len(step.loads)
             if step.loads or step.cancel:
                 link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
-                link.enqueue([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], t,
-                             step.cancel)
+                link.enqueue(
+                    [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], t, step.cancel
+                )
             ready = [(-1.0 if g.tid < 0 else link.done_at(g.tid), j) for j, g in enumerate(step.gpu)]
             stall = 0.0
             for r, j in sorted(ready):

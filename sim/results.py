@@ -132,9 +132,20 @@ def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, .
     }
 
 
-def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: ModelConfig, hw: HardwareConfig,
-              system: SystemConfig, sizing: Any, engine: str, wall_s: float, bound: np.ndarray | None = None,
-              mix: dict[str, float] | None = None) -> Results:
+def summarise(
+    trace: Trace,
+    wl: Workload,
+    dec: Decisions,
+    tl: Timeline,
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    sizing: Any,
+    engine: str,
+    wall_s: float,
+    bound: np.ndarray | None = None,
+    mix: dict[str, float] | None = None,
+) -> Results:
     """``mix``: the rule mix of HOBBIT's classes at the system's T1 and T2, when already counted."""
     passes = pass_table(wl, tl, bound)
     tokens, latency, phase = passes["tokens"], passes["latency_ms"], passes["phase"]
@@ -150,24 +161,34 @@ def summarise(trace: Trace, wl: Workload, dec: Decisions, tl: Timeline, model: M
         "requests": len(set(wl.pass_request)),
         "decode_ms_per_token": _stats(latency[dec_rows] / np.clip(dec_tokens, 1, None)),
         "prefill_ms_per_request": _stats(latency[pre_rows]),
-        "precision_rule_mix": mix if mix is not None else rule_mix(hobbit_classes(
-            wl.weights, system.precision.t1, system.precision.t2)),
+        "precision_rule_mix": mix
+        if mix is not None
+        else rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
-        "bound": {"decode_ms_per_token": _mean(passes["bound_ms"][dec_rows] / np.clip(dec_tokens, 1, None)),
-                  "prefill_ms_per_request": _mean(passes["bound_ms"][pre_rows])},
+        "bound": {
+            "decode_ms_per_token": _mean(passes["bound_ms"][dec_rows] / np.clip(dec_tokens, 1, None)),
+            "prefill_ms_per_request": _mean(passes["bound_ms"][pre_rows]),
+        },
         "quality_proxy": _proxy(dec.mass),
-        "prefetch": {"issued": dec.prefetch_issued, "used": dec.prefetch_used, "cancelled": tl.cancelled,
-                     "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None},
+        "prefetch": {
+            "issued": dec.prefetch_issued,
+            "used": dec.prefetch_used,
+            "cancelled": tl.cancelled,
+            "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None,
+        },
         "bytes_loaded": int(tl.bytes_moved),
         "evictions": int(dec.evictions),
         "link_busy_fraction": float(tl.link_busy_s / makespan) if makespan else 0.0,
         "stall_ms_per_token": float(np.nansum(passes["stall_ms"][dec_rows]) / max(dec_tokens.sum(), 1)),
         "cache": dataclasses.asdict(sizing),
         "layers_simulated": {"recorded": len(trace.meta.layers), "model": model.num_layers},
-        "model": model.name, "hardware": hw.name, "system": system.name,
+        "model": model.name,
+        "hardware": hw.name,
+        "system": system.name,
         "system_config": dataclasses.asdict(system),
-        "engine": engine, "wall_s": round(wall_s, 3),
+        "engine": engine,
+        "wall_s": round(wall_s, 3),
         "simulated_s": makespan,
     }
     dm, bm = summary["decode_ms_per_token"]["mean"], summary["bound"]["decode_ms_per_token"]

@@ -51,16 +51,20 @@ def check_profile(model: ModelConfig, hw: HardwareConfig) -> None:
     if prof is None:
         return
     if (prof.hidden_size, prof.expert_ffn) != (model.hidden_size, model.expert_ffn):
-        raise ConfigError(f"hardware={hw.name} was calibrated for model {prof.model} (hidden {prof.hidden_size}, "
-                          f"expert FFN {prof.expert_ffn}), not model={model.name} (hidden {model.hidden_size}, expert "
-                          f"FFN {model.expert_ffn}); calibrate again for this model")
+        raise ConfigError(
+            f"hardware={hw.name} was calibrated for model {prof.model} (hidden {prof.hidden_size}, "
+            f"expert FFN {prof.expert_ffn}), not model={model.name} (hidden {model.hidden_size}, expert "
+            f"FFN {model.expert_ffn}); calibrate again for this model"
+        )
     if not prof.expert_tokens or len(prof.expert_high_s) != len(prof.expert_tokens):
         raise ConfigError(f"hardware={hw.name}: profile.expert_tokens and expert_high_s are empty or differ in length")
     for name in ("expert_low_s", "cpu_expert_s", "head_s"):
         table = getattr(prof, name)
         if table and len(table) != len(prof.expert_tokens):
-            raise ConfigError(f"hardware={hw.name}: profile.{name} has {len(table)} values for "
-                              f"{len(prof.expert_tokens)} expert_tokens (fix: one per token count, or none)")
+            raise ConfigError(
+                f"hardware={hw.name}: profile.{name} has {len(table)} values for "
+                f"{len(prof.expert_tokens)} expert_tokens (fix: one per token count, or none)"
+            )
 
 
 def needs_weights(system: SystemConfig) -> bool:
@@ -71,10 +75,12 @@ def needs_weights(system: SystemConfig) -> bool:
 def check_weights(trace: Trace, system: SystemConfig) -> None:
     """A trace whose source carried no gate weights (``traces.interchange``) cannot drive the T1/T2 rule."""
     if weights_absent(trace.meta) and needs_weights(system):
-        raise ConfigError(f"trace {trace.path} has no gate weights (its source format carries none; it holds "
-                          f"placeholders), so system={system.name}'s T1/T2 rule (system.precision.mode=hobbit) "
-                          f"cannot run on it (fix: a uniform-precision system, system.precision.mode=high or low, "
-                          f"e.g. system=on-demand, freetoken or tec)")
+        raise ConfigError(
+            f"trace {trace.path} has no gate weights (its source format carries none; it holds "
+            f"placeholders), so system={system.name}'s T1/T2 rule (system.precision.mode=hobbit) "
+            f"cannot run on it (fix: a uniform-precision system, system.precision.mode=high or low, "
+            f"e.g. system=on-demand, freetoken or tec)"
+        )
 
 
 def check_topology(trace: Trace, model: ModelConfig) -> None:
@@ -82,13 +88,16 @@ def check_topology(trace: Trace, model: ModelConfig) -> None:
     got = (m.num_layers, m.num_experts, m.top_k)
     want = (model.num_layers, model.num_experts, model.top_k)
     if got != want:
-        raise ConfigError(f"trace {trace.path} ({m.name}: {got[0]} MoE layers, {got[1]} experts, top-{got[2]}) does "
-                          f"not fit model={model.name} ({want[0]} layers, {want[1]} experts, top-{want[2]}); pick a "
-                          f"model with the trace's topology")
+        raise ConfigError(
+            f"trace {trace.path} ({m.name}: {got[0]} MoE layers, {got[1]} experts, top-{got[2]}) does "
+            f"not fit model={model.name} ({want[0]} layers, {want[1]} experts, top-{want[2]}); pick a "
+            f"model with the trace's topology"
+        )
 
 
-def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max_context: int,
-               layer_share: float = 1.0) -> CacheSizing:
+def size_cache(
+    model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max_context: int, layer_share: float = 1.0
+) -> CacheSizing:
     """Explicit pool sizes, or the free device memory split by ``high_fraction``.
 
     ``layer_share``: the fraction of the model's MoE layers the trace recorded; the free
@@ -101,13 +110,17 @@ def size_cache(model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max
         high, low = max(c.high_bytes, 0), max(c.low_bytes, 0)
         for name, size, one in (("high_bytes", high, eb[HIGH]), ("low_bytes", low, eb[LOW])):
             if 0 < size < one:
-                raise ConfigError(f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for "
-                                  f"no pool or at least {one}")
+                raise ConfigError(
+                    f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for "
+                    f"no pool or at least {one}"
+                )
     else:
         if free < 0:
-            raise ConfigError(f"model={model.name} needs {(model.resident_bytes()) / GiB:.1f} GiB of resident weights "
-                              f"plus KV cache and a {hw.reserve_bytes / GiB:.1f} GiB reserve; hardware={hw.name} has "
-                              f"{hw.device_memory_bytes / GiB:.1f} GiB")
+            raise ConfigError(
+                f"model={model.name} needs {(model.resident_bytes()) / GiB:.1f} GiB of resident weights "
+                f"plus KV cache and a {hw.reserve_bytes / GiB:.1f} GiB reserve; hardware={hw.name} has "
+                f"{hw.device_memory_bytes / GiB:.1f} GiB"
+            )
         share = {"high": 1.0, "low": 0.0}.get(mode, c.high_fraction)
         budget = int(free * layer_share)
         high = int(budget * share)
@@ -131,8 +144,14 @@ def layer_cap(model: ModelConfig, c: CacheBase) -> int:
     return min(min(caps), model.num_experts) if caps else 0
 
 
-def place(wl: Workload, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, sizing: CacheSizing,
-          profile: Workload | None = None) -> Placement:
+def place(
+    wl: Workload,
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    sizing: CacheSizing,
+    profile: Workload | None = None,
+) -> Placement:
     """Static expert placement: llama.cpp's CPU layers, Fiddler's pinned popular experts (the most used
     in the profiling requests, ``profile``; none without them)."""
     eb = model.expert_bytes(hw.high_precision)
@@ -168,14 +187,29 @@ _PREPARED: OrderedDict[tuple, tuple] = OrderedDict()  # the last few prepared tr
 PREPARED_KEPT = 4
 
 
-def prepare(trace: Trace, profile: Trace | None, profile_share: float, fallback: str, accuracy: float, depth: int,
-            rng: np.random.Generator) -> tuple[Trace, Workload, Workload | None]:
+def prepare(
+    trace: Trace,
+    profile: Trace | None,
+    profile_share: float,
+    fallback: str,
+    accuracy: float,
+    depth: int,
+    rng: np.random.Generator,
+) -> tuple[Trace, Workload, Workload | None]:
     """(the timed trace, its workload, the profiling requests' workload or None): the profile split off
     (``split_requests``, unless a ``profile`` trace is given) and both laid out for replay. Remembered for the
     last ``PREPARED_KEPT`` (trace object, knobs, generator state) asked for, so that a sweep or a study that
     simulates many configurations of one loaded trace lays it out once (its arrays are never changed)."""
-    key = (id(trace), id(trace.arrays), id(profile), profile_share, fallback, accuracy, depth,
-           str(rng.bit_generator.state))
+    key = (
+        id(trace),
+        id(trace.arrays),
+        id(profile),
+        profile_share,
+        fallback,
+        accuracy,
+        depth,
+        str(rng.bit_generator.state),
+    )
     hit = _PREPARED.get(key)
     if hit is not None:
         _PREPARED.move_to_end(key)
@@ -191,17 +225,31 @@ def prepare(trace: Trace, profile: Trace | None, profile_share: float, fallback:
     return timed, wl, prof
 
 
-def lay_out(trace: Trace, system: SystemConfig, rng: np.random.Generator, profile: Trace | None = None,
-            profile_share: float = 0.25) -> tuple[Trace, Workload, Workload | None]:
+def lay_out(
+    trace: Trace,
+    system: SystemConfig,
+    rng: np.random.Generator,
+    profile: Trace | None = None,
+    profile_share: float = 0.25,
+) -> tuple[Trace, Workload, Workload | None]:
     """``prepare`` with ``system``'s knobs: the layout ``simulate`` replays (and remembers) for these arguments."""
     p = system.prefetch
     return prepare(trace, profile, profile_share, p.fallback, p.fallback_accuracy, p.max_depth, rng)
 
 
-def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: SystemConfig,
-             rng: np.random.Generator | None = None, engine: str = "fast", keep_log: bool = False,
-             profile: Trace | None = None, profile_share: float = 0.25, keep_decisions: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> Results:
+def simulate(
+    trace: Trace,
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    rng: np.random.Generator | None = None,
+    engine: str = "fast",
+    keep_log: bool = False,
+    profile: Trace | None = None,
+    profile_share: float = 0.25,
+    keep_decisions: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
 
     What a system learns offline comes from ``profile``, a profiling trace; without one, from the
@@ -229,8 +277,9 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         check_topology(profile, model)
     trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
     sizing = size_cache(model, hw, system, max(wl.pass_context), wl.num_layers / wl.layers_total)
-    cost = CostModel(model, hw, layer_scale=wl.layers_total / wl.num_layers,
-                     cpu_efficiency=system.cpu_kernel_efficiency)
+    cost = CostModel(
+        model, hw, layer_scale=wl.layers_total / wl.num_layers, cpu_efficiency=system.cpu_kernel_efficiency
+    )
     placement = place(wl, model, hw, system, sizing, prof)
     slots = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
     if system.cache.layer_pinned > 0 and placement.resident:  # the hot set's slots leave the cache
@@ -242,7 +291,8 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     def cpu_faster(prec: int, tokens: int) -> bool:
         """HOBBIT's CPU mode, Fiddler: computing a miss on the CPU beats loading it and computing it here."""
         return cost.cached("cpu_expert_s", tokens) < cost.cached("transfer_s", eb[prec]) + cost.cached(
-            "expert_s", prec, tokens)
+            "expert_s", prec, tokens
+        )
 
     def miss_costs(prec: int, tokens: int) -> tuple[float, float]:
         """FreeToken's split: a miss's copy time and its CPU computation time."""
@@ -251,16 +301,45 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
     profile_matrices = prof.request_matrices() if prof is not None and "profile" in needs(system) else None
     streamed = None
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
-        streamed = fast.stream(wl, system, slots, eb, cost, system.demand_first, placement, cpu_faster=cpu_faster,
-                               miss_costs=miss_costs, profile=profile_matrices, progress=progress)
+        streamed = fast.stream(
+            wl,
+            system,
+            slots,
+            eb,
+            cost,
+            system.demand_first,
+            placement,
+            cpu_faster=cpu_faster,
+            miss_costs=miss_costs,
+            profile=profile_matrices,
+            progress=progress,
+        )
     if streamed is not None:
         dec, tl = streamed.decisions, streamed.timeline
     elif engine == "fast":
-        dec = fast.decide_or_refer(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
-                                   miss_costs=miss_costs, profile=profile_matrices)
+        dec = fast.decide_or_refer(
+            wl,
+            system,
+            slots,
+            eb,
+            placement,
+            keep_log=keep_log,
+            cpu_faster=cpu_faster,
+            miss_costs=miss_costs,
+            profile=profile_matrices,
+        )
     else:
-        dec = Decider(wl, system, slots, eb, placement, keep_log=keep_log, cpu_faster=cpu_faster,
-                      miss_costs=miss_costs, profile=profile_matrices).run()
+        dec = Decider(
+            wl,
+            system,
+            slots,
+            eb,
+            placement,
+            keep_log=keep_log,
+            cpu_faster=cpu_faster,
+            miss_costs=miss_costs,
+            profile=profile_matrices,
+        ).run()
     if streamed is None:
         tl = time_decisions(wl, dec, cost, system.demand_first, engine)
         if progress is not None:
@@ -269,10 +348,14 @@ def simulate(trace: Trace, model: ModelConfig, hw: HardwareConfig, system: Syste
         bound = streamed.bound
     else:
         bound = (fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system)
-    mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes if streamed is not None else
-                        None) if engine == "fast" else None
-    res = summarise(trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall,
-                    bound=bound, mix=mix)
+    mix = (
+        fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes if streamed is not None else None)
+        if engine == "fast"
+        else None
+    )
+    res = summarise(
+        trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
+    )
     res.workload, res.cost = wl, cost
     return res
 

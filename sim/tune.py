@@ -56,15 +56,20 @@ def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
     return dataclasses.replace(
         base,
         precision=dataclasses.replace(base.precision, mode="hobbit", t1=t1, t2=t2),
-        cache=dataclasses.replace(base.cache, policy="multidim", high_fraction=split,
-                                  multidim=MultiDimKnobs(w_lru=w[0], w_lfu=w[1], w_lhu=w[2], w_fld=w[3])),
+        cache=dataclasses.replace(
+            base.cache,
+            policy="multidim",
+            high_fraction=split,
+            multidim=MultiDimKnobs(w_lru=w[0], w_lfu=w[1], w_lhu=w[2], w_fld=w[3]),
+        ),
     )
 
 
 def evaluate(trace: Any, cfg: TuneConfig, system: SystemConfig) -> tuple[float, float]:
     """(decode ms/token, degraded gate mass) of one system."""
-    s = simulate(trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="fast",
-                 keep_decisions=False).summary
+    s = simulate(
+        trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="fast", keep_decisions=False
+    ).summary
     return s["decode_ms_per_token"]["mean"], s["quality_proxy"]["degraded_mass"]
 
 
@@ -102,18 +107,26 @@ def open_study(cfg: TuneConfig, path: Path) -> Any:
         raise ConfigError(f"objective={cfg.objective} must be budget or pareto")
     constraints = None
     if cfg.objective == "budget" and not hasattr(optuna.trial.Trial, "set_constraint"):  # optuna 4
-        constraints = lambda t: [t.user_attrs["degraded_mass"] - cfg.quality_budget]  # noqa: E731
+        constraints = lambda t: [t.user_attrs["degraded_mass"] - cfg.quality_budget]
     sampler = optuna.samplers.TPESampler(seed=cfg.seed, constraints_func=constraints)
     directions = ["minimize"] if cfg.objective == "budget" else ["minimize", "minimize"]
     if path.exists() and path.read_bytes()[:16] != SQLITE_MAGIC:
-        raise ConfigError(f"study={path} is not an Optuna study (an SQLite file); it was left as it is "
-                          f"(fix: another study=)")
+        raise ConfigError(
+            f"study={path} is not an Optuna study (an SQLite file); it was left as it is (fix: another study=)"
+        )
     try:
-        return optuna.create_study(storage=f"sqlite:///{path}", study_name=cfg.study_name, load_if_exists=True,
-                                   sampler=sampler, directions=directions)
+        return optuna.create_study(
+            storage=f"sqlite:///{path}",
+            study_name=cfg.study_name,
+            load_if_exists=True,
+            sampler=sampler,
+            directions=directions,
+        )
     except Exception as exc:  # optuna and SQLAlchemy raise their own kinds for a study they cannot use
-        raise ConfigError(f"study={path} (study_name={cfg.study_name}) cannot be opened or continued: "
-                          f"{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
+        raise ConfigError(
+            f"study={path} (study_name={cfg.study_name}) cannot be opened or continued: "
+            f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        ) from exc
 
 
 def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
@@ -127,6 +140,7 @@ def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
 def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     """Run (or continue) the study; write trials.parquet, experiment/tuned.yaml, tune.json."""
     import optuna  # lazy: see open_study
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,19 +161,32 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     rows = [{"trial": t.number, **t.params, **t.user_attrs} for t in study.trials if t.state.name == "COMPLETE"]
     atomic_write_parquet(pd.DataFrame(rows), out / "trials.parquet")
     best = best_trials(study, cfg)
-    summary = {"study": str(path), "trials": len(rows), "resumed_from": finished, "objective": cfg.objective,
-               "quality_budget": cfg.quality_budget, "best": []}
+    summary = {
+        "study": str(path),
+        "trials": len(rows),
+        "resumed_from": finished,
+        "objective": cfg.objective,
+        "quality_budget": cfg.quality_budget,
+        "best": [],
+    }
     if not best:
         atomic_write_json(out / "tune.json", summary)
         return summary
     for t in best:
         s = suggest(optuna.trial.FixedTrial(t.params), cfg.system)
-        summary["best"].append({"trial": t.number, "latency_ms": t.user_attrs["latency_ms"],
-                                "degraded_mass": t.user_attrs["degraded_mass"],
-                                "system": dataclasses.asdict(s)})
+        summary["best"].append(
+            {
+                "trial": t.number,
+                "latency_ms": t.user_attrs["latency_ms"],
+                "degraded_mass": t.user_attrs["degraded_mass"],
+                "system": dataclasses.asdict(s),
+            }
+        )
     top = summary["best"][0]
-    note = (f"hobbit tune: trial {top['trial']} of {len(rows)}, {top['latency_ms']:.2f} ms/token, degraded gate mass "
-            f"{top['degraded_mass']:.3f}; {cfg.model.name} on {cfg.hardware.name}")
+    note = (
+        f"hobbit tune: trial {top['trial']} of {len(rows)}, {top['latency_ms']:.2f} ms/token, degraded gate mass "
+        f"{top['degraded_mass']:.3f}; {cfg.model.name} on {cfg.hardware.name}"
+    )
     system = suggest(optuna.trial.FixedTrial(best[0].params), cfg.system)
     summary["experiment"] = str(atomic_write_text(out / "experiment" / "tuned.yaml", experiment_yaml(system, note)))
     atomic_write_json(out / "tune.json", summary)

@@ -109,8 +109,9 @@ def _passes(request: np.ndarray, step: np.ndarray, position: np.ndarray, phase: 
     return starts, ends, request[starts], phase[starts], position[ends - 1] + 1
 
 
-def oracle_predictions(ids: np.ndarray, weights: np.ndarray, depth: int, accuracy: float, num_experts: int,
-                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def oracle_predictions(
+    ids: np.ndarray, weights: np.ndarray, depth: int, accuracy: float, num_experts: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Predictions that are the true experts of l+d, each wrong with probability 1 - accuracy."""
     n, L, k = ids.shape
     pid = np.full((n, L, depth, k), -1, np.int16)
@@ -126,8 +127,13 @@ def oracle_predictions(ids: np.ndarray, weights: np.ndarray, depth: int, accurac
     return pid, pw
 
 
-def build_workload(trace: Trace, fallback: str = "oracle", accuracy: float = 0.9, depth: int = 3,
-                   rng: np.random.Generator | None = None) -> Workload:
+def build_workload(
+    trace: Trace,
+    fallback: str = "oracle",
+    accuracy: float = 0.9,
+    depth: int = 3,
+    rng: np.random.Generator | None = None,
+) -> Workload:
     """Lay ``trace`` out for replay; fill predictions with ``fallback`` when it has none. The trace's arrays are
     reshaped, not copied (a 10^6-token trace is laid out in its own memory)."""
     meta, a = trace.meta, trace.arrays
@@ -144,9 +150,22 @@ def build_workload(trace: Trace, fallback: str = "oracle", accuracy: float = 0.9
         pred_ids = a.pred_ids.reshape(-1, L, d, k)
         pred_w = a.pred_weights.reshape(-1, L, d, k)
     elif fallback == "oracle":
-        pred_ids, pred_w = oracle_predictions(ids, weights, depth, accuracy, meta.model.num_experts,
-                                              rng if rng is not None else np.random.default_rng(0))
-    return Workload(num_layers=L, num_experts=meta.model.num_experts, top_k=k, ids=ids, weights=weights,
-                    pred_ids=pred_ids, pred_weights=pred_w, pass_request=req.tolist(), pass_start=starts.tolist(),
-                    pass_end=ends.tolist(), pass_phase=phase.tolist(), pass_context=ctx.tolist(),
-                    token_in_request=token_in_req, layers_total=meta.model.num_layers)
+        pred_ids, pred_w = oracle_predictions(
+            ids, weights, depth, accuracy, meta.model.num_experts, rng if rng is not None else np.random.default_rng(0)
+        )
+    return Workload(
+        num_layers=L,
+        num_experts=meta.model.num_experts,
+        top_k=k,
+        ids=ids,
+        weights=weights,
+        pred_ids=pred_ids,
+        pred_weights=pred_w,
+        pass_request=req.tolist(),
+        pass_start=starts.tolist(),
+        pass_end=ends.tolist(),
+        pass_phase=phase.tolist(),
+        pass_context=ctx.tolist(),
+        token_in_request=token_in_req,
+        layers_total=meta.model.num_layers,
+    )

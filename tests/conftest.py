@@ -35,11 +35,17 @@ def real_converted(real_traces, tmp_path_factory) -> dict:
     from hobbit.traces.io import read_trace
 
     d = tmp_path_factory.mktemp("real")
-    flame = convert(ConvertConfig("flame", str(real_traces / "flame-moe-290m-iter5473" /
-                                                "flame_moe_290m_prefill_2048tok.parquet"),
-                                  str(d / "flame.parquet"), teacher_forced_as="decode"))
-    qwen = convert(ConvertConfig("vllm", str(real_traces / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"),
-                                 str(d / "qwen.parquet")))
+    flame = convert(
+        ConvertConfig(
+            "flame",
+            str(real_traces / "flame-moe-290m-iter5473" / "flame_moe_290m_prefill_2048tok.parquet"),
+            str(d / "flame.parquet"),
+            teacher_forced_as="decode",
+        )
+    )
+    qwen = convert(
+        ConvertConfig("vllm", str(real_traces / "qwen1.5-moe-a2.7b-chat-gsm8k" / "raw"), str(d / "qwen.parquet"))
+    )
     return {"flame": read_trace(flame), "qwen": read_trace(qwen)}
 
 
@@ -47,8 +53,9 @@ def real_converted(real_traces, tmp_path_factory) -> dict:
 def synthetic_small():
     from hobbit.traces.synthetic import SyntheticConfig, generate
 
-    return generate(SyntheticConfig(num_layers=6, num_experts=8, top_k=2, requests=3, prompt_tokens=5,
-                                    decode_tokens=7, seed=7))
+    return generate(
+        SyntheticConfig(num_layers=6, num_experts=8, top_k=2, requests=3, prompt_tokens=5, decode_tokens=7, seed=7)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -5,32 +5,94 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COMMON: dict[str, Any] = dict(vocab_size=257, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                              max_position_embeddings=256, pad_token_id=256, eos_token_id=256, bos_token_id=None)
+COMMON: dict[str, Any] = dict(
+    vocab_size=257,
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    pad_token_id=256,
+    eos_token_id=256,
+    bos_token_id=None,
+)
 
 # model_type -> (config class name, kwargs, expected MoE layers)
 TINY: dict[str, tuple[str, dict[str, Any], int]] = {
-    "mixtral": ("MixtralConfig", dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=8,
-                                      num_experts_per_tok=2), 3),
-    "qwen2_moe": ("Qwen2MoeConfig", dict(num_hidden_layers=4, intermediate_size=32, moe_intermediate_size=16,
-                                         shared_expert_intermediate_size=16, num_experts=12, num_experts_per_tok=4,
-                                         mlp_only_layers=[1]), 3),
-    "qwen3_moe": ("Qwen3MoeConfig", dict(num_hidden_layers=3, intermediate_size=32, moe_intermediate_size=16,
-                                         num_experts=10, num_experts_per_tok=3, norm_topk_prob=True,
-                                         head_dim=8), 3),
-    "olmoe": ("OlmoeConfig", dict(num_hidden_layers=3, intermediate_size=16, num_experts=16,
-                                  num_experts_per_tok=4), 3),
-    "phimoe": ("PhimoeConfig", dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=6,
-                                    num_experts_per_tok=2), 3),
-    "deepseek_v3": ("DeepseekV3Config", dict(num_hidden_layers=4, intermediate_size=32, moe_intermediate_size=16,
-                                             n_routed_experts=16, num_experts_per_tok=4, n_group=4, topk_group=2,
-                                             first_k_dense_replace=1, n_shared_experts=1, kv_lora_rank=16,
-                                             q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8,
-                                             v_head_dim=8, num_key_value_heads=4), 3),
-    "gpt_oss": ("GptOssConfig", dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=8,
-                                     num_experts_per_tok=2, head_dim=8, sliding_window=16), 3),
-    "granitemoe": ("GraniteMoeConfig", dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=8,
-                                            num_experts_per_tok=2), 3),
+    "mixtral": (
+        "MixtralConfig",
+        dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=8, num_experts_per_tok=2),
+        3,
+    ),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(
+            num_hidden_layers=4,
+            intermediate_size=32,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            num_experts=12,
+            num_experts_per_tok=4,
+            mlp_only_layers=[1],
+        ),
+        3,
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(
+            num_hidden_layers=3,
+            intermediate_size=32,
+            moe_intermediate_size=16,
+            num_experts=10,
+            num_experts_per_tok=3,
+            norm_topk_prob=True,
+            head_dim=8,
+        ),
+        3,
+    ),
+    "olmoe": ("OlmoeConfig", dict(num_hidden_layers=3, intermediate_size=16, num_experts=16, num_experts_per_tok=4), 3),
+    "phimoe": (
+        "PhimoeConfig",
+        dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=6, num_experts_per_tok=2),
+        3,
+    ),
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        dict(
+            num_hidden_layers=4,
+            intermediate_size=32,
+            moe_intermediate_size=16,
+            n_routed_experts=16,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            first_k_dense_replace=1,
+            n_shared_experts=1,
+            kv_lora_rank=16,
+            q_lora_rank=None,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            num_key_value_heads=4,
+        ),
+        3,
+    ),
+    "gpt_oss": (
+        "GptOssConfig",
+        dict(
+            num_hidden_layers=3,
+            intermediate_size=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            head_dim=8,
+            sliding_window=16,
+        ),
+        3,
+    ),
+    "granitemoe": (
+        "GraniteMoeConfig",
+        dict(num_hidden_layers=3, intermediate_size=16, num_local_experts=8, num_experts_per_tok=2),
+        3,
+    ),
 }
 
 

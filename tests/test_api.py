@@ -18,7 +18,7 @@ README = Path(__file__).parents[1] / "README.md"
 
 def test_the_readme_example_runs_as_written(capsys):
     text = README.read_text()
-    block = re.search(r"### From Python\n.*?```python\n(.*?)```", text, re.S).group(1)
+    block = re.search(r"### From Python\n.*?```python\n(.*?)```", text, re.DOTALL).group(1)
     scope: dict = {}
     exec(compile(block, "README.md (From Python)", "exec"), scope)
     r, table = scope["r"], scope["table"]
@@ -36,8 +36,19 @@ def test_simulate_is_what_the_cli_runs(tmp_path):
     from sim_helpers import write_first_requests
 
     path = write_first_requests(tmp_path, 2)
-    assert run_cli(["sim", f"trace={path}", "system=moe-offloading", "engine=plain", "use_cache=false",
-                    f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                f"trace={path}",
+                "system=moe-offloading",
+                "engine=plain",
+                "use_cache=false",
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ]
+        )
+        == 0
+    )
     cli = json.loads((tmp_path / "run" / "results.json").read_text())
     api = hobbit.simulate(path, system="moe-offloading", engine="plain").summary
     assert cli["decode_ms_per_token"] == api["decode_ms_per_token"] and cli["system_config"] == api["system_config"]

@@ -76,14 +76,27 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno, id(node) in top) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out += [(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in SOURCES else node.module,
-                     node.lineno, id(node) in top) for a in node.names]
+            out += [
+                (
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in SOURCES else node.module,
+                    node.lineno,
+                    id(node) in top,
+                )
+                for a in node.names
+            ]
     return out
 
 
 def test_sources_found():
-    assert {"hobbit", "hobbit.cli", "hobbit.sim.run", "hobbit.traces.io", "hobbit.executor.replay",
-            "hobbit.analysis.report", "hobbit.sim.policies.registry"} <= set(SOURCES)
+    assert {
+        "hobbit",
+        "hobbit.cli",
+        "hobbit.sim.run",
+        "hobbit.traces.io",
+        "hobbit.executor.replay",
+        "hobbit.analysis.report",
+        "hobbit.sim.policies.registry",
+    } <= set(SOURCES)
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
@@ -108,8 +121,10 @@ def test_project_imports_sit_at_module_top(name):
 
 def test_the_command_line_and_a_sweeps_launcher_start_without_the_simulator():
     """What ``hobbit sim -m`` loads before its workers start: no numba, pandas or simpy (LAZY)."""
-    code = ("import sys, hobbit, hobbit.cli, hobbit.sim_commands, hobbit.results_io, hobbit.sweeper; "
-            "print(sorted(m for m in ('numba', 'pandas', 'simpy', 'torch', 'hobbit.api') if m in sys.modules))")
+    code = (
+        "import sys, hobbit, hobbit.cli, hobbit.sim_commands, hobbit.results_io, hobbit.sweeper; "
+        "print(sorted(m for m in ('numba', 'pandas', 'simpy', 'torch', 'hobbit.api') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"
     assert callable(__import__("hobbit").simulate)  # the API's names still resolve, on first use
@@ -138,7 +153,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         stack.append(n)
         for d in sorted(graph.get(n, ())):
             if state.get(d) == "open":
-                return stack[stack.index(d):] + [d]
+                return stack[stack.index(d) :] + [d]
             if d not in state and (found := visit(d)):
                 return found
         stack.pop()

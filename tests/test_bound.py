@@ -23,8 +23,10 @@ def test_split_is_below_every_assignment():
         n = int(rng.integers(1, 7))
         g, c = rng.uniform(0, 2, n).tolist(), rng.uniform(0, 8, n).tolist()
         g[0] = 0.0 if rng.random() < 0.2 else g[0]  # a skipped expert costs nothing
-        best = min(max(sum(gi for gi, on in zip(g, a) if not on), sum(ci for ci, on in zip(c, a) if on))
-                   for a in itertools.product((False, True), repeat=n))
+        best = min(
+            max(sum(gi for gi, on in zip(g, a) if not on), sum(ci for ci, on in zip(c, a) if on))
+            for a in itertools.product((False, True), repeat=n)
+        )
         lb = split_makespan(g, c)
         assert lb <= best + 1e-12
         assert lb >= sum(g) * min(ci / (ci + gi) for gi, ci in zip(g, c) if gi > 0) - 1e-12 if sum(g) else lb == 0
@@ -38,7 +40,9 @@ def test_no_system_beats_its_bound(hardware):
     tr = bundled(6)
     for system in SYSTEMS:
         cfg = compose_sim(f"system={system}", f"hardware={hardware}")
-        r = simulate(tr, cfg.model, cfg.hardware, cfg.system)  # the default engine (tests/test_fast.py: the reference's times)
+        r = simulate(
+            tr, cfg.model, cfg.hardware, cfg.system
+        )  # the default engine (tests/test_fast.py: the reference's times)
         p = r.passes
         assert (p.latency_ms >= p.bound_ms * (1 - 1e-9)).all(), (system, hardware)
         assert r.summary["gap_to_bound"] >= 1.0
@@ -50,7 +54,7 @@ def test_resident_decisions_reach_the_bound():
     cfg = compose_sim("system=on-demand", "hardware.device_memory_bytes=1000000000000000")
     r = simulate(bundled(6), cfg.model, cfg.hardware, cfg.system, engine="plain")
     L = r.workload.num_layers
-    quiet = [p for p in range(len(r.passes)) if not any(s.loads for s in r.decisions.steps[p * L:(p + 1) * L])]
+    quiet = [p for p in range(len(r.passes)) if not any(s.loads for s in r.decisions.steps[p * L : (p + 1) * L])]
     assert len(quiet) > len(r.passes) // 2
     p = r.passes.iloc[quiet]
     np.testing.assert_allclose(p.latency_ms, p.bound_ms, rtol=1e-9)  # pass_end - pass_start: float rounding

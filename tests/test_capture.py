@@ -40,8 +40,12 @@ def _teacher_forced(model_dir: Path, tokens: list[int]):
     hooks = [r.register_forward_hook(lambda m, a, o, i=i: got.__setitem__(i, (a[0], o))) for i, r in enumerate(routers)]
     with torch.no_grad():
         model(torch.tensor([tokens]))
-        preds = {(i, d): _sort(*routers[i + d].forward(got[i][0])[1:])
-                 for i in range(len(routers)) for d in range(1, DEPTH + 1) if i + d < len(routers)}
+        preds = {
+            (i, d): _sort(*routers[i + d].forward(got[i][0])[1:])
+            for i in range(len(routers))
+            for d in range(1, DEPTH + 1)
+            if i + d < len(routers)
+        }
     for h in hooks:
         h.remove()
     return [_sort(o[1], o[2]) for _, (x, o) in sorted(got.items())], preds
@@ -50,8 +54,17 @@ def _teacher_forced(model_dir: Path, tokens: list[int]):
 @pytest.mark.parametrize("model_type", sorted(TINY))
 def test_capture_records_what_each_router_returned(model_type, tiny_checkpoints, prompts_file, tmp_path):
     d = tiny_checkpoints[model_type]
-    res = capture(CaptureConfig(model=str(d), prompts=str(prompts_file), out=str(tmp_path / "t.parquet"),
-                                max_new_tokens=6, lookahead=DEPTH, batch_size=3, progress=False))
+    res = capture(
+        CaptureConfig(
+            model=str(d),
+            prompts=str(prompts_file),
+            out=str(tmp_path / "t.parquet"),
+            max_new_tokens=6,
+            lookahead=DEPTH,
+            batch_size=3,
+            progress=False,
+        )
+    )
     tr = read_trace(res.path)
     a, L, k = tr.arrays, len(tr.meta.layers), tr.meta.model.top_k
     assert L == TINY[model_type][2] and tr.meta.model.architecture == FAMILIES[model_type].architecture
@@ -79,18 +92,47 @@ def test_capture_records_what_each_router_returned(model_type, tiny_checkpoints,
 
 def test_batching_does_not_change_the_trace(tiny_checkpoints, prompts_file, tmp_path):
     d = str(tiny_checkpoints["mixtral"])
-    one = read_trace(capture(CaptureConfig(model=d, prompts=str(prompts_file), out=str(tmp_path / "1.parquet"),
-                                           max_new_tokens=5, batch_size=1, progress=False)).path)
-    four = read_trace(capture(CaptureConfig(model=d, prompts=str(prompts_file), out=str(tmp_path / "4.parquet"),
-                                            max_new_tokens=5, batch_size=4, progress=False)).path)
+    one = read_trace(
+        capture(
+            CaptureConfig(
+                model=d,
+                prompts=str(prompts_file),
+                out=str(tmp_path / "1.parquet"),
+                max_new_tokens=5,
+                batch_size=1,
+                progress=False,
+            )
+        ).path
+    )
+    four = read_trace(
+        capture(
+            CaptureConfig(
+                model=d,
+                prompts=str(prompts_file),
+                out=str(tmp_path / "4.parquet"),
+                max_new_tokens=5,
+                batch_size=4,
+                progress=False,
+            )
+        ).path
+    )
     assert np.array_equal(one.arrays.expert_ids, four.arrays.expert_ids)
     np.testing.assert_allclose(one.arrays.gate_weights, four.arrays.gate_weights, atol=2e-5)
 
 
 def test_metadata_describes_the_capture(tiny_checkpoints, prompts_file, tmp_path):
     d = tiny_checkpoints["qwen2_moe"]
-    res = capture(CaptureConfig(model=str(d), prompts=str(prompts_file), out=str(tmp_path / "t.parquet"),
-                                max_new_tokens=1, lookahead=1, max_prompts=2, progress=False))
+    res = capture(
+        CaptureConfig(
+            model=str(d),
+            prompts=str(prompts_file),
+            out=str(tmp_path / "t.parquet"),
+            max_new_tokens=1,
+            lookahead=1,
+            max_prompts=2,
+            progress=False,
+        )
+    )
     tr = read_trace(res.path)
     m, src = tr.meta.model, tr.meta.source
     assert (m.num_layers, m.num_experts, m.top_k, m.weight_rule, m.shared_experts) == (3, 12, 4, "softmax", 1)
@@ -105,14 +147,24 @@ def test_unsupported_model_lists_the_families(tmp_path, prompts_file, capsys):
 
     from hobbit.traces.tiny import build_byte_tokenizer
 
-    cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1)
+    cfg = transformers.LlamaConfig(
+        vocab_size=257,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "llama")
     build_byte_tokenizer().save_pretrained(tmp_path / "llama")
     with pytest.raises(UnsupportedModelError, match="mixtral.*granitemoe"):
-        capture(CaptureConfig(model=str(tmp_path / "llama"), prompts=str(prompts_file), out=str(tmp_path / "o.parquet")))
-    assert run_cli(["capture", f"model={tmp_path / 'llama'}", f"prompts={prompts_file}",
-                    f"out={tmp_path / 'o.parquet'}"]) == 2
+        capture(
+            CaptureConfig(model=str(tmp_path / "llama"), prompts=str(prompts_file), out=str(tmp_path / "o.parquet"))
+        )
+    assert (
+        run_cli(["capture", f"model={tmp_path / 'llama'}", f"prompts={prompts_file}", f"out={tmp_path / 'o.parquet'}"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "model_type 'llama'" in err and "deepseek_v3" in err
     assert not (tmp_path / "o.parquet").exists()
@@ -148,8 +200,18 @@ def test_interrupted_capture_leaves_no_file(tiny_checkpoints, tmp_path, sig):
     prompts = tmp_path / "many.txt"
     prompts.write_text("".join(f"line {i} of a long list of prompts\n" for i in range(200)))
     out = tmp_path / "trace.parquet"
-    cmd = [sys.executable, "-m", "hobbit", "capture", f"model={tiny_checkpoints['mixtral']}", f"prompts={prompts}",
-           "max_new_tokens=40", "progress=false", f"out={out}", f"hydra.run.dir={tmp_path / 'run'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hobbit",
+        "capture",
+        f"model={tiny_checkpoints['mixtral']}",
+        f"prompts={prompts}",
+        "max_new_tokens=40",
+        "progress=false",
+        f"out={out}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     tmp = out.with_name(f".{out.name}.{proc.pid}.tmp")
     deadline = time.time() + 120

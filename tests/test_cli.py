@@ -61,8 +61,9 @@ def test_console_script_runs(tmp_path, synthetic_small):
     assert r.returncode == 0, r.stderr
     assert "synthetic-mixtral" in r.stdout and "lookahead  d=1" in r.stdout
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a dir"]  # trace-info writes nothing
-    r = subprocess.run([str(exe), "trace-info", str(tmp_path / "missing.parquet")], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [str(exe), "trace-info", str(tmp_path / "missing.parquet")], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and "missing.parquet does not exist" in r.stderr
 
 
@@ -88,30 +89,80 @@ def test_wheel_from_a_clean_copy_simulates_in_an_environment_of_its_own(tmp_path
     (and its dist-info) and nothing else; ``hobbit --help`` and ``hobbit sim`` on the bundled trace (the compiled
     core included) run there, away from the repository."""
     src = tmp_path / "src"  # a copy: building leaves build/ behind, and a stale one could leak into the wheel
-    skip = shutil.ignore_patterns(".git", ".venv", "build", "outputs", "multirun", "*.egg-info", "__pycache__",
-                                  ".hypothesis", ".pytest_cache", "demo-out", "site", ".whl")
+    skip = shutil.ignore_patterns(
+        ".git",
+        ".venv",
+        "build",
+        "outputs",
+        "multirun",
+        "*.egg-info",
+        "__pycache__",
+        ".hypothesis",
+        ".pytest_cache",
+        "demo-out",
+        "site",
+        ".whl",
+    )
     shutil.copytree(ROOT, src, ignore=skip, symlinks=True)
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     (whl,) = (tmp_path / "dist").glob("hobbit-*.whl")
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=300)
     py = env / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site / "dependencies.pth").write_text(f"{_dependencies_only(tmp_path)}\n")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     # with its dependencies: pip resolves the wheel's requirements against what the new environment sees
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-index", "-q", str(whl)], env=clean,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-index", "-q", str(whl)],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     top = {p.name for p in site.iterdir()} - {"dependencies.pth"}
     assert top == {"hobbit", f"{whl.name.split('-')[0]}-{whl.name.split('-')[1]}.dist-info"}, top
-    for must in ["conf/__init__.py", "conf/demo.yaml", "conf/system/hobbit.yaml", "conf/traces/capture.yaml",
-                 "traces/tiny/model.safetensors", "traces/tiny/config.json", "traces/tiny/tokenizer.json",
-                 "traces/tiny/prompts.jsonl", "traces/tiny/trace.parquet", "sim/policies/eviction/mru.py",
-                 "sim/fast/__init__.py", "sim/fast/walk.py", "cli.py", "__main__.py"]:
+    for must in [
+        "conf/__init__.py",
+        "conf/demo.yaml",
+        "conf/system/hobbit.yaml",
+        "conf/traces/capture.yaml",
+        "traces/tiny/model.safetensors",
+        "traces/tiny/config.json",
+        "traces/tiny/tokenizer.json",
+        "traces/tiny/prompts.jsonl",
+        "traces/tiny/trace.parquet",
+        "sim/policies/eviction/mru.py",
+        "sim/fast/__init__.py",
+        "sim/fast/walk.py",
+        "cli.py",
+        "__main__.py",
+    ]:
         assert (site / "hobbit" / must).is_file() and not (site / "hobbit" / must).is_symlink(), must
     code = "import sys, hobbit, hobbit.sim.run as r, hobbit.sim.fast as f; print(r.__file__, f.__file__, sys.path)"
     r = subprocess.run([str(py), "-c", code], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=300)
@@ -122,8 +173,14 @@ def test_wheel_from_a_clean_copy_simulates_in_an_environment_of_its_own(tmp_path
     exe = env / "bin" / "hobbit"
     r = subprocess.run([str(exe), "--help"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "usage: hobbit <command>" in r.stdout, r.stderr[-2000:]
-    r = subprocess.run([str(exe), "sim", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=clean,
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [str(exe), "sim", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     assert res["engine"] == "fast" and res["tokens"]["decode"] > 1000 and res["decode_ms_per_token"]["mean"] > 0, res
@@ -132,10 +189,12 @@ def test_wheel_from_a_clean_copy_simulates_in_an_environment_of_its_own(tmp_path
 def test_a_command_exits_without_the_interpreters_final_collections():
     """``quick_exit``: the garbage collector's objects are frozen at exit, after the handlers registered before it
     (which run last, and still see a normal exit), and only once however often it is asked."""
-    code = ("import atexit, gc; "
-            "atexit.register(lambda: print('at exit frozen:', gc.get_freeze_count() > 0)); "
-            "from hobbit.glue import quick_exit; quick_exit(); quick_exit(); "
-            "print('running frozen:', gc.get_freeze_count() > 0)")
+    code = (
+        "import atexit, gc; "
+        "atexit.register(lambda: print('at exit frozen:', gc.get_freeze_count() > 0)); "
+        "from hobbit.glue import quick_exit; quick_exit(); quick_exit(); "
+        "print('running frozen:', gc.get_freeze_count() > 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.split("\n")[:2] == ["running frozen: False", "at exit frozen: True"]
 

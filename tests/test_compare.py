@@ -23,8 +23,11 @@ def test_compare_ranks_every_system_on_a_real_trace_above_the_oracle_bound(real_
     """FLAME-MoE-290M's routing (its first 16 sequences) on a device holding ~23 % of its experts: every
     preset runs on the same timed requests, ranked by decode latency, and none is faster than its own bound
     or the lowest bound."""
-    s = compare(first_requests(real_converted["flame"], 16), _cfg(tmp_path, "model=flame-moe-290m",
-                                              "hardware.device_memory_bytes=3000000000", "tune_trials=2"), tmp_path)
+    s = compare(
+        first_requests(real_converted["flame"], 16),
+        _cfg(tmp_path, "model=flame-moe-290m", "hardware.device_memory_bytes=3000000000", "tune_trials=2"),
+        tmp_path,
+    )
     data = json.loads((tmp_path / "compare.json").read_text())
     rows = data["systems"]
     assert {r["system"] for r in rows} - {TUNED} == set(all_systems())
@@ -33,13 +36,16 @@ def test_compare_ranks_every_system_on_a_real_trace_above_the_oracle_bound(real_
     decode = [r["decode_ms_per_token"]["mean"] for r in rows]
     assert decode == sorted(decode) and [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
     for r in rows:
-        assert r["decode_ms_per_token"]["mean"] >= r["bound"]["decode_ms_per_token"] - 1e-9 >= oracle - 1e-9, r["system"]
+        assert r["decode_ms_per_token"]["mean"] >= r["bound"]["decode_ms_per_token"] - 1e-9 >= oracle - 1e-9, r[
+            "system"
+        ]
         assert r["gap_to_oracle"] == pytest.approx(r["decode_ms_per_token"]["mean"] / oracle)
         assert (tmp_path / "systems" / r["system"] / "results.json").exists()
     # every system saw the same timed requests
     assert len({json.dumps(r["decode_ms_per_token"]) for r in rows}) > 1
-    tokens = {json.loads((tmp_path / "systems" / r["system"] / "results.json").read_text())["tokens"]["decode"]
-              for r in rows}
+    tokens = {
+        json.loads((tmp_path / "systems" / r["system"] / "results.json").read_text())["tokens"]["decode"] for r in rows
+    }
     assert len(tokens) == 1
     md = (tmp_path / "compare.md").read_text()
     assert "| 1 | " in md and "x oracle" in md and "requests held apart" in md
@@ -47,8 +53,9 @@ def test_compare_ranks_every_system_on_a_real_trace_above_the_oracle_bound(real_
 
 
 def test_compare_tunes_hobbit_on_the_requests_held_apart(tmp_path):
-    s = compare(bundled(8), _cfg(tmp_path, "systems=[hobbit,on-demand]", "tune_trials=4", "quality_budget=1.0"),
-                tmp_path)
+    s = compare(
+        bundled(8), _cfg(tmp_path, "systems=[hobbit,on-demand]", "tune_trials=4", "quality_budget=1.0"), tmp_path
+    )
     rows = {r["system"]: r for r in json.loads((tmp_path / "compare.json").read_text())["systems"]}
     assert set(rows) == {"hobbit", "on-demand", TUNED}
     assert "held apart" in s["note"] and (tmp_path / "tune" / "study.db").exists()

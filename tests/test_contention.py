@@ -77,24 +77,38 @@ def test_presets_document_their_factors():
         assert hw.contention_compute > 1.0 and hw.contention_link == 1.0
         assert CostModel(compose_sim().model, hw).contention.active
     orin = compose_sim("hardware=jetson-agx-orin").hardware
-    assert orin.contention_compute == pytest.approx(orin.device_mem_gbps / (orin.device_mem_gbps - orin.ssd_gbps),
-                                                    abs=5e-4)
+    assert orin.contention_compute == pytest.approx(
+        orin.device_mem_gbps / (orin.device_mem_gbps - orin.ssd_gbps), abs=5e-4
+    )
     for name in ("rtx4090-pcie4", "a100-pcie4", "h200-pcie5"):
         assert not CostModel(compose_sim().model, compose_sim(f"hardware={name}").hardware).contention.active
 
 
 def test_a_profiles_measured_factors_drive_the_cost_model():
     cfg = compose_sim()
-    prof = ProfileConfig(model="m", hidden_size=cfg.model.hidden_size, expert_ffn=cfg.model.expert_ffn,
-                         link_gbps=10.0, expert_tokens=[1, 2], expert_high_s=[1e-3, 1e-3], expert_low_s=[5e-4, 5e-4],
-                         cpu_expert_s=[2e-3, 2e-3], head_s=[4e-3, 5e-3], busy_link_gbps=8.0, busy_dense_factor=1.2,
-                         busy_expert_high_factor=1.3, busy_expert_low_factor=1.1, copy_issue_s=2e-5)
+    prof = ProfileConfig(
+        model="m",
+        hidden_size=cfg.model.hidden_size,
+        expert_ffn=cfg.model.expert_ffn,
+        link_gbps=10.0,
+        expert_tokens=[1, 2],
+        expert_high_s=[1e-3, 1e-3],
+        expert_low_s=[5e-4, 5e-4],
+        cpu_expert_s=[2e-3, 2e-3],
+        head_s=[4e-3, 5e-3],
+        busy_link_gbps=8.0,
+        busy_dense_factor=1.2,
+        busy_expert_high_factor=1.3,
+        busy_expert_low_factor=1.1,
+        copy_issue_s=2e-5,
+    )
     cost = CostModel(cfg.model, dataclasses.replace(cfg.hardware, profile=prof))
     assert cost.contention == Contention(1.25, 1.2, 1.3, 1.1)
     assert cost.issue_s() == 2e-5
     assert cost.other_s(1) == pytest.approx(4e-3) and cost.other_s(3) == pytest.approx(6e-3)  # beyond: the last line
-    old = dataclasses.replace(prof, busy_link_gbps=0.0, busy_dense_factor=1.0, busy_expert_high_factor=1.0,
-                              busy_expert_low_factor=1.0)
+    old = dataclasses.replace(
+        prof, busy_link_gbps=0.0, busy_dense_factor=1.0, busy_expert_high_factor=1.0, busy_expert_low_factor=1.0
+    )
     assert not CostModel(cfg.model, dataclasses.replace(cfg.hardware, profile=old)).contention.active
 
 
@@ -130,8 +144,9 @@ def test_a_replay_with_copies_differs_from_one_without_as_the_calibrated_factors
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the executor runs (threads=1): the copy thread has the other core
     with pinned(ExecConfig(threads=1)) as copy_cpu:
-        hw = profile_hardware(calibrate(store, "cpu", lambda _: None, copy_cpu, rounds=5), torch.device("cpu"),
-                              ("bf16", "int4"))
+        hw = profile_hardware(
+            calibrate(store, "cpu", lambda _: None, copy_cpu, rounds=5), torch.device("cpu"), ("bf16", "int4")
+        )
         system = cache_system(cfg.system, store, model, 0.25)
         res = simulate(trace, model, hw, system, engine="plain", profile_share=0.0)
         p = system.prefetch
@@ -143,12 +158,21 @@ def test_a_replay_with_copies_differs_from_one_without_as_the_calibrated_factors
             dry.append(_compute_s(Replayer(wl, res.decisions, store, copy_cpu, copies=False).run(), wl.num_layers))
     torch.set_num_threads(threads)
     # predicted: the simulated compute time with contention over the same without (copies that take no time)
-    free = dataclasses.replace(hw, profile=dataclasses.replace(hw.profile, link_gbps=1e9, link_t0_s=0.0,
-                                                               busy_link_gbps=0.0, busy_dense_factor=1.0,
-                                                               busy_expert_high_factor=1.0,
-                                                               busy_expert_low_factor=1.0))
+    free = dataclasses.replace(
+        hw,
+        profile=dataclasses.replace(
+            hw.profile,
+            link_gbps=1e9,
+            link_t0_s=0.0,
+            busy_link_gbps=0.0,
+            busy_dense_factor=1.0,
+            busy_expert_high_factor=1.0,
+            busy_expert_low_factor=1.0,
+        ),
+    )
     predicted = _compute_s(res.timeline, wl.num_layers) / _compute_s(
-        simulate(trace, model, free, system, engine="plain", profile_share=0.0).timeline, wl.num_layers)
+        simulate(trace, model, free, system, engine="plain", profile_share=0.0).timeline, wl.num_layers
+    )
     measured = min(wet) / min(dry)
     noise = max(max(wet) / min(wet), max(dry) / min(dry)) - 1.0  # the replays' own spread
     assert res.summary["bytes_loaded"] > 0 and predicted >= 1.0

@@ -48,8 +48,15 @@ def test_flame_parquet(real_traces, tmp_path, capsys):
 def test_flame_pt_folders_match_the_derived_parquet(real_traces, tmp_path):
     pt = real_traces / FLAME / "original_pt"
     a = read_trace(convert(ConvertConfig("flame", str(pt / "prefill_32x64"), str(tmp_path / "a.parquet"))))
-    b = read_trace(convert(ConvertConfig("flame", str(real_traces / FLAME / "flame_moe_290m_prefill_2048tok.parquet"),
-                                         str(tmp_path / "b.parquet"))))
+    b = read_trace(
+        convert(
+            ConvertConfig(
+                "flame",
+                str(real_traces / FLAME / "flame_moe_290m_prefill_2048tok.parquet"),
+                str(tmp_path / "b.parquet"),
+            )
+        )
+    )
     assert np.array_equal(a.arrays.expert_ids, b.arrays.expert_ids)
     assert np.allclose(a.arrays.gate_weights, b.arrays.gate_weights, atol=1e-6)
     # the ten per-position folders together are the derived first-10-positions file
@@ -58,8 +65,15 @@ def test_flame_pt_folders_match_the_derived_parquet(real_traces, tmp_path):
     for d in sorted(pt.glob("position_*")):
         (pos_root / d.name).symlink_to(d)
     c = read_trace(convert(ConvertConfig("flame", str(pos_root), str(tmp_path / "c.parquet"))))
-    d = read_trace(convert(ConvertConfig("flame", str(real_traces / FLAME / "flame_moe_290m_first10pos_64seq.parquet"),
-                                         str(tmp_path / "d.parquet"))))
+    d = read_trace(
+        convert(
+            ConvertConfig(
+                "flame",
+                str(real_traces / FLAME / "flame_moe_290m_first10pos_64seq.parquet"),
+                str(tmp_path / "d.parquet"),
+            )
+        )
+    )
     assert c.num_tokens == 640 and np.array_equal(c.arrays.expert_ids, d.arrays.expert_ids)
     with pytest.raises(TraceError, match="one kind"):
         convert(ConvertConfig("flame", str(pt), str(tmp_path / "e.parquet")))
@@ -100,7 +114,9 @@ def test_vllm_unknown_model_needs_its_shape(real_traces, tmp_path):
     log.write_text("\n".join([json.dumps(meta), *lines[1:20000]]) + "\n")
     with pytest.raises(TraceError, match="num_layers= and num_experts="):
         convert(ConvertConfig("vllm", str(log), str(tmp_path / "o.parquet")))
-    tr = read_trace(convert(ConvertConfig("vllm", str(log), str(tmp_path / "o.parquet"), num_layers=24, num_experts=60)))
+    tr = read_trace(
+        convert(ConvertConfig("vllm", str(log), str(tmp_path / "o.parquet"), num_layers=24, num_experts=60))
+    )
     assert tr.meta.layers == (0,) and tr.meta.model.name == "someone/unknown-moe"
 
 
@@ -130,8 +146,15 @@ def test_generic_jsonl_read_in_pieces_as_line_by_line(real_traces, tmp_path, mon
     gone wrong deep in the file is named by its line, as the line-by-line reader names it."""
     from hobbit.traces import jsonl_format
 
-    src = read_trace(convert(ConvertConfig("flame", str(real_traces / FLAME / "flame_moe_290m_prefill_2048tok.parquet"),
-                                           str(tmp_path / "flame.parquet"))))
+    src = read_trace(
+        convert(
+            ConvertConfig(
+                "flame",
+                str(real_traces / FLAME / "flame_moe_290m_prefill_2048tok.parquet"),
+                str(tmp_path / "flame.parquet"),
+            )
+        )
+    )
     jl = tmp_path / "flame.jsonl"
     write_generic_jsonl(src.arrays, src.meta, jl)
     monkeypatch.setattr(jsonl_format, "PIECE_BYTES", 1 << 16)  # the file is 4.3 MB: 66 pieces
@@ -140,8 +163,10 @@ def test_generic_jsonl_read_in_pieces_as_line_by_line(real_traces, tmp_path, mon
     for f in src.arrays.__dataclass_fields__:
         a, b, want = getattr(arrow, f), getattr(by_line, f), getattr(src.arrays, f)
         assert (a is None and b is None and want is None) or (
-            a.dtype == b.dtype == want.dtype and np.array_equal(a, b, equal_nan=True)
-            and np.array_equal(a, want, equal_nan=True)), f
+            a.dtype == b.dtype == want.dtype
+            and np.array_equal(a, b, equal_nan=True)
+            and np.array_equal(a, want, equal_nan=True)
+        ), f
     lines = jl.read_text().splitlines()
     assert len(lines) == 2048 * 8 + 1
     bad = json.loads(lines[12_345 - 1])
@@ -155,12 +180,16 @@ def test_generic_jsonl_read_in_pieces_as_line_by_line(real_traces, tmp_path, mon
 
 
 def test_generic_jsonl_sorts_rows_and_experts(tmp_path):
-    header = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2,
-                                                   "weight_rule": "softmax"}}
-    rows = [dict(request_id=0, phase="decode", step=1, position=1, layer=1, expert_ids=[0, 1], gate_weights=[0.1, 0.5]),
-            dict(request_id=0, phase="prefill", step=0, position=0, layer=1, expert_ids=[2, 3], gate_weights=[0.6, 0.2]),
-            dict(request_id=0, phase="prefill", step=0, position=0, layer=0, expert_ids=[1, 2], gate_weights=[0.3, 0.3]),
-            dict(request_id=0, phase="decode", step=1, position=1, layer=0, expert_ids=[3, 0], gate_weights=[0.9, 0.05])]
+    header = {
+        "hobbit_trace_header": 1,
+        "model": {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2, "weight_rule": "softmax"},
+    }
+    rows = [
+        dict(request_id=0, phase="decode", step=1, position=1, layer=1, expert_ids=[0, 1], gate_weights=[0.1, 0.5]),
+        dict(request_id=0, phase="prefill", step=0, position=0, layer=1, expert_ids=[2, 3], gate_weights=[0.6, 0.2]),
+        dict(request_id=0, phase="prefill", step=0, position=0, layer=0, expert_ids=[1, 2], gate_weights=[0.3, 0.3]),
+        dict(request_id=0, phase="decode", step=1, position=1, layer=0, expert_ids=[3, 0], gate_weights=[0.9, 0.05]),
+    ]
     p = tmp_path / "x.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in [header, *rows]) + "\n")
     tr = read_trace(convert(ConvertConfig("jsonl", str(p), str(tmp_path / "x.parquet"))))
@@ -168,17 +197,36 @@ def test_generic_jsonl_sorts_rows_and_experts(tmp_path):
     assert tr.arrays.layer.tolist() == [0, 1, 0, 1]
 
 
-@pytest.mark.parametrize("line,row,field", [
-    ('{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": 0, "expert_ids": [1, 9], '
-     '"gate_weights": [0.5, 0.5]}', 2, "expert_ids"),
-    ('{"request_id": 0, "phase": "warmup", "step": 0, "position": 0, "layer": 0, "expert_ids": [1, 2], '
-     '"gate_weights": [0.5, 0.5]}', 2, "phase"),
-    ('{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "expert_ids": [1, 2], '
-     '"gate_weights": [0.5, 0.5]}', 2, "layer"),
-    ('{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": 0, "expert_ids": [1], '
-     '"gate_weights": [0.5]}', 2, "expert_ids"),
-    ("{not json", 2, None),
-])
+@pytest.mark.parametrize(
+    "line,row,field",
+    [
+        (
+            '{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": 0, "expert_ids": [1, 9], '
+            '"gate_weights": [0.5, 0.5]}',
+            2,
+            "expert_ids",
+        ),
+        (
+            '{"request_id": 0, "phase": "warmup", "step": 0, "position": 0, "layer": 0, "expert_ids": [1, 2], '
+            '"gate_weights": [0.5, 0.5]}',
+            2,
+            "phase",
+        ),
+        (
+            '{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "expert_ids": [1, 2], '
+            '"gate_weights": [0.5, 0.5]}',
+            2,
+            "layer",
+        ),
+        (
+            '{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": 0, "expert_ids": [1], '
+            '"gate_weights": [0.5]}',
+            2,
+            "expert_ids",
+        ),
+        ("{not json", 2, None),
+    ],
+)
 def test_generic_jsonl_errors_name_line_and_field(tmp_path, capsys, line, row, field):
     header = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 1, "num_experts": 4, "top_k": 2}}
     p = tmp_path / "bad.jsonl"
@@ -196,8 +244,12 @@ def test_jsonl_errors_found_after_sorting_name_the_input_line(tmp_path):
     file and the line the bad row came from, not the Parquet being written or a sorted row."""
     header = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2}}
     row = {"request_id": 0, "phase": "prefill", "step": 0, "expert_ids": [1, 2], "gate_weights": [0.6, 0.4]}
-    rows = [{**row, "position": 1, "layer": 1}, {**row, "position": 0, "layer": 1}, {**row, "position": 0, "layer": 0},
-            {**row, "position": 0, "layer": 0, "request_id": 1}]  # position 1 (line 2) and request 1 lack a layer
+    rows = [
+        {**row, "position": 1, "layer": 1},
+        {**row, "position": 0, "layer": 1},
+        {**row, "position": 0, "layer": 0},
+        {**row, "position": 0, "layer": 0, "request_id": 1},
+    ]  # position 1 (line 2) and request 1 lack a layer
     p = tmp_path / "sorted-late.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in [header, *rows]) + "\n")
     with pytest.raises(TraceError) as ei:

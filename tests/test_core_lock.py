@@ -41,15 +41,21 @@ with first_use(tiny_entry.plus_one):
 
 def _start(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "nc"), "PYTHONPATH": str(tmp_path)}
-    return subprocess.Popen([sys.executable, "-c", CALL], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CALL], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_a_process_waits_while_another_compiles_and_none_waits_once_cached(tmp_path):
     (tmp_path / "tiny_entry.py").write_text(MODULE)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "nc")}
-    path = subprocess.run([sys.executable, "-c", "from hobbit.sim.fast import lock_path; print(lock_path())"],
-                          env=env, capture_output=True, text=True, check=True).stdout.strip()
+    path = subprocess.run(
+        [sys.executable, "-c", "from hobbit.sim.fast import lock_path; print(lock_path())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with open(path, "a") as held:  # this test plays the process that compiles
         fcntl.flock(held, fcntl.LOCK_EX)
         p = _start(tmp_path)

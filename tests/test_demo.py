@@ -15,15 +15,42 @@ pytestmark = pytest.mark.serial  # its validation step measures this machine's t
 
 def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     run_dir = tmp_path / "demo"
-    assert run_cli(["demo", "max_prompts=3", "max_new_tokens=4", "batch_size=3", "systems=[hobbit,on-demand,fiddler]",
-                    "sweep_t1=[0.5,0.7]", "sweep_t2=[0.9]", "sweep_high_gb=[8.0]",
-                    "validate_scale=32", "validate_requests=1", "validate_replays=2", "validate_rounds=6",
-                    f"hydra.run.dir={run_dir}"]) == 0
+    assert (
+        run_cli(
+            [
+                "demo",
+                "max_prompts=3",
+                "max_new_tokens=4",
+                "batch_size=3",
+                "systems=[hobbit,on-demand,fiddler]",
+                "sweep_t1=[0.5,0.7]",
+                "sweep_t2=[0.9]",
+                "sweep_high_gb=[8.0]",
+                "validate_scale=32",
+                "validate_requests=1",
+                "validate_replays=2",
+                "validate_rounds=6",
+                f"hydra.run.dir={run_dir}",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    for name in ["trace.parquet", "trace_info.txt", "trace_info.json", "trace_summary.png", "trace_summary.svg",
-                 "compare/compare.md", "compare/compare.json", "compare/compare.png", "compare/compare.svg",
-                 "sweep/report/report.md",
-                 "sweep/report/runs.parquet", "validate/results.json", "validate/report.md"]:
+    for name in [
+        "trace.parquet",
+        "trace_info.txt",
+        "trace_info.json",
+        "trace_summary.png",
+        "trace_summary.svg",
+        "compare/compare.md",
+        "compare/compare.json",
+        "compare/compare.png",
+        "compare/compare.svg",
+        "sweep/report/report.md",
+        "sweep/report/runs.parquet",
+        "validate/results.json",
+        "validate/report.md",
+    ]:
         assert (run_dir / name).is_file(), name
         assert str((run_dir / name).resolve()) in out
     tr = read_trace(run_dir / "trace.parquet")

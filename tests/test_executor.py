@@ -61,9 +61,11 @@ def test_expert_bytes_match_the_simulators(small):
 def test_replay_runs_the_simulators_decisions_and_respects_the_slots(small, staging):
     cfg, model, store, trace = small
     eb = (store.nbytes(HIGH), store.nbytes(LOW))
-    system = dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, high_bytes=20 * eb[0],
-                                                                       low_bytes=30 * eb[1]),
-                                 prefetch=dataclasses.replace(cfg.system.prefetch, staging_slots=staging))
+    system = dataclasses.replace(
+        cfg.system,
+        cache=dataclasses.replace(cfg.system.cache, high_bytes=20 * eb[0], low_bytes=30 * eb[1]),
+        prefetch=dataclasses.replace(cfg.system.prefetch, staging_slots=staging),
+    )
     hw = cfg.hardware
     a = simulate(trace, model, hw, system, keep_log=True)
     b = simulate(trace, model, hw, system, keep_log=True)
@@ -116,8 +118,20 @@ def four_layers():
     return cfg, model, build_store(model, ("bf16", "int4"), CPU, progress=False), first_layers(bundled(1), 4)
 
 
-@pytest.mark.parametrize("system", ["moe-offloading", "moe-infinity", "hobbit-lru", "on-demand", "fiddler",
-                                    "hobbit-cpu", "freetoken", "tec", "llama-cpp-lru"])
+@pytest.mark.parametrize(
+    "system",
+    [
+        "moe-offloading",
+        "moe-infinity",
+        "hobbit-lru",
+        "on-demand",
+        "fiddler",
+        "hobbit-cpu",
+        "freetoken",
+        "tec",
+        "llama-cpp-lru",
+    ],
+)
 def test_every_system_replays_within_its_slots(four_layers, system):
     """Pools of 11 experts for 4 layers of 8, so that a prefill's victim is needed again in its own layer
     (evicted, then loaded again within one step): the replay holds exactly the decisions' cache."""
@@ -132,8 +146,9 @@ def test_every_system_replays_within_its_slots(four_layers, system):
     tl = rep.run()
     slots = res.decisions.slots
     assert rep.cache.peak[HIGH] <= slots[0] and rep.cache.peak[LOW] <= slots[1]
-    assert set(rep.cache.resident) - {k for k in rep.cache.resident if k in _static(res)} == \
-        _resident_after(res.decisions.steps)
+    assert set(rep.cache.resident) - {k for k in rep.cache.resident if k in _static(res)} == _resident_after(
+        res.decisions.steps
+    )
     assert np.all(tl.pass_end > tl.pass_start)
 
 
@@ -185,13 +200,34 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
 
     trace = write_first_requests(tmp_path, 1)
     sim_dir = tmp_path / "sim"
-    assert run_cli(["sim", f"trace={trace}", f"hydra.searchpath=[file://{run}]", f"hardware={hw_file.stem}",
-                    f"model={model_file.stem}", f"hydra.run.dir={sim_dir}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                f"trace={trace}",
+                f"hydra.searchpath=[file://{run}]",
+                f"hardware={hw_file.stem}",
+                f"model={model_file.stem}",
+                f"hydra.run.dir={sim_dir}",
+            ]
+        )
+        == 0
+    )
     r = json.loads((sim_dir / "results.json").read_text())
     assert r["hardware"] == hw_file.stem and r["model"] == model_file.stem
     # a profile measured for other shapes is refused, naming both
-    assert run_cli(["sim", f"trace={trace}", f"hydra.searchpath=[file://{run}]", f"hardware={hw_file.stem}",
-                    f"hydra.run.dir={tmp_path / 'x'}"]) == 2
+    assert (
+        run_cli(
+            [
+                "sim",
+                f"trace={trace}",
+                f"hydra.searchpath=[file://{run}]",
+                f"hardware={hw_file.stem}",
+                f"hydra.run.dir={tmp_path / 'x'}",
+            ]
+        )
+        == 2
+    )
     assert "was calibrated for model" in capsys.readouterr().err
     assert run_cli(["validate", f"profile={hw_file}", "scale=16", f"hydra.run.dir={tmp_path / 'y'}"]) == 2
     assert "was calibrated for model" in capsys.readouterr().err
@@ -199,8 +235,12 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     # the profile it was calibrated for is taken as it is, without calibrating again; a profile
     # holds for the widths, so it serves the model's first 8 layers too
     z = tmp_path / "z"
-    assert run_cli(["validate", f"profile={hw_file}", "scale=32", "layers=8", "requests=1", "replays=2",
-                    f"hydra.run.dir={z}"]) == 0
+    assert (
+        run_cli(
+            ["validate", f"profile={hw_file}", "scale=32", "layers=8", "requests=1", "replays=2", f"hydra.run.dir={z}"]
+        )
+        == 0
+    )
     assert "calibrating" not in capsys.readouterr().out
     v = json.loads((z / "results.json").read_text())
     import yaml
@@ -215,8 +255,12 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
 
 def test_validate_reports_the_error(tmp_path, capsys):
     run = tmp_path / "val"
-    assert run_cli(["validate", "scale=32", "requests=1", "replays=2", "rounds=6", "timeline=true",
-                    f"hydra.run.dir={run}"]) == 0
+    assert (
+        run_cli(
+            ["validate", "scale=32", "requests=1", "replays=2", "rounds=6", "timeline=true", f"hydra.run.dir={run}"]
+        )
+        == 0
+    )
     v = json.loads((run / "results.json").read_text())["validation"]
     assert set(v) >= {"mape", "bias", "noise_mape", "prefill_mape", "p50_abs_ms", "p95_abs_ms", "tokens", "device"}
     assert v["tokens"] > 0 and v["device"] == "cpu" and v["mape"] >= 0 and v["noise_mape"] >= 0
@@ -252,11 +296,20 @@ def test_replays_run_between_the_calibrations_rounds(four_layers, monkeypatch):
             events.append(("round", r))
             if between is not None:
                 between(r)
+
         return real(*args, between=note, **kw)
 
     monkeypatch.setattr(V, "calibrate", spy)
-    hw = V.full_profile(store, CPU, ("bf16", "int4"), trace, lambda _: None, samples=2,
-                        replay=lambda rough: events.append(("replay", rough.profile.link_gbps > 0)), rounds=4)
+    hw = V.full_profile(
+        store,
+        CPU,
+        ("bf16", "int4"),
+        trace,
+        lambda _: None,
+        samples=2,
+        replay=lambda rough: events.append(("replay", rough.profile.link_gbps > 0)),
+        rounds=4,
+    )
     assert V.slots(4, 2) == [0, 1, 0, 1] and V.slots(15, 5) == [0, 0, 1] * 5 and sum(V.slots(3, 7)) == 7
     # more replays, more rounds: the grouped minimum keeps three groups of as many samples as a token's
     assert V.calibration_rounds(5) == 15 and V.calibration_rounds(2) == 15 and V.calibration_rounds(10) == 30
@@ -265,8 +318,15 @@ def test_replays_run_between_the_calibrations_rounds(four_layers, monkeypatch):
     r = np.arange(30.0)[::-1]  # 30 rounds, 10 replays: groups of every third round, the mean of their minima
     assert pick(r, "min", axis=0, group=10) == np.mean([r[j::3].min() for j in range(3)])
     # the one-round profile the decisions come from, then four rounds with a replay after the 2nd and the 4th
-    assert events == [("round", 0), ("round", 0), ("round", 1), ("replay", True), ("round", 2), ("round", 3),
-                      ("replay", True)]
+    assert events == [
+        ("round", 0),
+        ("round", 0),
+        ("round", 1),
+        ("replay", True),
+        ("round", 2),
+        ("round", 3),
+        ("replay", True),
+    ]
     assert hw.profile.layer_overhead_s > 0 and hw.profile.copy_issue_s > 0
 
 
@@ -280,8 +340,21 @@ def test_decisions_the_profile_changes_are_replayed_again(tmp_path, capsys, monk
     rounds, real = [], V.calibrate
     monkeypatch.setattr(V, "calibrate", lambda *a, **kw: rounds.append(kw["rounds"]) or real(*a, **kw))
     run = tmp_path / "val"
-    assert run_cli(["validate", "system=fiddler", "scale=32", "layers=4", "requests=1", "replays=2",
-                    "rounds=6", f"hydra.run.dir={run}"]) == 0
+    assert (
+        run_cli(
+            [
+                "validate",
+                "system=fiddler",
+                "scale=32",
+                "layers=4",
+                "requests=1",
+                "replays=2",
+                "rounds=6",
+                f"hydra.run.dir={run}",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "between its rounds" in out and "replaying them again" in out
     assert rounds == [1, 6]  # the one-round profile the first decisions come from, then rounds=6 (3 per replay)
@@ -309,7 +382,8 @@ def _check_validation_timeline(run, sim_passes):
         assert sum(e["dur"] for e in r_work) <= r_tok["dur"] + 1e-3 * len(r_work)  # the loop's own time: gaps
         # the same work in both: one slice per expert computed, per copy that ran
         assert sorted(e["name"] for e in s_work if e["cat"] == "expert") == sorted(
-            e["name"] for e in r_work if e["cat"] == "expert")
+            e["name"] for e in r_work if e["cat"] == "expert"
+        )
     s_copies = sorted(e["args"]["tid"] for e in threads.get((1, 2), []))
     r_copies = sorted(e["args"]["tid"] for e in threads.get((2, 2), []))
     assert s_copies and set(r_copies) <= set(s_copies)  # a measured run may cancel a prefetch the model ran
@@ -358,11 +432,14 @@ def test_calibration_fits_and_replay_statistics_drop_disturbances():
     rel = _relative_fit(shapes, noisy)
     absolute, *_ = np.linalg.lstsq(shapes, noisy, rcond=None)
     assert abs(rel[0] + rel[1] - 6.02e-4) < abs(absolute[0] + absolute[1] - 6.02e-4)
+
     # per token, the median or the min of three replays: one run's slow spell drops out
     def runs():
         out = []
         for spell in ((0, 0, 0), (0, 5, 0), (0, 0, 9)):
-            out.append(Timeline(np.arange(3.0) * 10, np.arange(3.0) * 10 + 1 + np.array(spell), np.zeros(1), np.zeros(1)))
+            out.append(
+                Timeline(np.arange(3.0) * 10, np.arange(3.0) * 10 + 1 + np.array(spell), np.zeros(1), np.zeros(1))
+            )
         return out
 
     for statistic in ("median", "min"):
@@ -390,8 +467,9 @@ def test_a_profiles_minimum_takes_as_many_samples_as_a_replayed_tokens():
     assert pick(rounds[:7, 0], "min", axis=0, group=5) == 1  # fewer than two groups: the plain minimum
     rng = np.random.default_rng(0)  # on noise, the grouped minimum estimates the minimum of five
     x = rng.normal(1.0, 0.1, (300_000, 1))
-    assert pick(x, "min", axis=0, group=5)[0] == pytest.approx(np.min(x[:5000].reshape(1000, 5), axis=1).mean(),
-                                                               abs=0.005)
+    assert pick(x, "min", axis=0, group=5)[0] == pytest.approx(
+        np.min(x[:5000].reshape(1000, 5), axis=1).mean(), abs=0.005
+    )
 
 
 def test_the_copy_engine_names_the_copy_it_finishes_first_while_its_queue_moves():

@@ -29,8 +29,7 @@ from hobbit.traces.synthetic import SyntheticConfig, generate
 from sim_helpers import bundled, compose_sim, without_predictions
 
 SYSTEMS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "system").glob("*.yaml"))
-COUNTERS = ("prefetch_issued", "prefetch_used", "bytes_requested", "evictions", "slots", "staging",
-            "prefetch_dropped")
+COUNTERS = ("prefetch_issued", "prefetch_used", "bytes_requested", "evictions", "slots", "staging", "prefetch_dropped")
 
 
 def assert_same(got, ref, compiled: bool | None = None) -> None:
@@ -47,8 +46,9 @@ def assert_same(got, ref, compiled: bool | None = None) -> None:
     np.testing.assert_array_equal(a.served, b.served)
     np.testing.assert_array_equal(a.mass, b.mass)
     for name in ("pass_start", "pass_end", "step_stall", "step_end"):
-        np.testing.assert_allclose(getattr(got.timeline, name), getattr(ref.timeline, name), rtol=1e-9, atol=1e-15,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            getattr(got.timeline, name), getattr(ref.timeline, name), rtol=1e-9, atol=1e-15, err_msg=name
+        )
     ta, tb = got.timeline, ref.timeline
     assert (ta.bytes_moved, ta.cancelled) == (tb.bytes_moved, tb.cancelled)
     assert ta.link_busy_s == pytest.approx(tb.link_busy_s, rel=1e-9, abs=1e-15)
@@ -61,8 +61,9 @@ def assert_same(got, ref, compiled: bool | None = None) -> None:
 def assert_streamed(got, whole) -> None:
     """``got`` (streamed: ``keep_decisions=False``) has the results of ``whole`` (the same run, its log kept), float
     for float: the summary, both tables and the decisions' counters; its decisions' records are not kept."""
-    assert {k: v for k, v in got.summary.items() if k != "wall_s"} == \
-        {k: v for k, v in whole.summary.items() if k != "wall_s"}
+    assert {k: v for k, v in got.summary.items() if k != "wall_s"} == {
+        k: v for k, v in whole.summary.items() if k != "wall_s"
+    }
     for mine, theirs in ((got.pass_columns, whole.pass_columns), (got.layer_columns, whole.layer_columns)):
         assert mine.keys() == theirs.keys()
         for name in theirs:
@@ -110,11 +111,23 @@ def test_large_pools_evict_layer_by_layer_as_the_reference(w_fld):
     0): an eviction visits many layers, most of them through the victim a layer keeps while it does not change."""
     from hobbit.traces.synthetic import SyntheticConfig, generate
 
-    arrays, meta = generate(SyntheticConfig(name="synthetic-qwen3.5-397b", num_layers=60, num_experts=512, top_k=10,
-                                            requests=2, prompt_tokens=8, decode_tokens=24, lookahead_depth=2, seed=3))
+    arrays, meta = generate(
+        SyntheticConfig(
+            name="synthetic-qwen3.5-397b",
+            num_layers=60,
+            num_experts=512,
+            top_k=10,
+            requests=2,
+            prompt_tokens=8,
+            decode_tokens=24,
+            lookahead_depth=2,
+            seed=3,
+        )
+    )
     tr = Trace(meta, arrays, "synthetic")
-    cfg = compose_sim("system=hobbit", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5",
-                      f"system.cache.multidim.w_fld={w_fld}")
+    cfg = compose_sim(
+        "system=hobbit", "model=qwen3.5-397b-a17b", "hardware=h200-pcie5", f"system.cache.multidim.w_fld={w_fld}"
+    )
     ref = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="plain", profile_share=0.0)
     got = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="fast", profile_share=0.0)
     assert min(got.decisions.slots) >= fast.PRUNE_MIN_SLOTS and got.decisions.evictions > 1000
@@ -127,9 +140,14 @@ def test_every_policy_with_every_prefetcher(trace, policy):
     request profiles (MoE-Infinity's library), the second is timed."""
     small = Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id < 2)), trace.path)
     for i, kind in enumerate(sorted(PREFETCH)):
-        cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", f"system.prefetch.kind={kind}",
-                          "system.cache.high_bytes=2000000000", "system.cache.low_bytes=700000000",
-                          f"system.prefetch.staging_slots={2 * (i % 2)}")
+        cfg = compose_sim(
+            "system=hobbit",
+            f"system.cache.policy={policy}",
+            f"system.prefetch.kind={kind}",
+            "system.cache.high_bytes=2000000000",
+            "system.cache.low_bytes=700000000",
+            f"system.prefetch.staging_slots={2 * (i % 2)}",
+        )
         ref = simulate(small, cfg.model, cfg.hardware, cfg.system, engine="plain", profile_share=0.5)
         got = simulate(small, cfg.model, cfg.hardware, cfg.system, engine="fast", profile_share=0.5)
         assert_same(got, ref, compiled=fast.unsupported(cfg.system) is None)
@@ -138,15 +156,33 @@ def test_every_policy_with_every_prefetcher(trace, policy):
 def test_what_the_compiled_walk_leaves_to_the_reference():
     """Only a kept log: every registered cache policy and prefetcher, so every system, is decided compiled."""
     cfg = compose_sim("system=hobbit")
-    left = {p for p in EVICTION
-            if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))}
+    left = {
+        p
+        for p in EVICTION
+        if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))
+    }
     assert left == set(EVICTION) - set(fast.walk.POLICIES)
-    compiled = {"lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc", "lirs"}
+    compiled = {
+        "lru",
+        "lfu",
+        "fifo",
+        "mru",
+        "multidim",
+        "belady",
+        "eam_priority",
+        "sieve",
+        "lfru",
+        "s3fifo",
+        "arc",
+        "lirs",
+    }
     assert compiled <= set(fast.walk.POLICIES)
     assert left == set()
-    kinds = {k for k in PREFETCH
-             if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch,
-                                                                                              kind=k)))}
+    kinds = {
+        k
+        for k in PREFETCH
+        if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch, kind=k)))
+    }
     assert kinds == set(PREFETCH) - set(fast.walk.PREFETCHERS) == set()
     assert fast.unsupported(cfg.system, keep_log=True)
 
@@ -154,8 +190,13 @@ def test_what_the_compiled_walk_leaves_to_the_reference():
 def test_lirs_beyond_its_entries_is_decided_by_the_reference(trace):
     """LIRS's list of counted-out copies may hold a key more than once; past the entries the compiled walk keeps
     for it, the reference walk decides: the same decisions either way."""
-    cfg = compose_sim("system=hobbit", "system.cache.policy=lirs", "system.cache.per_layer=true",
-                      "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
+    cfg = compose_sim(
+        "system=hobbit",
+        "system.cache.policy=lirs",
+        "system.cache.per_layer=true",
+        "system.cache.high_bytes=40000000000",
+        "system.cache.low_bytes=6000000000",
+    )
     ref = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
     assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
     with mock.patch.object(fast, "LIRS_VICTIMS_PER_KEY", 0):
@@ -163,13 +204,21 @@ def test_lirs_beyond_its_entries_is_decided_by_the_reference(trace):
 
 
 def test_a_trace_without_predictions_falls_back_alike(trace):
-    bare = without_predictions(Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id < 4)),
-                                     trace.path))
+    bare = without_predictions(
+        Trace(trace.meta, trace.arrays.take(np.flatnonzero(trace.arrays.request_id < 4)), trace.path)
+    )
     for fallback in ("oracle", "history", "none"):
-        cfg = compose_sim("system=hobbit", f"system.prefetch.fallback={fallback}", "system.cache.high_bytes=3000000000",
-                          "system.cache.low_bytes=1000000000")
-        assert_same(simulate(bare, cfg.model, cfg.hardware, cfg.system, engine="fast"),
-                    simulate(bare, cfg.model, cfg.hardware, cfg.system, engine="plain"), compiled=True)
+        cfg = compose_sim(
+            "system=hobbit",
+            f"system.prefetch.fallback={fallback}",
+            "system.cache.high_bytes=3000000000",
+            "system.cache.low_bytes=1000000000",
+        )
+        assert_same(
+            simulate(bare, cfg.model, cfg.hardware, cfg.system, engine="fast"),
+            simulate(bare, cfg.model, cfg.hardware, cfg.system, engine="plain"),
+            compiled=True,
+        )
 
 
 def test_the_tables_and_the_records_are_one_log(trace):
@@ -206,8 +255,12 @@ def test_a_run_lays_the_trace_out_in_its_own_memory():
         tracemalloc.stop()
         run._PREPARED.clear()
     wl, a = res.workload, tr.arrays
-    for mine, theirs in ((wl.ids, a.expert_ids), (wl.weights, a.gate_weights), (wl.pred_ids, a.pred_ids),
-                         (wl.pred_weights, a.pred_weights)):
+    for mine, theirs in (
+        (wl.ids, a.expert_ids),
+        (wl.weights, a.gate_weights),
+        (wl.pred_ids, a.pred_ids),
+        (wl.pred_weights, a.pred_weights),
+    ):
         assert np.shares_memory(mine, theirs)
     assert not [k for k, v in wl.memo.items() if isinstance(v, np.ndarray) and v.nbytes > own / 50]
     assert res.decisions.tables.loads.dtype == np.int32
@@ -262,19 +315,41 @@ def test_a_streamed_run_carries_the_copies_still_running_into_its_next_chunk():
     """A copy started in one chunk can end in a later one, where a step waits for it, with the link shared by the
     compute (contention): the next chunk must know when it ends. Streamed one pass at a time, this run (found by a
     random search) differs from the whole run if the copies carried over lose their times."""
-    arrays, meta = generate(SyntheticConfig(num_layers=2, num_experts=16, top_k=6, requests=2, prompt_tokens=3,
-                                            decode_tokens=8, lookahead_depth=2, seed=8330))
+    arrays, meta = generate(
+        SyntheticConfig(
+            num_layers=2,
+            num_experts=16,
+            top_k=6,
+            requests=2,
+            prompt_tokens=3,
+            decode_tokens=8,
+            lookahead_depth=2,
+            seed=8330,
+        )
+    )
     tr = Trace(meta, arrays, "synthetic")
-    model = ModelConfig(name="m", num_layers=2, num_experts=16, top_k=6, hidden_size=256, expert_ffn=512,
-                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    model = ModelConfig(
+        name="m",
+        num_layers=2,
+        num_experts=16,
+        top_k=6,
+        hidden_size=256,
+        expert_ffn=512,
+        dense_params_per_layer=10_000,
+        other_params=10_000,
+        kv_bytes_per_token=64,
+    )
     cfg = compose_sim("system=hobbit")
     hw = dataclasses.replace(cfg.hardware, link_gbps=1e4, contention_compute=1.3, contention_link=1.7)
     s = cfg.system
     system = dataclasses.replace(
-        s, cpu_misses="split", split_threshold=2.0,
+        s,
+        cpu_misses="split",
+        split_threshold=2.0,
         precision=dataclasses.replace(s.precision, t1=0.029574963966907064, t2=0.4896935204622582),
         prefetch=dataclasses.replace(s.prefetch, kind="eam"),
-        cache=dataclasses.replace(s.cache, policy="lfru", high_bytes=13369344, low_bytes=208896))
+        cache=dataclasses.replace(s.cache, policy="lfru", high_bytes=13369344, low_bytes=208896),
+    )
     whole = simulate(tr, model, hw, system)
     assert_streamed(streamed(tr, model, hw, system, 1), whole)
 
@@ -282,52 +357,133 @@ def test_a_streamed_run_carries_the_copies_still_running_into_its_next_chunk():
 POLICIES = [p for p in fast.walk.POLICIES]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(seed=st.integers(0, 10_000), layers=st.integers(1, 6), experts=st.integers(1, 24), k=st.integers(1, 6),
-       prompt=st.integers(1, 9), decode=st.integers(0, 8), requests=st.integers(1, 3),
-       policy=st.sampled_from(POLICIES), kind=st.sampled_from(fast.walk.PREFETCHERS),
-       mode=st.sampled_from(["hobbit", "high", "low"]), t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
-       high=st.sampled_from([0, 1, 2, 5, 17, 1000]), low=st.sampled_from([0, 1, 3, 9, 1000]),
-       staging=st.sampled_from([0, 0, 1, 3]), per_layer=st.booleans(),
-       cpu_misses=st.sampled_from(fast.walk.CPU_MISSES), cpu_insert=st.sampled_from([0, 0, 1, 3]),
-       any_cached=st.booleans(), multi=st.sampled_from(["max", "high"]), depth=st.integers(1, 4),
-       fallback=st.sampled_from(["oracle", "history", "none"]), predictions=st.booleans(),
-       pf_precision=st.sampled_from(["rule", "high", "low"]), weights=st.tuples(*[st.integers(0, 3)] * 4),
-       gbps=st.sampled_from([0.5, 25.0, 1e4]), contention=st.sampled_from([(1.0, 1.0), (1.4, 1.0), (1.0, 2.0),
-                                                                          (1.3, 1.7)]),
-       demand_first=st.booleans(), split_max=st.sampled_from([-1, 0, 1]), split_threshold=st.sampled_from([0.0, 2.0, 1e9]),
-       prune=st.sampled_from([0, fast.PRUNE_MIN_SLOTS]), chunk=st.sampled_from([1, 2, 3, 1000]))
-def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, requests, policy, kind, mode, t, high, low,
-                                 staging, per_layer, cpu_misses, cpu_insert, any_cached, multi, depth, fallback,
-                                 predictions, pf_precision, weights, gbps, contention, demand_first, split_max,
-                                 split_threshold, prune, chunk):
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    seed=st.integers(0, 10_000),
+    layers=st.integers(1, 6),
+    experts=st.integers(1, 24),
+    k=st.integers(1, 6),
+    prompt=st.integers(1, 9),
+    decode=st.integers(0, 8),
+    requests=st.integers(1, 3),
+    policy=st.sampled_from(POLICIES),
+    kind=st.sampled_from(fast.walk.PREFETCHERS),
+    mode=st.sampled_from(["hobbit", "high", "low"]),
+    t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    high=st.sampled_from([0, 1, 2, 5, 17, 1000]),
+    low=st.sampled_from([0, 1, 3, 9, 1000]),
+    staging=st.sampled_from([0, 0, 1, 3]),
+    per_layer=st.booleans(),
+    cpu_misses=st.sampled_from(fast.walk.CPU_MISSES),
+    cpu_insert=st.sampled_from([0, 0, 1, 3]),
+    any_cached=st.booleans(),
+    multi=st.sampled_from(["max", "high"]),
+    depth=st.integers(1, 4),
+    fallback=st.sampled_from(["oracle", "history", "none"]),
+    predictions=st.booleans(),
+    pf_precision=st.sampled_from(["rule", "high", "low"]),
+    weights=st.tuples(*[st.integers(0, 3)] * 4),
+    gbps=st.sampled_from([0.5, 25.0, 1e4]),
+    contention=st.sampled_from([(1.0, 1.0), (1.4, 1.0), (1.0, 2.0), (1.3, 1.7)]),
+    demand_first=st.booleans(),
+    split_max=st.sampled_from([-1, 0, 1]),
+    split_threshold=st.sampled_from([0.0, 2.0, 1e9]),
+    prune=st.sampled_from([0, fast.PRUNE_MIN_SLOTS]),
+    chunk=st.sampled_from([1, 2, 3, 1000]),
+)
+def test_random_traces_and_knobs(
+    seed,
+    layers,
+    experts,
+    k,
+    prompt,
+    decode,
+    requests,
+    policy,
+    kind,
+    mode,
+    t,
+    high,
+    low,
+    staging,
+    per_layer,
+    cpu_misses,
+    cpu_insert,
+    any_cached,
+    multi,
+    depth,
+    fallback,
+    predictions,
+    pf_precision,
+    weights,
+    gbps,
+    contention,
+    demand_first,
+    split_max,
+    split_threshold,
+    prune,
+    chunk,
+):
     """``prune`` 0: multidim evicts layer by layer in every pool (``fast.PRUNE_MIN_SLOTS``), as large pools do.
     ``chunk``: the passes a streamed run walks and times at a time; it must give the whole run's results."""
     assume(sum(weights) > 0)
     k = min(k, experts)
-    arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests + 1,
-                                            prompt_tokens=prompt, decode_tokens=decode, lookahead_depth=2, seed=seed))
+    arrays, meta = generate(
+        SyntheticConfig(
+            num_layers=layers,
+            num_experts=experts,
+            top_k=k,
+            requests=requests + 1,
+            prompt_tokens=prompt,
+            decode_tokens=decode,
+            lookahead_depth=2,
+            seed=seed,
+        )
+    )
     tr = Trace(meta, arrays, "synthetic")
     if not predictions:
         tr = without_predictions(tr)
-    model = ModelConfig(name="m", num_layers=layers, num_experts=experts, top_k=k, hidden_size=256, expert_ffn=512,
-                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    model = ModelConfig(
+        name="m",
+        num_layers=layers,
+        num_experts=experts,
+        top_k=k,
+        hidden_size=256,
+        expert_ffn=512,
+        dense_params_per_layer=10_000,
+        other_params=10_000,
+        kv_bytes_per_token=64,
+    )
     cfg = compose_sim("system=hobbit")
-    hw = dataclasses.replace(cfg.hardware, link_gbps=gbps, contention_compute=contention[0],
-                             contention_link=contention[1])
+    hw = dataclasses.replace(
+        cfg.hardware, link_gbps=gbps, contention_compute=contention[0], contention_link=contention[1]
+    )
     s = cfg.system
     eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
     md = dataclasses.replace(s.cache.multidim, w_lru=weights[0], w_lfu=weights[1], w_lhu=weights[2], w_fld=weights[3])
     system = dataclasses.replace(
-        s, demand_first=demand_first, cpu_misses=cpu_misses, cpu_insert=cpu_insert, split_max_fetch=split_max,
+        s,
+        demand_first=demand_first,
+        cpu_misses=cpu_misses,
+        cpu_insert=cpu_insert,
+        split_max_fetch=split_max,
         split_threshold=split_threshold,
-        precision=dataclasses.replace(s.precision, mode=mode, t1=min(t), t2=max(t), serve_any_cached=any_cached,
-                                      multi_token=multi),
-        prefetch=dataclasses.replace(s.prefetch, kind=kind, max_depth=depth, fallback=fallback, staging_slots=staging,
-                                     precision=pf_precision),
-        cache=dataclasses.replace(s.cache, policy=policy, per_layer=per_layer, high_bytes=high * eb[0],
-                                  low_bytes=low * eb[1], multidim=md))
+        precision=dataclasses.replace(
+            s.precision, mode=mode, t1=min(t), t2=max(t), serve_any_cached=any_cached, multi_token=multi
+        ),
+        prefetch=dataclasses.replace(
+            s.prefetch, kind=kind, max_depth=depth, fallback=fallback, staging_slots=staging, precision=pf_precision
+        ),
+        cache=dataclasses.replace(
+            s.cache, policy=policy, per_layer=per_layer, high_bytes=high * eb[0], low_bytes=low * eb[1], multidim=md
+        ),
+    )
     try:
         check_system(system)
     except ConfigError:
@@ -340,32 +496,71 @@ def test_random_traces_and_knobs(seed, layers, experts, k, prompt, decode, reque
             assert_streamed(streamed(tr, model, hw, system, chunk), got)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(seed=st.integers(0, 10_000), layers=st.integers(2, 6), experts=st.integers(4, 24), k=st.integers(1, 4),
-       prompt=st.integers(1, 6), decode=st.integers(2, 10), requests=st.integers(2, 5),
-       high=st.integers(2, 40), low=st.sampled_from([0, 0, 3, 12]), staging=st.sampled_from([0, 0, 1, 3]),
-       candidates=st.sampled_from([1, 2, 3, 32]), mode=st.sampled_from(["hobbit", "high"]), depth=st.integers(1, 3),
-       cpu_misses=st.sampled_from(fast.walk.CPU_MISSES), chunk=st.sampled_from([1, 3, 1000]))
-def test_eam_priority_keeps_its_candidates_as_the_reference_scans(seed, layers, experts, k, prompt, decode, requests,
-                                                                   high, low, staging, candidates, mode, depth,
-                                                                   cpu_misses, chunk):
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    seed=st.integers(0, 10_000),
+    layers=st.integers(2, 6),
+    experts=st.integers(4, 24),
+    k=st.integers(1, 4),
+    prompt=st.integers(1, 6),
+    decode=st.integers(2, 10),
+    requests=st.integers(2, 5),
+    high=st.integers(2, 40),
+    low=st.sampled_from([0, 0, 3, 12]),
+    staging=st.sampled_from([0, 0, 1, 3]),
+    candidates=st.sampled_from([1, 2, 3, 32]),
+    mode=st.sampled_from(["hobbit", "high"]),
+    depth=st.integers(1, 3),
+    cpu_misses=st.sampled_from(fast.walk.CPU_MISSES),
+    chunk=st.sampled_from([1, 3, 1000]),
+)
+def test_eam_priority_keeps_its_candidates_as_the_reference_scans(
+    seed, layers, experts, k, prompt, decode, requests, high, low, staging, candidates, mode, depth, cpu_misses, chunk
+):
     """MoE-Infinity's eviction under its own prefetcher (a match most of the time) in a shared pool that fills: the
     candidates one scan keeps (``walk._eam_evict``; as few as one, so that the bound and the copies that enter
     under it decide most evictions) give the reference's victims, whole and streamed."""
     k = min(k, experts)
-    arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests,
-                                            prompt_tokens=prompt, decode_tokens=decode, lookahead_depth=2, seed=seed))
+    arrays, meta = generate(
+        SyntheticConfig(
+            num_layers=layers,
+            num_experts=experts,
+            top_k=k,
+            requests=requests,
+            prompt_tokens=prompt,
+            decode_tokens=decode,
+            lookahead_depth=2,
+            seed=seed,
+        )
+    )
     tr = Trace(meta, arrays, "synthetic")
-    model = ModelConfig(name="m", num_layers=layers, num_experts=experts, top_k=k, hidden_size=256, expert_ffn=512,
-                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    model = ModelConfig(
+        name="m",
+        num_layers=layers,
+        num_experts=experts,
+        top_k=k,
+        hidden_size=256,
+        expert_ffn=512,
+        dense_params_per_layer=10_000,
+        other_params=10_000,
+        kv_bytes_per_token=64,
+    )
     cfg = compose_sim("system=moe-infinity")
     eb = (model.expert_bytes(cfg.hardware.high_precision), model.expert_bytes(cfg.hardware.low_precision))
     s = cfg.system
     system = dataclasses.replace(
-        s, cpu_misses=cpu_misses, precision=dataclasses.replace(s.precision, mode=mode),
+        s,
+        cpu_misses=cpu_misses,
+        precision=dataclasses.replace(s.precision, mode=mode),
         prefetch=dataclasses.replace(s.prefetch, max_depth=depth, staging_slots=staging),
-        cache=dataclasses.replace(s.cache, per_layer=False, high_bytes=high * eb[0], low_bytes=low * eb[1]))
+        cache=dataclasses.replace(s.cache, per_layer=False, high_bytes=high * eb[0], low_bytes=low * eb[1]),
+    )
     try:
         check_system(system)
     except ConfigError:
@@ -386,17 +581,43 @@ def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_toke
     runs = {}
     for multi in ("high", "max"):
         for policy in ("lru", "belady"):
-            arrays, meta = generate(SyntheticConfig(num_layers=1, num_experts=3, top_k=2, requests=2,
-                                                    prompt_tokens=2, decode_tokens=3, lookahead_depth=2, seed=0))
+            arrays, meta = generate(
+                SyntheticConfig(
+                    num_layers=1,
+                    num_experts=3,
+                    top_k=2,
+                    requests=2,
+                    prompt_tokens=2,
+                    decode_tokens=3,
+                    lookahead_depth=2,
+                    seed=0,
+                )
+            )
             tr = without_predictions(Trace(meta, arrays, "synthetic"))
-            model = ModelConfig(name="m", num_layers=1, num_experts=3, top_k=2, hidden_size=256, expert_ffn=512,
-                                dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
-            cfg = compose_sim("system=hobbit", "system.precision.mode=low", f"system.precision.multi_token={multi}",
-                              f"system.cache.policy={policy}", "system.prefetch.kind=none",
-                              "system.precision.serve_any_cached=false", "system.cpu_misses=never")
+            model = ModelConfig(
+                name="m",
+                num_layers=1,
+                num_experts=3,
+                top_k=2,
+                hidden_size=256,
+                expert_ffn=512,
+                dense_params_per_layer=10_000,
+                other_params=10_000,
+                kv_bytes_per_token=64,
+            )
+            cfg = compose_sim(
+                "system=hobbit",
+                "system.precision.mode=low",
+                f"system.precision.multi_token={multi}",
+                f"system.cache.policy={policy}",
+                "system.prefetch.kind=none",
+                "system.precision.serve_any_cached=false",
+                "system.cpu_misses=never",
+            )
             eb = model.expert_bytes(cfg.hardware.low_precision)
-            system = dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, high_bytes=0,
-                                                                               low_bytes=3 * eb))
+            system = dataclasses.replace(
+                cfg.system, cache=dataclasses.replace(cfg.system.cache, high_bytes=0, low_bytes=3 * eb)
+            )
             ref = simulate(tr, model, cfg.hardware, system, engine="plain")
             got = simulate(tr, model, cfg.hardware, system, engine="fast")
             assert_same(got, ref, compiled=True)
@@ -412,8 +633,12 @@ def test_the_compiled_bound_is_the_reference_bound(trace):
     for system in ("hobbit", "fiddler", "llama-cpp", "on-demand"):
         cfg = compose_sim(f"system={system}")
         res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
-        np.testing.assert_allclose(fast.pass_bounds(res.workload, res.cost, cfg.system),
-                                   pass_bounds(res.workload, res.cost, cfg.system), rtol=1e-12, atol=0)
+        np.testing.assert_allclose(
+            fast.pass_bounds(res.workload, res.cost, cfg.system),
+            pass_bounds(res.workload, res.cost, cfg.system),
+            rtol=1e-12,
+            atol=0,
+        )
 
 
 @pytest.mark.parametrize("system", ["hobbit", "on-demand"])
@@ -426,20 +651,22 @@ def test_a_streamed_walk_bounds_each_pass_and_counts_the_rule_as_it_reads_the_tr
 
     cfg = compose_sim(f"system={system}")
     fresh = Trace(trace.meta, trace.arrays, trace.path)
-    with mock.patch.object(fast, "pass_bounds") as bounds, \
-            mock.patch.object(fast.rule, "hobbit_counts", wraps=fast.rule.hobbit_counts) as counts:
+    with (
+        mock.patch.object(fast, "pass_bounds") as bounds,
+        mock.patch.object(fast.rule, "hobbit_counts", wraps=fast.rule.hobbit_counts) as counts,
+    ):
         got = simulate(fresh, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
     assert not bounds.called  # the walk's bound, not a pass of its own
     assert counts.called == (cfg.system.precision.mode != "hobbit")  # the walk applied another rule: counted apart
     wl, p = got.workload, cfg.system.precision
-    np.testing.assert_array_equal(got.pass_columns["bound_ms"],
-                                  fast.pass_bounds(wl, got.cost, cfg.system) * 1e3)
+    np.testing.assert_array_equal(got.pass_columns["bound_ms"], fast.pass_bounds(wl, got.cost, cfg.system) * 1e3)
     assert got.summary["precision_rule_mix"] == rule_mix(hobbit_classes(wl.weights.reshape(-1, wl.top_k), p.t1, p.t2))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
-@given(seed=st.integers(0, 10_000), k=st.integers(1, 20), t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
-       ties=st.booleans())
+@given(
+    seed=st.integers(0, 10_000), k=st.integers(1, 20), t=st.tuples(st.floats(0, 1), st.floats(0, 1)), ties=st.booleans()
+)
 def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
     """HOBBIT's T1/T2 classes and the gate mass, compiled, are the reference's, boundaries included."""
     from hobbit.sim.fast import rule
@@ -455,11 +682,14 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
     np.testing.assert_array_equal(cls, hobbit_classes(w, t1, t2))
     w64 = w.astype(np.float64)
     np.testing.assert_array_equal(mass, w64 / np.clip(w64.sum(axis=-1, keepdims=True), 1e-30, None))
-    np.testing.assert_array_equal(rule.hobbit_counts(w.reshape(-1, k), t1 + EPS, t2 + EPS),
-                                  np.bincount(cls.ravel(), minlength=3))
+    np.testing.assert_array_equal(
+        rule.hobbit_counts(w.reshape(-1, k), t1 + EPS, t2 + EPS), np.bincount(cls.ravel(), minlength=3)
+    )
     gaps = np.where(rng.random(w.shape) < 0.2, np.float32(np.nan), w)  # absent predictions count as 0
-    np.testing.assert_array_equal(rule.classes_and_mass(gaps, "hobbit", t1, t2, nan_zero=True)[0],
-                                  hobbit_classes(np.nan_to_num(gaps, nan=0.0), t1, t2))
+    np.testing.assert_array_equal(
+        rule.classes_and_mass(gaps, "hobbit", t1, t2, nan_zero=True)[0],
+        hobbit_classes(np.nan_to_num(gaps, nan=0.0), t1, t2),
+    )
     for mode in ("high", "low"):
         np.testing.assert_array_equal(rule.classes_and_mass(w, mode, t1, t2)[0], classes_for(w, mode, t1, t2))
 
@@ -473,7 +703,7 @@ def test_the_compiled_pairwise_sum_is_numpys():
     for n in [*range(1, 300), 511, 512, 1000, 1024, 4099, 20_000]:
         a = rng.standard_normal(n + 3) * 10.0 ** rng.uniform(-6, 6, n + 3)  # magnitudes apart: rounding shows
         lo = int(rng.integers(0, 4))
-        assert _pairwise(a, lo, n) == np.add.reduce(a[lo:lo + n]), n
+        assert _pairwise(a, lo, n) == np.add.reduce(a[lo : lo + n]), n
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
@@ -493,8 +723,13 @@ def test_the_timing_orders_a_steps_experts_as_a_stable_sort(seed, n, levels):
 def test_queue_policies_per_layer_as_the_reference(trace, policy):
     """The compiled SIEVE, LFRU, S3-FIFO, ARC and LIRS keep their queues and stacks per layer's part of a pool as
     the reference does."""
-    cfg = compose_sim("system=hobbit", f"system.cache.policy={policy}", "system.cache.per_layer=true",
-                      "system.cache.high_bytes=40000000000", "system.cache.low_bytes=6000000000")
+    cfg = compose_sim(
+        "system=hobbit",
+        f"system.cache.policy={policy}",
+        "system.cache.per_layer=true",
+        "system.cache.high_bytes=40000000000",
+        "system.cache.low_bytes=6000000000",
+    )
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
     assert got.decisions.evictions > 1000
     assert_same(got, simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain"), compiled=True)
@@ -508,8 +743,9 @@ def test_one_compiled_walk_for_read_only_and_writable_traces():
 
     tr = bundled(2)
     arrays, meta = tr.arrays, tr.meta
-    frozen = dataclasses.replace(arrays, **{k: np.array(getattr(arrays, k)) for k in ("expert_ids", "gate_weights",
-                                                                                       "pred_ids", "pred_weights")})
+    frozen = dataclasses.replace(
+        arrays, **{k: np.array(getattr(arrays, k)) for k in ("expert_ids", "gate_weights", "pred_ids", "pred_weights")}
+    )
     for k in ("expert_ids", "gate_weights", "pred_ids", "pred_weights"):
         getattr(frozen, k).flags.writeable = False
     cfg = compose_sim("system=hobbit")
@@ -557,8 +793,7 @@ def test_per_pass_costs_are_the_costs_of_each_pass():
     assert other.tolist() == [cost.other_s(int(n)) for n in sizes]
 
 
-@given(w=st.tuples(*[st.floats(0, 10, allow_nan=False)] * 4).filter(lambda w: sum(w) > 0),
-       layers=st.integers(1, 128))
+@given(w=st.tuples(*[st.floats(0, 10, allow_nan=False)] * 4).filter(lambda w: sum(w) > 0), layers=st.integers(1, 128))
 @settings(max_examples=60, deadline=None)
 def test_the_fld_table_has_the_references_bits(w, layers):
     from hobbit.sim.policies.eviction.multidim import MultiDim, MultiDimKnobs

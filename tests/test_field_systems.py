@@ -109,5 +109,6 @@ def test_tec_pins_each_layers_hot_set_from_the_profiling_requests(trace):
     evicted = {(v[0], v[1]) for s in res.decisions.steps for v in s.evicted}
     assert evicted and not evicted & hot
     plain = _run(trace, "tec", four)
-    assert plain.decisions.slots[0] == 4 * 32 and loaded != {(k[0], k[1]) for s in plain.decisions.steps
-                                                              for k in s.load_keys}
+    assert plain.decisions.slots[0] == 4 * 32 and loaded != {
+        (k[0], k[1]) for s in plain.decisions.steps for k in s.load_keys
+    }

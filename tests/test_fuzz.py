@@ -27,8 +27,13 @@ from sim_helpers import write_first_requests
 
 TOTAL = int(os.environ.get("HOBBIT_FUZZ_CASES", "10200"))
 CASES = max(TOTAL // 3, 1)
-FUZZ = settings(max_examples=CASES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=CASES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 WORK = Path(tempfile.mkdtemp(prefix="hobbit-fuzz-"))
 OLD = b"a file the user had here\n"
 TALLY: dict[str, int] = {"ok": 0, "refused": 0}
@@ -51,6 +56,7 @@ def _outcome(run, out: Path, keep_old: bool) -> str:
 
 
 # ---------------------------------------------------------------- the trace reader
+
 
 @pytest.fixture(scope="module")
 def good_trace_bytes(tmp_path_factory) -> bytes:
@@ -83,11 +89,24 @@ def test_the_reader_refuses_corrupt_files_cleanly(good_trace_bytes, data):
 
 # ---------------------------------------------------------------- the JSONL converter
 
-NUM = st.one_of(st.integers(-3, 40), st.integers(-2**40, 2**40), st.floats(allow_nan=True, allow_infinity=True),
-                st.sampled_from([2.5, 1e308, -0.0, 1.0]))
+NUM = st.one_of(
+    st.integers(-3, 40),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([2.5, 1e308, -0.0, 1.0]),
+)
 ANY = st.one_of(NUM, st.text(max_size=5), st.none(), st.booleans(), st.lists(NUM, max_size=4))
-ROW_KEYS = ["request_id", "phase", "step", "position", "layer", "expert_ids", "gate_weights", "pred_ids",
-            "pred_weights"]
+ROW_KEYS = [
+    "request_id",
+    "phase",
+    "step",
+    "position",
+    "layer",
+    "expert_ids",
+    "gate_weights",
+    "pred_ids",
+    "pred_weights",
+]
 
 
 def _token_rows(draw, layers: int, experts: int, k: int) -> list[dict]:
@@ -98,8 +117,17 @@ def _token_rows(draw, layers: int, experts: int, k: int) -> list[dict]:
         for layer in range(layers):
             ids = draw(st.permutations(range(experts)))[:k]
             raw = sorted(draw(st.lists(st.floats(0.01, 1.0), min_size=k, max_size=k)), reverse=True)
-            rows.append({"request_id": 0, "phase": "prefill", "step": 0, "position": pos, "layer": layer,
-                         "expert_ids": ids, "gate_weights": [w / sum(raw) for w in raw]})
+            rows.append(
+                {
+                    "request_id": 0,
+                    "phase": "prefill",
+                    "step": 0,
+                    "position": pos,
+                    "layer": layer,
+                    "expert_ids": ids,
+                    "gate_weights": [w / sum(raw) for w in raw],
+                }
+            )
     return rows
 
 
@@ -113,8 +141,10 @@ def jsonl_text(draw) -> str:
     rows = _token_rows(draw, 2, 4, 2)
     for r in rows:
         if depth:
-            preds = [draw(st.one_of(st.just(([], [])), st.tuples(st.permutations(range(4)), st.floats(0.5, 1.0))))
-                     for _ in range(depth)]
+            preds = [
+                draw(st.one_of(st.just(([], [])), st.tuples(st.permutations(range(4)), st.floats(0.5, 1.0))))
+                for _ in range(depth)
+            ]
             r["pred_ids"] = [list(p[0][:2]) for p in preds]
             r["pred_weights"] = [[p[1], 1 - p[1]] if p[0] else [] for p in preds]
     if draw(st.integers(0, 3)):
@@ -169,8 +199,11 @@ def _read_outcome(path: Path, arrow: bool) -> tuple:
         a, meta = read_generic_jsonl(path, arrow=arrow)
     except InputError as exc:
         return "refused", str(exc), getattr(exc, "row", None), getattr(exc, "field", None)
-    return "ok", meta.lookahead_depth, {f: (v.dtype.str, v.shape, v.tobytes()) for f, v in vars(a).items()
-                                         if v is not None}
+    return (
+        "ok",
+        meta.lookahead_depth,
+        {f: (v.dtype.str, v.shape, v.tobytes()) for f, v in vars(a).items() if v is not None},
+    )
 
 
 @settings(FUZZ, max_examples=max(CASES // 4, 1))
@@ -195,6 +228,7 @@ def test_the_jsonl_reader_reads_what_the_line_by_line_reader_reads(data, piece):
 
 # ---------------------------------------------------------------- the FLAME converter
 
+
 @st.composite
 def flame_table(draw) -> pa.Table | bytes:
     """One case in four a well-formed FLAME table (raw softmax mass over 64 experts); the others
@@ -202,9 +236,13 @@ def flame_table(draw) -> pa.Table | bytes:
     if not draw(st.integers(0, 9)):
         return draw(st.binary(max_size=128))
     rows = _token_rows(draw, 2, 64, 2)
-    cols = {"seq": [r["request_id"] for r in rows], "pos": [r["position"] for r in rows],
-            "layer": [r["layer"] + 2 for r in rows], "expert_ids": [r["expert_ids"] for r in rows],
-            "gate_probs": [[0.5 * w for w in r["gate_weights"]] for r in rows]}
+    cols = {
+        "seq": [r["request_id"] for r in rows],
+        "pos": [r["position"] for r in rows],
+        "layer": [r["layer"] + 2 for r in rows],
+        "expert_ids": [r["expert_ids"] for r in rows],
+        "gate_probs": [[0.5 * w for w in r["gate_weights"]] for r in rows],
+    }
     if draw(st.integers(0, 3)):
         for key in draw(st.lists(st.sampled_from(sorted(cols)), min_size=1, max_size=2)):
             i = draw(st.integers(0, len(rows) - 1))
@@ -212,9 +250,13 @@ def flame_table(draw) -> pa.Table | bytes:
             if choice == 0:
                 cols.pop(key, None)
             elif choice == 1 and key in cols:
-                cols[key][i] = draw(st.one_of(st.lists(st.integers(-1, 70), max_size=3), st.just([float("nan")] * 2),
-                                              st.just([-0.5, 0.2])) if key in ("expert_ids", "gate_probs")
-                                    else st.integers(-1, 9))
+                cols[key][i] = draw(
+                    st.one_of(
+                        st.lists(st.integers(-1, 70), max_size=3), st.just([float("nan")] * 2), st.just([-0.5, 0.2])
+                    )
+                    if key in ("expert_ids", "gate_probs")
+                    else st.integers(-1, 9)
+                )
             elif key in cols:
                 cols[key] = [draw(st.text(max_size=3)) for _ in rows]
     try:

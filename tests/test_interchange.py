@@ -40,8 +40,9 @@ def sources(tmp_path_factory) -> dict:
 
     src = REAL_TRACES / "flame-moe-290m-iter5473" / "flame_moe_290m_prefill_2048tok.parquet"
     if src.is_file():
-        full = read_trace(convert(ConvertConfig("flame", str(src), str(d / "flame_all.parquet"),
-                                                teacher_forced_as="decode")))
+        full = read_trace(
+            convert(ConvertConfig("flame", str(src), str(d / "flame_all.parquet"), teacher_forced_as="decode"))
+        )
         out["real"] = _write(first_requests(full, 4), d / "flame.parquet")
     return out
 
@@ -50,8 +51,13 @@ def _round_trip(path: str, fmt: str, tmp_path, **knobs) -> tuple[Trace, Trace, b
     orig = read_trace(path)
     first = tmp_path / f"a{SUFFIX[fmt]}"
     export(ExportConfig(path, fmt, str(first)))
-    back = read_trace(convert(ConvertConfig(fmt, str(first), str(tmp_path / "back.parquet"),
-                                            num_experts=orig.meta.model.num_experts, **knobs)))
+    back = read_trace(
+        convert(
+            ConvertConfig(
+                fmt, str(first), str(tmp_path / "back.parquet"), num_experts=orig.meta.model.num_experts, **knobs
+            )
+        )
+    )
     second = tmp_path / f"b{SUFFIX[fmt]}"
     export(ExportConfig(back.path, fmt, str(second)))
     return orig, back, first.read_bytes(), second.read_bytes()
@@ -90,9 +96,24 @@ def test_round_trip_is_byte_stable_and_keeps_ids(sources, fmt, which, tmp_path):
 
 def test_csv_layout_is_the_moe_trace_tool_s(tmp_path):
     """Two blocks (3 and 5: dense blocks have no rows), top-2: a 2-token prefill, then 2 decode passes."""
-    rows = ["3,1", "3,0", "3,2", "3,1", "5,0", "5,3", "5,1", "5,3",  # prefill: block 3 tokens 0,1 then block 5
-            "3,2", "3,1", "5,3", "5,0",  # decode 1
-            "3,0", "3,2", "5,1", "5,2"]  # decode 2
+    rows = [
+        "3,1",
+        "3,0",
+        "3,2",
+        "3,1",
+        "5,0",
+        "5,3",
+        "5,1",
+        "5,3",  # prefill: block 3 tokens 0,1 then block 5
+        "3,2",
+        "3,1",
+        "5,3",
+        "5,0",  # decode 1
+        "3,0",
+        "3,2",
+        "5,1",
+        "5,2",
+    ]  # decode 2
     f = tmp_path / "moe_trace.csv"
     f.write_text("\n".join(rows) + "\n")
     a, meta = read_llamacpp_csv(f)
@@ -110,10 +131,12 @@ def test_csv_layout_is_the_moe_trace_tool_s(tmp_path):
 def test_tec_layout_is_fitz_tec_s(tmp_path):
     """RTRACE01 as fitz-tec's load_trace reads it: header, then (token_idx, layer_idx, probs[E]) records."""
     e = 4
-    probs = np.array([[0.1, 0.6, 0.2, 0.1], [0.5, 0.1, 0.1, 0.3], [0.25, 0.25, 0.4, 0.1], [0.7, 0.1, 0.1, 0.1]],
-                     dtype="<f4")
-    body = b"".join(struct.pack("<ii", t, layer) + p.tobytes()
-                    for (t, layer), p in zip([(0, 1), (0, 4), (1, 1), (1, 4)], probs))
+    probs = np.array(
+        [[0.1, 0.6, 0.2, 0.1], [0.5, 0.1, 0.1, 0.3], [0.25, 0.25, 0.4, 0.1], [0.7, 0.1, 0.1, 0.1]], dtype="<f4"
+    )
+    body = b"".join(
+        struct.pack("<ii", t, layer) + p.tobytes() for (t, layer), p in zip([(0, 1), (0, 4), (1, 1), (1, 4)], probs)
+    )
     f = tmp_path / "router_trace.bin"
     f.write_bytes(b"RTRACE01" + struct.pack("<ii", e, 0) + body)
     with pytest.raises(TraceError, match="top_k"):
@@ -151,15 +174,18 @@ def test_cli_export_and_convert(sources, tmp_path, capsys):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-@pytest.mark.parametrize("fmt, content, where", [
-    ("llamacpp_csv", "0,1\n0,2\n1,x\n", "line 3"),
-    ("llamacpp_csv", "0,1\n0,2\n1,3\n1,0\n0,1\n0,2\n2,3\n2,0\n", "line 5"),  # second pass has other layers
-    ("llamacpp_csv", "0,1\n0,2\n1,3\n", "top_k"),  # one pass: top_k cannot be told
-    ("llamacpp_csv", b"\xff\xfe0,1\n", "not a text file"),
-    ("tec", b"RTRACE02" + struct.pack("<ii", 4, 0), "magic"),
-    ("tec", b"RTRACE01" + struct.pack("<ii", 4, 0) + struct.pack("<ii", 0, 0) + b"\0" * 7, "record 0"),
-    ("tec", b"RTRACE01" + struct.pack("<ii", 2, 0) + struct.pack("<iiff", 0, 0, float("nan"), 0.5), "record 0"),
-])
+@pytest.mark.parametrize(
+    "fmt, content, where",
+    [
+        ("llamacpp_csv", "0,1\n0,2\n1,x\n", "line 3"),
+        ("llamacpp_csv", "0,1\n0,2\n1,3\n1,0\n0,1\n0,2\n2,3\n2,0\n", "line 5"),  # second pass has other layers
+        ("llamacpp_csv", "0,1\n0,2\n1,3\n", "top_k"),  # one pass: top_k cannot be told
+        ("llamacpp_csv", b"\xff\xfe0,1\n", "not a text file"),
+        ("tec", b"RTRACE02" + struct.pack("<ii", 4, 0), "magic"),
+        ("tec", b"RTRACE01" + struct.pack("<ii", 4, 0) + struct.pack("<ii", 0, 0) + b"\0" * 7, "record 0"),
+        ("tec", b"RTRACE01" + struct.pack("<ii", 2, 0) + struct.pack("<iiff", 0, 0, float("nan"), 0.5), "record 0"),
+    ],
+)
 def test_malformed_file_exits_2_naming_it(tmp_path, capsys, fmt, content, where):
     f = tmp_path / ("bad.csv" if fmt == "llamacpp_csv" else "bad.bin")
     (f.write_bytes if isinstance(content, bytes) else f.write_text)(content)

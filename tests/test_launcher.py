@@ -136,8 +136,9 @@ def _results(root: Path) -> dict[int, dict]:
 def _hobbit(*args: str) -> subprocess.CompletedProcess:
     """A command in a fresh process, as users run it: a test process may hold threads other tests started (a
     progress bar's monitor, joblib's executor), and from a process with threads the launcher does not fork."""
-    return subprocess.run([sys.executable, "-m", "hobbit", *args], check=False, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "hobbit", *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_forked_sweep_reads_and_lays_out_its_trace_once_before_the_workers_fork(tmp_path):
@@ -174,8 +175,15 @@ def test_preload_of_a_config_that_cannot_run_is_left_to_the_jobs(tmp_path):
     cfg = dataclasses.replace(api.configure(system="hobbit"), trace=str(tmp_path / "missing.parquet"))
     node = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "hydra": {"launcher": {"_target_": launcher.TARGET}}}
     Preload().on_multirun_start(OmegaConf.create(node))  # no exception
-    done = _hobbit("sim", "-m", f"trace={tmp_path / 'missing.parquet'}", "system.precision.t1=0.4,0.6",
-                   "use_cache=false", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 's'}")
+    done = _hobbit(
+        "sim",
+        "-m",
+        f"trace={tmp_path / 'missing.parquet'}",
+        "system.precision.t1=0.4,0.6",
+        "use_cache=false",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+    )
     assert done.returncode == 2 and "missing.parquet" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -183,8 +191,15 @@ def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path):
     trace = write_first_requests(tmp_path, 2)
     grid = ["system=hobbit,hobbit-lru", "system.precision.t1=0.4,0.6", "system.cache.high_fraction=0.5,0.75"]
     for n in (1, 2):
-        done = _hobbit("sim", "-m", f"trace={trace}", *grid, "use_cache=false", f"hydra.launcher.n_jobs={n}",
-                       f"hydra.sweep.dir={tmp_path / str(n)}")
+        done = _hobbit(
+            "sim",
+            "-m",
+            f"trace={trace}",
+            *grid,
+            "use_cache=false",
+            f"hydra.launcher.n_jobs={n}",
+            f"hydra.sweep.dir={tmp_path / str(n)}",
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"Launching {4 if n == 2 else 2} jobs on {n} worker" in done.stdout + done.stderr
         assert "one after another" not in done.stdout + done.stderr  # forked, not run in the launching process
@@ -192,13 +207,26 @@ def test_a_sweep_on_two_workers_gives_what_one_worker_gives(tmp_path):
     assert sorted(one) == list(range(8)) and one == two
     # two composition groups (system=), each a queue drained by both workers: every point claimed once
     assert sorted(p.name for p in (tmp_path / "2" / ".chunks").iterdir() if p.is_dir()) == [
-        "0-0", "0-1", "0.claims", "1-0", "1-1", "1.claims"]
+        "0-0",
+        "0-1",
+        "0.claims",
+        "1-0",
+        "1-1",
+        "1.claims",
+    ]
 
 
 def test_a_bad_value_on_two_workers_is_named_and_exits_2(tmp_path):
     trace = write_first_requests(tmp_path, 1)
-    done = _hobbit("sim", "-m", f"trace={trace}", "system.prefetch.max_depth=2,deep,3,4", "use_cache=false",
-                   "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 's'}")
+    done = _hobbit(
+        "sim",
+        "-m",
+        f"trace={trace}",
+        "system.prefetch.max_depth=2,deep,3,4",
+        "use_cache=false",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+    )
     assert done.returncode == 2
     assert "system.prefetch.max_depth=deep" in done.stderr and "Traceback" not in done.stderr
 
@@ -206,8 +234,17 @@ def test_a_bad_value_on_two_workers_is_named_and_exits_2(tmp_path):
 @pytest.mark.parametrize("n", [1, 2])
 def test_a_config_group_option_that_does_not_exist_is_named_and_exits_2(tmp_path, capfd, n):
     trace = write_first_requests(tmp_path, 1)
-    code = run_cli(["sim", "-m", f"trace={trace}", "system=hobbit,nope", "use_cache=false",
-                    f"hydra.launcher.n_jobs={n}", f"hydra.sweep.dir={tmp_path / 's'}"])
+    code = run_cli(
+        [
+            "sim",
+            "-m",
+            f"trace={trace}",
+            "system=hobbit,nope",
+            "use_cache=false",
+            f"hydra.launcher.n_jobs={n}",
+            f"hydra.sweep.dir={tmp_path / 's'}",
+        ]
+    )
     assert code == 2
     err = capfd.readouterr().err
     assert "hobbit: error: sweep job system=nope" in err and "Could not find 'system/nope'" in err
@@ -217,8 +254,20 @@ def test_a_config_group_option_that_does_not_exist_is_named_and_exits_2(tmp_path
 def test_without_fork_the_jobs_run_here_with_a_warning(tmp_path, monkeypatch, capfd):
     trace = write_first_requests(tmp_path, 1)
     monkeypatch.setattr(launcher, "can_fork", lambda: False)
-    assert run_cli(["sim", "-m", f"trace={trace}", "system.precision.t1=0.4,0.6", "use_cache=false",
-                    "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 's'}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                "-m",
+                f"trace={trace}",
+                "system.precision.t1=0.4,0.6",
+                "use_cache=false",
+                "hydra.launcher.n_jobs=2",
+                f"hydra.sweep.dir={tmp_path / 's'}",
+            ]
+        )
+        == 0
+    )
     assert sorted(_results(tmp_path / "s")) == [0, 1]
     out = capfd.readouterr()
     assert "one after another in this process" in out.out + out.err
@@ -228,11 +277,28 @@ def test_without_fork_the_jobs_run_here_with_a_warning(tmp_path, monkeypatch, ca
 def test_a_killed_sweep_stops_its_workers(tmp_path):
     """SIGTERM to the launching process: it stops and reaps its workers before it exits (no orphan simulates on)."""
     root = tmp_path / "s"
-    grid = ["system.precision.t1=0.3,0.4,0.5,0.6,0.7", "system.precision.t2=0.8,0.85,0.9,0.95",
-            "system.cache.high_fraction=0.5,0.75", "system.cache.multidim.w_fld=0.1,0.2,0.3,0.4,0.5"]
-    proc = subprocess.Popen([sys.executable, "-m", "hobbit", "sim", "-m", *grid, "use_cache=false",
-                             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={root}"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    grid = [
+        "system.precision.t1=0.3,0.4,0.5,0.6,0.7",
+        "system.precision.t2=0.8,0.85,0.9,0.95",
+        "system.cache.high_fraction=0.5,0.75",
+        "system.cache.multidim.w_fld=0.1,0.2,0.3,0.4,0.5",
+    ]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hobbit",
+            "sim",
+            "-m",
+            *grid,
+            "use_cache=false",
+            "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={root}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         while not list(root.glob("*/results.json")) and proc.poll() is None:
             time.sleep(0.05)

@@ -20,10 +20,20 @@ def test_sweep_through_the_ray_launcher(tmp_path):
     tr = bundled(1)
     trace = write_trace(tmp_path / "one.parquet", tr.arrays, tr.meta)
     sweep = tmp_path / "ray"
-    args = ["sim", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
-            "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.init._node_ip_address=127.0.0.1",
-            f"trace={trace}", "system=hobbit,on-demand", "system.precision.t1=0.5,0.6", "engine=plain",
-            "use_cache=false", f"hydra.sweep.dir={sweep}"]
+    args = [
+        "sim",
+        "-m",
+        "hydra/launcher=ray",
+        "+hydra.launcher.ray.init.num_cpus=2",
+        "+hydra.launcher.ray.init.include_dashboard=false",
+        "+hydra.launcher.ray.init._node_ip_address=127.0.0.1",
+        f"trace={trace}",
+        "system=hobbit,on-demand",
+        "system.precision.t1=0.5,0.6",
+        "engine=plain",
+        "use_cache=false",
+        f"hydra.sweep.dir={sweep}",
+    ]
     try:
         assert run_cli(args) == 0
     finally:

@@ -115,8 +115,11 @@ def theirs(steps: list[list[int]], policy: str, slots: int) -> float:
 
 def theirs_min(steps: list[list[int]], slots: int, layer_resident: bool) -> float:
     """libCacheSim's Belady; ``layer_resident``: with a refresh request per object at the end of its layer."""
-    seq = [(o, True) for s in steps for o in s] if not layer_resident else [
-        x for s in steps for x in [(o, True) for o in s] + [(o, False) for o in s]]
+    seq = (
+        [(o, True) for s in steps for o in s]
+        if not layer_resident
+        else [x for s in steps for x in [(o, True) for o in s] + [(o, False) for o in s]]
+    )
     nxt, last = [NEVER] * len(seq), {}
     for i in range(len(seq) - 1, -1, -1):
         nxt[i] = last.get(seq[i][0], NEVER)
@@ -172,8 +175,9 @@ def test_hooked_policies_track_the_cache_under_prefetch_and_per_layer_regions(wo
     trace: the policy's order holds exactly the copies each region holds, every use is served, and pins
     and regions leave its hit ratio in LRU's neighbourhood (not a broken order that never hits)."""
     wl = workloads["bundled"]
-    system = compose_sim("system=hobbit", f"system.cache.policy={policy}",
-                         f"system.cache.per_layer={str(per_layer).lower()}").system
+    system = compose_sim(
+        "system=hobbit", f"system.cache.policy={policy}", f"system.cache.per_layer={str(per_layer).lower()}"
+    ).system
     dec = Decider(wl, system, (96, 64), (3, 1))
     out = dec.run()
     assert out.evictions > 0 and out.prefetch_issued > 0
@@ -184,8 +188,9 @@ def test_hooked_policies_track_the_cache_under_prefetch_and_per_layer_regions(wo
             held = {s for s in r if pool.layer[s] >= 0}
             assert cache.policy.slots(pool, r) == held, (pool.precision, r.start)
     hits = out.served[HIGH_HIT] + out.served[1]
-    lru = decide_or_refer(wl, dataclasses.replace(system, cache=dataclasses.replace(system.cache, policy="lru")),
-                          (96, 64), (3, 1)).served  # the compiled walk: only its hits are compared
+    lru = decide_or_refer(
+        wl, dataclasses.replace(system, cache=dataclasses.replace(system.cache, policy="lru")), (96, 64), (3, 1)
+    ).served  # the compiled walk: only its hits are compared
     assert hits >= 0.5 * (lru[HIGH_HIT] + lru[1]), (hits, lru)
 
 

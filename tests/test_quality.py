@@ -126,8 +126,14 @@ def test_unsupported_checkpoint_exits_2(tmp_path, capsys):
 
     from hobbit.traces.tiny import build_byte_tokenizer
 
-    cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1)
+    cfg = transformers.LlamaConfig(
+        vocab_size=257,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "llama")
     build_byte_tokenizer().save_pretrained(tmp_path / "llama")
     assert run_cli(["quality", f"checkpoint={tmp_path / 'llama'}", f"hydra.run.dir={tmp_path / 'r'}"]) == 2
@@ -143,12 +149,25 @@ def test_quality_grid_joins_simulated_latency_in_the_report(tmp_path, capsys):
     trace = write_trace(tmp_path / "one.parquet", tr.arrays, tr.meta)
     root = tmp_path / "study"
     grid = ["system.precision.t1=0.4,0.8", "system.precision.t2=0.9"]
-    assert run_cli(["quality", "-m", *grid, "context_length=64", "max_windows=4", "hydra.launcher.n_jobs=1",
-                    f"hydra.sweep.dir={root / 'quality'}"]) == 0
+    assert (
+        run_cli(
+            [
+                "quality",
+                "-m",
+                *grid,
+                "context_length=64",
+                "max_windows=4",
+                "hydra.launcher.n_jobs=1",
+                f"hydra.sweep.dir={root / 'quality'}",
+            ]
+        )
+        == 0
+    )
     assert run_cli(["sim", "-m", f"trace={trace}", *grid, "engine=plain", f"hydra.sweep.dir={root / 'sim'}"]) == 0
     q = [json.loads(p.read_text())["quality"] for p in sorted((root / "quality").glob("*/results.json"))]
-    assert len(q) == 2 and all(set(x) >= {"ppl_reference", "ppl", "ppl_rel_change", "top1_agreement", "kl_mean",
-                                          "proxy"} for x in q)
+    assert len(q) == 2 and all(
+        set(x) >= {"ppl_reference", "ppl", "ppl_rel_change", "top1_agreement", "kl_mean", "proxy"} for x in q
+    )
     assert run_cli(["report", f"dir={root}"]) == 0
     md = (root / "report" / "report.md").read_text()
     assert "Measured quality joined to 2 simulated runs" in md

@@ -20,10 +20,19 @@ from hobbit.traces.schema import TraceError
 from conftest import run_cli
 from sim_helpers import bundled, write_first_requests
 
-HEADER = {"hobbit_trace_header": 1, "model": {"name": "x", "num_layers": 1, "num_experts": 4, "top_k": 2,
-                                              "weight_rule": "softmax_renorm"}}
-ROW = {"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": 0, "expert_ids": [1, 2],
-       "gate_weights": [0.6, 0.4]}
+HEADER = {
+    "hobbit_trace_header": 1,
+    "model": {"name": "x", "num_layers": 1, "num_experts": 4, "top_k": 2, "weight_rule": "softmax_renorm"},
+}
+ROW = {
+    "request_id": 0,
+    "phase": "prefill",
+    "step": 0,
+    "position": 0,
+    "layer": 0,
+    "expert_ids": [1, 2],
+    "gate_weights": [0.6, 0.4],
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +61,7 @@ def refused(capsys, args: list[str], needle: str, keep: list[Path] = ()) -> str:
 
 # ---------------------------------------------------------------- one output guard
 
+
 def test_an_output_that_is_its_own_input_is_refused(tmp_path, capsys):
     src = _jsonl(tmp_path / "routing.jsonl")
     refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={src}"], "is also input=", [src])
@@ -67,13 +77,16 @@ def test_an_output_directory_or_unwritable_place_is_refused(tmp_path, capsys):
     src = _jsonl(tmp_path / "routing.jsonl")
     (tmp_path / "d").mkdir()
     refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={tmp_path / 'd'}"], "is a directory")
-    refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={tmp_path / 'no' / 'x.parquet'}"],
-            "does not exist")
+    refused(capsys, ["convert", "format=jsonl", f"in={src}", f"out={tmp_path / 'no' / 'x.parquet'}"], "does not exist")
     refused(capsys, ["convert", "format=jsonl", f"in={src}", "out=/proc/hobbit-test.parquet"], "/proc/hobbit-test")
     refused(capsys, ["trace-info", str(tmp_path / "missing.parquet")], "missing.parquet")
     src.with_name("a-file").write_text("x")
-    refused(capsys, ["sim", f"hydra.run.dir={src.with_name('a-file')}"], "is a file, not a directory",
-            [src.with_name("a-file")])
+    refused(
+        capsys,
+        ["sim", f"hydra.run.dir={src.with_name('a-file')}"],
+        "is a file, not a directory",
+        [src.with_name("a-file")],
+    )
 
 
 def test_a_failed_convert_leaves_an_existing_trace_as_it_was(tmp_path, capsys):
@@ -96,9 +109,19 @@ def test_a_trace_is_verified_before_it_replaces_anything(tmp_path):
 
 # ---------------------------------------------------------------- numbers where configs are typed
 
-@pytest.mark.parametrize("knob", ["hardware.link_gbps=nan", "hardware.link_gbps=inf", "hardware.link_gbps=0",
-                                  "hardware.device_tflops=-1", "system.precision.t1=1.5",
-                                  "system.cache.high_fraction=2", "model.top_k=0"])
+
+@pytest.mark.parametrize(
+    "knob",
+    [
+        "hardware.link_gbps=nan",
+        "hardware.link_gbps=inf",
+        "hardware.link_gbps=0",
+        "hardware.device_tflops=-1",
+        "system.precision.t1=1.5",
+        "system.cache.high_fraction=2",
+        "model.top_k=0",
+    ],
+)
 def test_numbers_out_of_range_are_refused_naming_the_knob(small_trace, tmp_path, capsys, knob):
     refused(capsys, ["sim", f"trace={small_trace}", knob, f"hydra.run.dir={tmp_path / 'r'}"], knob.split("=")[0])
     assert not (tmp_path / "r" / "results.json").exists()
@@ -109,13 +132,16 @@ def test_command_counts_are_checked(small_trace, tmp_path, capsys):
     refused(capsys, ["validate", "requests=0", f"hydra.run.dir={tmp_path / 'v'}"], "requests=0")
 
 
-@pytest.mark.parametrize("header,rows,needle", [
-    ({**HEADER, "model": {**HEADER["model"], "top_k": 2.5}}, None, "top_k"),
-    (HEADER, [{**ROW, "gate_weights": [0.0, 0.0]}], "sum to 0"),
-    (HEADER, [{**ROW, "gate_weights": [0.7, 0.7]}], "weight_rule=softmax_renorm"),
-    (HEADER, [{**ROW, "request_id": 2**40}], "request_id"),
-    (HEADER, [{**ROW, "layer": 3}], "layer"),
-])
+@pytest.mark.parametrize(
+    "header,rows,needle",
+    [
+        ({**HEADER, "model": {**HEADER["model"], "top_k": 2.5}}, None, "top_k"),
+        (HEADER, [{**ROW, "gate_weights": [0.0, 0.0]}], "sum to 0"),
+        (HEADER, [{**ROW, "gate_weights": [0.7, 0.7]}], "weight_rule=softmax_renorm"),
+        (HEADER, [{**ROW, "request_id": 2**40}], "request_id"),
+        (HEADER, [{**ROW, "layer": 3}], "layer"),
+    ],
+)
 def test_trace_headers_and_gate_weights_are_checked(tmp_path, capsys, header, rows, needle):
     src = _jsonl(tmp_path / "in.jsonl", header, rows)
     out = tmp_path / "out.parquet"
@@ -125,9 +151,17 @@ def test_trace_headers_and_gate_weights_are_checked(tmp_path, capsys, header, ro
 
 # ---------------------------------------------------------------- the result cache checks itself
 
+
 def _sim(trace: Path, run: Path, cache: Path | str, *more: str) -> list[str]:
-    return ["sim", f"trace={trace}", "system=on-demand", "engine=plain", f"cache_dir={cache}", f"hydra.run.dir={run}",
-            *more]
+    return [
+        "sim",
+        f"trace={trace}",
+        "system=on-demand",
+        "engine=plain",
+        f"cache_dir={cache}",
+        f"hydra.run.dir={run}",
+        *more,
+    ]
 
 
 def test_a_corrupt_cache_entry_is_ignored_and_replaced(small_trace, tmp_path, capsys):
@@ -156,32 +190,42 @@ def test_results_json_is_strict_json(tmp_path):
     from hobbit.traces.io import atomic_write_json
 
     p = atomic_write_json(tmp_path / "r.json", {"a": float("nan"), "b": [float("inf"), 1.5]})
-    assert json.loads(p.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == \
-        {"a": None, "b": [None, 1.5]}
+    assert json.loads(p.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == {
+        "a": None,
+        "b": [None, 1.5],
+    }
 
 
 # ---------------------------------------------------------------- paths resolve where the user stands
 
+
 def test_a_study_resumes_from_where_tune_was_run(small_trace, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert run_cli(["tune", f"trace={small_trace}", "trials=2", "study=mine.db",
-                    f"hydra.run.dir={tmp_path / 'one'}"]) == 0
+    assert (
+        run_cli(["tune", f"trace={small_trace}", "trials=2", "study=mine.db", f"hydra.run.dir={tmp_path / 'one'}"]) == 0
+    )
     err = capsys.readouterr().err
     assert f"study={tmp_path / 'mine.db'}" in err  # the resolved path is printed
     assert (tmp_path / "mine.db").is_file() and not (tmp_path / "one" / "mine.db").exists()
-    assert run_cli(["tune", f"trace={small_trace}", "trials=3", "study=mine.db",
-                    f"hydra.run.dir={tmp_path / 'two'}"]) == 0
+    assert (
+        run_cli(["tune", f"trace={small_trace}", "trials=3", "study=mine.db", f"hydra.run.dir={tmp_path / 'two'}"]) == 0
+    )
     assert "3 trials (2 from earlier runs)" in capsys.readouterr().out
 
 
 def test_a_file_that_is_not_a_study_is_refused_and_kept(small_trace, tmp_path, capsys):
     study = tmp_path / "notes.db"
     study.write_text("my notes\n")
-    refused(capsys, ["tune", f"trace={small_trace}", f"study={study}", f"hydra.run.dir={tmp_path / 'r'}"],
-            "is not an Optuna study", [study])
+    refused(
+        capsys,
+        ["tune", f"trace={small_trace}", f"study={study}", f"hydra.run.dir={tmp_path / 'r'}"],
+        "is not an Optuna study",
+        [study],
+    )
 
 
 # ---------------------------------------------------------------- inputs of the wrong kind
+
 
 def test_converter_inputs_of_the_wrong_kind(small_trace, tmp_path, capsys):
     out = tmp_path / "o.parquet"
@@ -211,8 +255,16 @@ def test_fitted_profile_coefficients_may_be_negative_but_not_missing_numbers():
     from hobbit.sim.config import HardwareConfig, ProfileConfig
     from hobbit.traces.knobs import KnobError, check_knobs
 
-    prof = ProfileConfig(model="m", hidden_size=8, expert_ffn=8, link_gbps=10.0, dense_s=[4.7e-4, -4.4e-7, 2.3e-8],
-                         expert_tokens=[1], expert_high_s=[1e-4], expert_low_s=[1e-4])
+    prof = ProfileConfig(
+        model="m",
+        hidden_size=8,
+        expert_ffn=8,
+        link_gbps=10.0,
+        dense_s=[4.7e-4, -4.4e-7, 2.3e-8],
+        expert_tokens=[1],
+        expert_high_s=[1e-4],
+        expert_low_s=[1e-4],
+    )
     check_knobs(HardwareConfig(profile=prof), "hardware.")
     with pytest.raises(KnobError, match="hardware.profile.dense_s"):
         check_knobs(HardwareConfig(profile=dataclasses.replace(prof, dense_s=[float("nan"), 0, 0])), "hardware.")

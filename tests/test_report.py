@@ -11,9 +11,16 @@ import pytest
 from conftest import run_cli
 from sim_helpers import bundled
 
-SWEEP = ["system=hobbit,on-demand", "system.precision.t1=0.4,0.6", "system.precision.t2=0.8,0.95",
-         "system.cache.high_bytes=4000000000,12000000000", "system.cache.low_bytes=4000000000",
-         "system.cache.multidim.w_fld=0.3,0.7", "engine=plain", "hydra.launcher.n_jobs=2"]
+SWEEP = [
+    "system=hobbit,on-demand",
+    "system.precision.t1=0.4,0.6",
+    "system.precision.t2=0.8,0.95",
+    "system.cache.high_bytes=4000000000,12000000000",
+    "system.cache.low_bytes=4000000000",
+    "system.cache.multidim.w_fld=0.3,0.7",
+    "engine=plain",
+    "hydra.launcher.n_jobs=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +64,8 @@ def test_multirun_aggregates_into_a_table_and_every_plot(sweep, capsys):
     # the plots hold the runs' values: the fastest hobbit latency labels its T1 x T2 cell
     hob = runs[runs.system == "hobbit"]
     best_cell = hob.groupby(["system_config.precision.t1", "system_config.precision.t2"])[
-        "decode_ms_per_token.mean"].min()
+        "decode_ms_per_token.mean"
+    ].min()
     svg = (rep / "t1_t2.svg").read_text()
     for v in best_cell:
         assert f"{v:.3g}" in svg
@@ -73,8 +81,9 @@ def test_rerunning_a_sweep_skips_finished_runs(sweep, tmp_path, capsys):
     assert run_cli(["sim", "-m", f"trace={trace}", *SWEEP, f"hydra.sweep.dir={again}"]) == 0
     assert "32 runs finished, 32 skipped as already simulated" in capsys.readouterr().out
     first, second = _results(root), _results(again)
-    assert {k: v["decode_ms_per_token"] for k, v in first.items()} == \
-           {k: v["decode_ms_per_token"] for k, v in second.items()}
+    assert {k: v["decode_ms_per_token"] for k, v in first.items()} == {
+        k: v["decode_ms_per_token"] for k, v in second.items()
+    }
 
 
 def test_broken_runs_are_named_and_the_rest_aggregated(sweep, tmp_path, capsys):
@@ -110,9 +119,18 @@ def test_a_flat_heatmap_panel_is_one_colour_while_a_varying_one_is_not(tmp_path)
 
     from hobbit.analysis.plots import LAT, T1, T2, t1_t2_heatmaps
 
-    rows = [{T1: t1, T2: t2, LAT: 300 + 10 * t1 + 20 * t2, "precision_rule_mix.high": 0.5 + 4e-6 * t1,
-             "precision_rule_mix.low": 0.4, "precision_rule_mix.skip": 0.1 * t2}
-            for t1 in (0.3, 0.5) for t2 in (0.8, 0.9)]
+    rows = [
+        {
+            T1: t1,
+            T2: t2,
+            LAT: 300 + 10 * t1 + 20 * t2,
+            "precision_rule_mix.high": 0.5 + 4e-6 * t1,
+            "precision_rule_mix.low": 0.4,
+            "precision_rule_mix.skip": 0.1 * t2,
+        }
+        for t1 in (0.3, 0.5)
+        for t2 in (0.8, 0.9)
+    ]
     t1_t2_heatmaps(pd.DataFrame(rows), tmp_path)
     images = re.findall(r'xlink:href="data:image/png;base64,([^"]+)"', (tmp_path / "t1_t2.svg").read_text())
     assert len(images) >= 4  # the four panels, then their colour bars

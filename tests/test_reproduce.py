@@ -15,13 +15,23 @@ from hobbit.reproduce import PAPER, SETUPS, ReproduceConfig, reproduce
 from hobbit.traces.io import read_trace, write_trace
 from hobbit.traces.tiny import bundled_trace
 
-KEYS = {"setup", "baseline", "model", "decode_speedup", "paper_decode_speedup", "prefill_reduction",
-        "paper_prefill_reduction"}
+KEYS = {
+    "setup",
+    "baseline",
+    "model",
+    "decode_speedup",
+    "paper_decode_speedup",
+    "prefill_reduction",
+    "paper_prefill_reduction",
+}
 
 
 def _cfg(out, *over: str) -> ReproduceConfig:
-    return compose("reproduce", ReproduceConfig, [f"out_dir={out}", "prompts=8", "models=[mixtral-8x7b]",
-                                                  "prompt_tokens=[16]", "new_tokens=[32]", *over])
+    return compose(
+        "reproduce",
+        ReproduceConfig,
+        [f"out_dir={out}", "prompts=8", "models=[mixtral-8x7b]", "prompt_tokens=[16]", "new_tokens=[32]", *over],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +47,17 @@ def test_grid_rows_carry_ours_beside_the_paper(small_run):
     assert len(rows) == sum(len(s.baselines) for s in SETUPS)  # one model
     for r in rows:
         assert KEYS <= set(r)
-        assert (r["paper_decode_speedup"], r["paper_prefill_reduction"]) == PAPER[(r["setup"], r["baseline"], r["model"])]
+        assert (r["paper_decode_speedup"], r["paper_prefill_reduction"]) == PAPER[
+            (r["setup"], r["baseline"], r["model"])
+        ]
         assert r["decode_speedup"] > 0 and len(r["workloads"]) == 1
         assert r["prefill_reduction"] is not None and r["prefill_reduction"] < 1
     on_disk = json.loads((out / "reproduce.json").read_text())
     assert [{k: r[k] for k in KEYS} for r in on_disk["rows"]] == [{k: r[k] for k in KEYS} for r in rows]
     md = (out / "reproduce.md").read_text()
-    assert "## GPU-only systems" in md and "## CPU-assisted systems" in md and "| 4090+CPU | hobbit-cpu | fiddler |" in md
+    assert (
+        "## GPU-only systems" in md and "## CPU-assisted systems" in md and "| 4090+CPU | hobbit-cpu | fiddler |" in md
+    )
     assert (out / "reproduce.png").stat().st_size > 10_000 and "paper" in (out / "reproduce.svg").read_text()
 
 
@@ -61,7 +75,7 @@ def test_hobbit_is_faster_wherever_the_paper_says_it_is(small_run):
 
 
 def test_workloads_have_the_papers_lengths(small_run):
-    out, table = small_run
+    _, table = small_run
     (w,) = table["workloads"]
     tr = read_trace(w["trace"])
     a = tr.arrays
@@ -90,8 +104,11 @@ def test_one_trace_mode_and_decode_only_traces(tmp_path):
     a = tr.arrays
     keep = np.flatnonzero((a.phase == 1) & (a.request_id < 4))
     path = write_trace(tmp_path / "decode_only.parquet", a.take(keep), tr.meta)
-    cfg = compose("reproduce", ReproduceConfig, [f"out_dir={tmp_path / 'out'}", f"trace={path}", "model=mixtral-8x7b",
-                                                 "timeline=true", "timeline_tokens=0:8"])
+    cfg = compose(
+        "reproduce",
+        ReproduceConfig,
+        [f"out_dir={tmp_path / 'out'}", f"trace={path}", "model=mixtral-8x7b", "timeline=true", "timeline_tokens=0:8"],
+    )
     table = reproduce(cfg, tmp_path / "out")
     assert {r["model"] for r in table["rows"]} == {"mixtral-8x7b"}
     assert all(r["prefill_reduction"] is None and r["decode_speedup"] > 0 for r in table["rows"])
@@ -106,6 +123,9 @@ def test_one_trace_mode_and_decode_only_traces(tmp_path):
 
 
 def test_a_trace_without_a_model_is_refused(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "hobbit", "reproduce", f"trace={bundled_trace()}",
-                        f"out_dir={tmp_path}"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "hobbit", "reproduce", f"trace={bundled_trace()}", f"out_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "model=NAME" in r.stderr and "Traceback" not in r.stderr

@@ -115,7 +115,7 @@ def test_corrupt_file(tmp_path, synthetic_small, capsys):
     arrays, meta = synthetic_small
     path = write_trace(tmp_path / "t.parquet", arrays, meta)
     data = bytearray(path.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = b"\x00" * 64  # smash the middle
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\x00" * 64  # smash the middle
     bad = tmp_path / "corrupt.parquet"
     bad.write_bytes(bytes(data))
     trunc = tmp_path / "truncated.parquet"
@@ -136,12 +136,15 @@ def test_not_a_trace(tmp_path):
         read_trace(path)
 
 
-@pytest.mark.parametrize("mutate,field", [
-    (lambda a: a.gate_weights.__setitem__((11, slice(None)), [0.2, 0.8]), "gate_weights"),
-    (lambda a: a.expert_ids.__setitem__((12, 1), a.expert_ids[12, 0]), "expert_ids"),
-    (lambda a: a.phase.__setitem__(slice(0, 6), 1), "step"),
-    (lambda a: a.gate_weights.__setitem__((13, 0), np.nan), "gate_weights"),
-])
+@pytest.mark.parametrize(
+    "mutate,field",
+    [
+        (lambda a: a.gate_weights.__setitem__((11, slice(None)), [0.2, 0.8]), "gate_weights"),
+        (lambda a: a.expert_ids.__setitem__((12, 1), a.expert_ids[12, 0]), "expert_ids"),
+        (lambda a: a.phase.__setitem__(slice(0, 6), 1), "step"),
+        (lambda a: a.gate_weights.__setitem__((13, 0), np.nan), "gate_weights"),
+    ],
+)
 def test_row_level_errors(tmp_path, synthetic_small, mutate, field):
     arrays, meta = synthetic_small
     a = _copy(arrays)
@@ -166,21 +169,19 @@ def test_unordered_rows_are_rejected_on_read(tmp_path, synthetic_small):
 def test_writer_aborts_without_a_final_file(tmp_path, synthetic_small):
     arrays, meta = synthetic_small
     final = tmp_path / "t.parquet"
-    with pytest.raises(KeyboardInterrupt):
-        with TraceWriter(final, meta) as w:
-            w.write(arrays.take(np.flatnonzero(arrays.request_id == 0)))
-            assert w.tmp.exists() and not final.exists()
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), TraceWriter(final, meta) as w:
+        w.write(arrays.take(np.flatnonzero(arrays.request_id == 0)))
+        assert w.tmp.exists() and not final.exists()
+        raise KeyboardInterrupt
     assert not final.exists()
     assert list(tmp_path.iterdir()) == []
 
 
 def test_writer_rejects_batches_out_of_order(tmp_path, synthetic_small):
     arrays, meta = synthetic_small
-    with pytest.raises(TraceError, match="previous batch"):
-        with TraceWriter(tmp_path / "t.parquet", meta) as w:
-            w.write(arrays.take(np.flatnonzero(arrays.request_id == 1)))
-            w.write(arrays.take(np.flatnonzero(arrays.request_id == 0)))
+    with pytest.raises(TraceError, match="previous batch"), TraceWriter(tmp_path / "t.parquet", meta) as w:
+        w.write(arrays.take(np.flatnonzero(arrays.request_id == 1)))
+        w.write(arrays.take(np.flatnonzero(arrays.request_id == 0)))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -201,11 +202,23 @@ def test_a_header_declaring_more_layers_or_experts_than_int16_is_refused(field, 
     from hobbit.traces.schema import InputError
 
     model = {"name": "x", "num_layers": 2, "num_experts": 4, "top_k": 2, "weight_rule": "softmax_renorm", field: 2**40}
-    rows = [{"request_id": 0, "phase": "prefill", "step": 0, "position": 0, "layer": layer, "expert_ids": [0, 1],
-             "gate_weights": [0.6, 0.4]} for layer in range(2)]
+    rows = [
+        {
+            "request_id": 0,
+            "phase": "prefill",
+            "step": 0,
+            "position": 0,
+            "layer": layer,
+            "expert_ids": [0, 1],
+            "gate_weights": [0.6, 0.4],
+        }
+        for layer in range(2)
+    ]
     src = tmp_path / "big.jsonl"
-    src.write_text("\n".join(json.dumps(x) for x in [{"hobbit_trace_header": 1, "model": model, "lookahead_depth": 0},
-                                                      *rows]) + "\n")
+    src.write_text(
+        "\n".join(json.dumps(x) for x in [{"hobbit_trace_header": 1, "model": model, "lookahead_depth": 0}, *rows])
+        + "\n"
+    )
     with pytest.raises(InputError, match=f"model.{field} must fit in int16"):
         convert(ConvertConfig("jsonl", str(src), str(tmp_path / "out.parquet")))
 
@@ -243,8 +256,14 @@ def test_list_values_is_arrows_flatten_on_slices_and_nulls():
     from hobbit.traces.arrays import list_values
 
     nested = pa.array([[[1, 2], []], [[3]], [], [[4, 5, 6], [7]]], pa.list_(pa.list_(pa.int16())))
-    cases = [nested, nested.slice(1), nested.slice(1, 2), nested.slice(4), nested.slice(3, 1)[0:0],
-             pa.array([[1.0], None, [2.0, 3.0]], pa.list_(pa.float32())).slice(1)]
+    cases = [
+        nested,
+        nested.slice(1),
+        nested.slice(1, 2),
+        nested.slice(4),
+        nested.slice(3, 1)[0:0],
+        pa.array([[1.0], None, [2.0, 3.0]], pa.list_(pa.float32())).slice(1),
+    ]
     for arr in cases:
         got, want = list_values(arr), arr.flatten()
         assert got.equals(want), (arr, got, want)
@@ -269,6 +288,7 @@ def _set(field: str, at, value):
         b = _copy(a)
         getattr(b, field)[at] = value(b) if callable(value) else value
         return b
+
     return mutate
 
 
@@ -287,18 +307,26 @@ DEFECTS = {
     "negative request": (_set("request_id", 0, -1), ("request_id", 0)),
     "negative position": (_set("position", 0, -3), ("position", 0)),
     "first rows swapped": (lambda a: a.take(np.r_[1, 0, np.arange(2, len(a))]), ("layer", 1)),
-    "rows 100, 101 swapped": (lambda a: a.take(np.r_[np.arange(100), 101, 100, np.arange(102, len(a))]),
-                              ("layer", 101)),
+    "rows 100, 101 swapped": (
+        lambda a: a.take(np.r_[np.arange(100), 101, 100, np.arange(102, len(a))]),
+        ("layer", 101),
+    ),
     "a row twice": (lambda a: a.take(np.r_[np.arange(61), 60, np.arange(61, len(a))]), ("layer", 61)),
-    "a middle layer missing": (lambda a: _without(a, np.flatnonzero((a.request_id == 1) & (a.position == 3)
-                                                                    & (a.layer == 4))), ("layer", 90)),
-    "a first layer missing": (lambda a: _without(a, np.flatnonzero((a.request_id == 2) & (a.position == 6)
-                                                                   & (a.layer == 0))), ("layer", 180)),
+    "a middle layer missing": (
+        lambda a: _without(a, np.flatnonzero((a.request_id == 1) & (a.position == 3) & (a.layer == 4))),
+        ("layer", 90),
+    ),
+    "a first layer missing": (
+        lambda a: _without(a, np.flatnonzero((a.request_id == 2) & (a.position == 6) & (a.layer == 0))),
+        ("layer", 180),
+    ),
     "the last row missing": (lambda a: _without(a, [len(a) - 1]), ("layer", 210)),
     "a layer past the recorded ones": (_extra_layer, ("layer", 24)),
     "predicted expert past the experts": (_set("pred_ids", (30, 0, 0), 9), ("pred_ids", 30)),
-    "a reachable layer's prediction missing": (lambda a: _set("pred_weights", (31, 0), np.nan)(
-        _set("pred_ids", (31, 0), -1)(a)), ("pred_ids", 31)),
+    "a reachable layer's prediction missing": (
+        lambda a: _set("pred_weights", (31, 0), np.nan)(_set("pred_ids", (31, 0), -1)(a)),
+        ("pred_ids", 31),
+    ),
 }
 
 
@@ -398,10 +426,19 @@ def test_sorted_is_the_stable_order_and_skips_sorting_rows_already_in_it(synthet
         assert not a.is_sorted() and np.array_equal(a.sorted().layer, arrays.layer)
 
 
-@pytest.mark.parametrize("defect", ["none", "expert id past the experts", "a middle layer missing",
-                                    "a reachable layer's prediction missing", "weights summing to 0.5"])
-def test_a_write_in_slices_of_whole_tokens_checks_and_writes_what_a_whole_write_does(tmp_path, synthetic_small,
-                                                                                      monkeypatch, defect):
+@pytest.mark.parametrize(
+    "defect",
+    [
+        "none",
+        "expert id past the experts",
+        "a middle layer missing",
+        "a reachable layer's prediction missing",
+        "weights summing to 0.5",
+    ],
+)
+def test_a_write_in_slices_of_whole_tokens_checks_and_writes_what_a_whole_write_does(
+    tmp_path, synthetic_small, monkeypatch, defect
+):
     """A write converts, checks and writes its rows a slice of whole tokens at a time (about ``CHUNK_ROWS`` rows,
     a row group each), then checks the file it wrote without keeping its arrays. Whatever the slice, a good trace
     reads back the same and a bad one is refused at the same row of the batch, leaving nothing behind."""
@@ -435,8 +472,16 @@ def test_arrows_buffers_come_from_jemalloc_unless_the_environment_chooses(env, p
     environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     if env:
         environ["ARROW_DEFAULT_MEMORY_POOL"] = env
-    code = ("import pyarrow as pa, numpy as np; from hobbit.traces.io import read_trace; "
-            "read_trace('traces/tiny/trace.parquet'); print(pa.default_memory_pool().backend_name)")
-    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[1])
+    code = (
+        "import pyarrow as pa, numpy as np; from hobbit.traces.io import read_trace; "
+        "read_trace('traces/tiny/trace.parquet'); print(pa.default_memory_pool().backend_name)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[1],
+    )
     assert out.stdout.split() == [pool]

@@ -11,8 +11,22 @@ import pytest
 from conftest import run_cli
 from sim_helpers import write_first_requests
 
-KEYS = {"tokens", "decode_ms_per_token", "prefill_ms_per_request", "precision_rule_mix", "served_mix", "hit_rate",
-        "prefetch", "bytes_loaded", "link_busy_fraction", "stall_ms_per_token", "cache", "model", "hardware", "system"}
+KEYS = {
+    "tokens",
+    "decode_ms_per_token",
+    "prefill_ms_per_request",
+    "precision_rule_mix",
+    "served_mix",
+    "hit_rate",
+    "prefetch",
+    "bytes_loaded",
+    "link_busy_fraction",
+    "stall_ms_per_token",
+    "cache",
+    "model",
+    "hardware",
+    "system",
+}
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +56,33 @@ def test_sim_writes_results_and_tables(small_trace, tmp_path, capsys):
 
 def test_multirun_sweeps_on_two_workers_into_distinct_dirs(small_trace, tmp_path):
     sweep = tmp_path / "sweep"
-    assert run_cli(["sim", "-m", f"trace={small_trace}", "system=hobbit,on-demand", "system.precision.t1=0.5,0.6",
-                    f"hydra.sweep.dir={sweep}", "hydra.launcher.n_jobs=2"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                "-m",
+                f"trace={small_trace}",
+                "system=hobbit,on-demand",
+                "system.precision.t1=0.5,0.6",
+                f"hydra.sweep.dir={sweep}",
+                "hydra.launcher.n_jobs=2",
+            ]
+        )
+        == 0
+    )
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "results.json").exists())
     assert len(runs) == 4
     systems = sorted(json.loads((p / "results.json").read_text())["system"] for p in runs)
     assert systems == ["hobbit", "hobbit", "on-demand", "on-demand"]
     # each system's points are one queue, drained by one job per worker; each point claimed by one of them
     assert sorted(p.name for p in (sweep / ".chunks").iterdir() if p.is_dir()) == [
-        "0-0", "0-1", "0.claims", "1-0", "1-1", "1.claims"]
+        "0-0",
+        "0-1",
+        "0.claims",
+        "1-0",
+        "1-1",
+        "1.claims",
+    ]
     assert sorted(p.name for p in (sweep / ".chunks" / "1.claims").iterdir()) == ["2", "3"]
 
 
@@ -67,15 +99,37 @@ def test_hydra_reads_the_mode_from_the_config_only_where_something_can_set_it(sm
         doc = yaml.safe_load(path.read_text()) or {}
         assert "mode" not in (doc.get("hydra") or {}), path
     sweep = tmp_path / "sweep"  # the mode set by an override: Hydra's own reading, a sweep without -m
-    assert run_cli(["sim", f"trace={small_trace}", "hydra.mode=MULTIRUN", "system.precision.t1=0.5,0.6",
-                    "use_cache=false", f"hydra.sweep.dir={sweep}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                f"trace={small_trace}",
+                "hydra.mode=MULTIRUN",
+                "system.precision.t1=0.5,0.6",
+                "use_cache=false",
+                f"hydra.sweep.dir={sweep}",
+            ]
+        )
+        == 0
+    )
     assert len(list(sweep.glob("*/results.json"))) == 2
     asked = []
     monkeypatch.setattr(glue, "_HYDRA_GET_MODE", lambda self, name, overrides: asked.append(list(overrides)))
     assert run_cli(["sim", f"trace={small_trace}", "use_cache=false", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
     assert (tmp_path / "run" / "results.json").is_file() and asked == []
-    assert run_cli(["sim", "--config-dir", str(tmp_path), f"trace={small_trace}", "use_cache=false",
-                    f"hydra.run.dir={tmp_path / 'run2'}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                "--config-dir",
+                str(tmp_path),
+                f"trace={small_trace}",
+                "use_cache=false",
+                f"hydra.run.dir={tmp_path / 'run2'}",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "run2" / "results.json").is_file() and len(asked) == 1
 
 
@@ -95,14 +149,17 @@ def test_default_sweep_dirs_do_not_collide():
     assert cfg.hydra.launcher._target_.endswith("HobbitLauncher")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["system.precision.t1=0.95"], "system.precision.t1=0.95"),
-    (["system.cache.multidim.w_fld=-1"], "system.cache.multidim.w_fld=-1"),
-    (["system.cache.policy=clairvoyant"], "system.cache.policy=clairvoyant"),
-    (["system.cache.low_bytes=10"], "system.cache.low_bytes=10"),
-    (["system=warp-drive"], "warp-drive"),
-    (["model=olmoe-1b-7b"], "olmoe-1b-7b"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["system.precision.t1=0.95"], "system.precision.t1=0.95"),
+        (["system.cache.multidim.w_fld=-1"], "system.cache.multidim.w_fld=-1"),
+        (["system.cache.policy=clairvoyant"], "system.cache.policy=clairvoyant"),
+        (["system.cache.low_bytes=10"], "system.cache.low_bytes=10"),
+        (["system=warp-drive"], "warp-drive"),
+        (["model=olmoe-1b-7b"], "olmoe-1b-7b"),
+    ],
+)
 def test_bad_input_exits_2_naming_it(small_trace, tmp_path, capsys, args, needle):
     assert run_cli(["sim", f"trace={small_trace}", *args, f"hydra.run.dir={tmp_path / 'r'}"]) == 2
     assert needle in capsys.readouterr().err
@@ -116,12 +173,14 @@ def test_a_run_neither_imports_pandas_nor_changes_its_tables(small_trace, tmp_pa
     import sys
 
     out = tmp_path / "run"
-    code = ("import sys; from hobbit.cli import main\n"
-            "try:\n"
-            f"    main(['sim', 'trace={small_trace}', 'use_cache=false', 'hydra.run.dir={out}'])\n"
-            "except SystemExit as e:\n"
-            "    assert not e.code, e.code\n"
-            "print('imported:', sorted(m for m in ('pandas', 'matplotlib', 'torch') if m in sys.modules))\n")
+    code = (
+        "import sys; from hobbit.cli import main\n"
+        "try:\n"
+        f"    main(['sim', 'trace={small_trace}', 'use_cache=false', 'hydra.run.dir={out}'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('imported:', sorted(m for m in ('pandas', 'matplotlib', 'torch') if m in sys.modules))\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "imported: []" in p.stdout

@@ -20,11 +20,30 @@ def _options(group: str) -> list[str]:
 
 
 def test_the_groups_hold_what_the_simulator_needs():
-    assert set(_options("model")) >= {"mixtral-8x7b", "phi-3.5-moe", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "olmoe-1b-7b",
-                                      "deepseek-v3", "qwen3.5-397b-a17b", "tiny"}
+    assert set(_options("model")) >= {
+        "mixtral-8x7b",
+        "phi-3.5-moe",
+        "qwen1.5-moe-a2.7b",
+        "qwen3-30b-a3b",
+        "olmoe-1b-7b",
+        "deepseek-v3",
+        "qwen3.5-397b-a17b",
+        "tiny",
+    }
     assert set(_options("hardware")) >= {"rtx4090-pcie4", "jetson-agx-orin", "h200-pcie5", "gh200-c2c", "a100-pcie4"}
-    assert set(_options("system")) >= {"hobbit", "moe-offloading", "moe-infinity", "fiddler", "llama-cpp", "on-demand",
-                                       "hobbit-oracle", "hobbit-cpu", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru"}
+    assert set(_options("system")) >= {
+        "hobbit",
+        "moe-offloading",
+        "moe-infinity",
+        "fiddler",
+        "llama-cpp",
+        "on-demand",
+        "hobbit-oracle",
+        "hobbit-cpu",
+        "hobbit-no-mixed",
+        "hobbit-no-prefetch",
+        "hobbit-lru",
+    }
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in ("model", "hardware", "system") for o in _options(g)])
@@ -61,39 +80,91 @@ def _meta_model(name: str):
     from transformers import AutoModelForCausalLM
 
     c = {
-        "mixtral-8x7b": transformers.MixtralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
-                                                   num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8,
-                                                   num_local_experts=8, num_experts_per_tok=2),
-        "phi-3.5-moe": transformers.PhimoeConfig(vocab_size=32064, hidden_size=4096, intermediate_size=6400,
-                                                 num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8,
-                                                 num_local_experts=16, num_experts_per_tok=2, attention_bias=True,
-                                                 lm_head_bias=True),
-        "qwen1.5-moe-a2.7b": transformers.Qwen2MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=5632,
-                                                         num_hidden_layers=2, num_attention_heads=16,
-                                                         num_key_value_heads=16, moe_intermediate_size=1408,
-                                                         shared_expert_intermediate_size=5632, num_experts=60,
-                                                         num_experts_per_tok=4, qkv_bias=True),
-        "qwen3-30b-a3b": transformers.Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
-                                                     num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=4,
-                                                     head_dim=128, moe_intermediate_size=768, num_experts=128,
-                                                     num_experts_per_tok=8),
-        "olmoe-1b-7b": transformers.OlmoeConfig(vocab_size=50304, hidden_size=2048, intermediate_size=1024,
-                                                num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16,
-                                                num_experts=64, num_experts_per_tok=8),
-        "deepseek-v3": transformers.DeepseekV3Config(vocab_size=129280, hidden_size=7168, intermediate_size=18432,
-                                                     moe_intermediate_size=2048, num_hidden_layers=4,
-                                                     first_k_dense_replace=3, n_routed_experts=256,
-                                                     num_experts_per_tok=8, n_shared_experts=1, num_attention_heads=128,
-                                                     num_key_value_heads=128, q_lora_rank=1536, kv_lora_rank=512,
-                                                     qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
-                                                     n_group=8, topk_group=4),
+        "mixtral-8x7b": transformers.MixtralConfig(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+        ),
+        "phi-3.5-moe": transformers.PhimoeConfig(
+            vocab_size=32064,
+            hidden_size=4096,
+            intermediate_size=6400,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            num_local_experts=16,
+            num_experts_per_tok=2,
+            attention_bias=True,
+            lm_head_bias=True,
+        ),
+        "qwen1.5-moe-a2.7b": transformers.Qwen2MoeConfig(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            moe_intermediate_size=1408,
+            shared_expert_intermediate_size=5632,
+            num_experts=60,
+            num_experts_per_tok=4,
+            qkv_bias=True,
+        ),
+        "qwen3-30b-a3b": transformers.Qwen3MoeConfig(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            head_dim=128,
+            moe_intermediate_size=768,
+            num_experts=128,
+            num_experts_per_tok=8,
+        ),
+        "olmoe-1b-7b": transformers.OlmoeConfig(
+            vocab_size=50304,
+            hidden_size=2048,
+            intermediate_size=1024,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            num_experts=64,
+            num_experts_per_tok=8,
+        ),
+        "deepseek-v3": transformers.DeepseekV3Config(
+            vocab_size=129280,
+            hidden_size=7168,
+            intermediate_size=18432,
+            moe_intermediate_size=2048,
+            num_hidden_layers=4,
+            first_k_dense_replace=3,
+            n_routed_experts=256,
+            num_experts_per_tok=8,
+            n_shared_experts=1,
+            num_attention_heads=128,
+            num_key_value_heads=128,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            n_group=8,
+            topk_group=4,
+        ),
     }[name]
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(c)
 
 
-@pytest.mark.parametrize("name", ["mixtral-8x7b", "phi-3.5-moe", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "olmoe-1b-7b",
-                                  "deepseek-v3"])
+@pytest.mark.parametrize(
+    "name", ["mixtral-8x7b", "phi-3.5-moe", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "olmoe-1b-7b", "deepseek-v3"]
+)
 def test_model_shapes_match_transformers(name):
     """Parameter counts in conf/model against transformers' own modules for the published shapes."""
     y = yaml.safe_load((CONF / "model" / f"{name}.yaml").read_text())

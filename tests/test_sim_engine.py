@@ -21,9 +21,23 @@ from hobbit.traces.synthetic import SyntheticConfig, generate
 
 from sim_helpers import bundled, compose_sim, without_predictions
 
-SYSTEMS = ["hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "moe-infinity",
-           "fiddler", "llama-cpp", "on-demand", "hobbit-oracle", "hobbit-cpu", "ktransformers", "freetoken", "tec",
-           "llama-cpp-lru"]
+SYSTEMS = [
+    "hobbit",
+    "hobbit-no-mixed",
+    "hobbit-no-prefetch",
+    "hobbit-lru",
+    "moe-offloading",
+    "moe-infinity",
+    "fiddler",
+    "llama-cpp",
+    "on-demand",
+    "hobbit-oracle",
+    "hobbit-cpu",
+    "ktransformers",
+    "freetoken",
+    "tec",
+    "llama-cpp-lru",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +63,7 @@ def _compute_only(res, cost: CostModel, wl_passes) -> np.ndarray:
     L = len(steps) // len(wl_passes)
     for p, tokens, ctx in wl_passes:
         t = 0.0
-        for s in steps[p * L:(p + 1) * L]:
+        for s in steps[p * L : (p + 1) * L]:
             t += cost.dense_s(tokens, ctx) + sum(cost.expert_s(prec, n) for _, prec, n in s.gpu)
         out.append(t + cost.other_s(tokens))
     return np.array(out)
@@ -68,8 +82,9 @@ def test_infinite_bandwidth_gives_compute_only_latency(small, system):
 
 
 def test_zero_cache_loads_every_expert_that_is_not_skipped(small):
-    cfg = compose_sim("system=hobbit", "system.prefetch.kind=none", "system.cache.high_bytes=0",
-                      "system.cache.low_bytes=0")
+    cfg = compose_sim(
+        "system=hobbit", "system.prefetch.kind=none", "system.cache.high_bytes=0", "system.cache.low_bytes=0"
+    )
     res = simulate(small, cfg.model, cfg.hardware, cfg.system)
     served = res.decisions.served
     # count (pass, layer, expert) uses not skipped, straight from the trace
@@ -114,9 +129,13 @@ def test_the_decision_log_is_typed(small):
         assert all(isinstance(g.precision, Precision) and g.precision != Precision.SKIP for g in s.gpu)
         waited = {g.tid for g in s.gpu}
         assert all(ld.tid in waited for ld in s.loads if ld.demand)
-        assert all(k.precision == Precision.HIGH and ld.nbytes == res.cost.expert_bytes(Precision.HIGH)
-                   or k.precision == Precision.LOW and ld.nbytes == res.cost.expert_bytes(Precision.LOW)
-                   for ld, k in zip(s.loads, s.load_keys))
+        assert all(
+            k.precision == Precision.HIGH
+            and ld.nbytes == res.cost.expert_bytes(Precision.HIGH)
+            or k.precision == Precision.LOW
+            and ld.nbytes == res.cost.expert_bytes(Precision.LOW)
+            for ld, k in zip(s.loads, s.load_keys)
+        )
     log = res.decisions.log
     assert log and all(type(x) is LogEntry and isinstance(x.precision, Precision) for x in log)
     assert SERVED_NAMES == tuple(k.name.lower() for k in Served) == tuple(res.summary["served_mix"])
@@ -139,14 +158,17 @@ def test_topology_mismatch_names_both(small):
         simulate(small, cfg.model, cfg.hardware, cfg.system)
 
 
-@pytest.mark.parametrize("override,knob", [
-    ("system.precision.t1=0.95", "t1"),
-    ("system.cache.multidim.w_lfu=-0.1", "system.cache.multidim.w_lfu=-0.1 must be >= 0"),
-    ("system=moe-infinity system.prefetch.eam.capacity=0", "system.prefetch.eam.capacity=0 must be >= 1"),
-    ("system.cache.high_bytes=1000", "high_bytes"),
-    ("system.prefetch.kind=psychic", "prefetch.kind"),
-    ("system.prefetch.precision=medium", "system.prefetch.precision=medium must be rule, high or low"),
-])
+@pytest.mark.parametrize(
+    "override,knob",
+    [
+        ("system.precision.t1=0.95", "t1"),
+        ("system.cache.multidim.w_lfu=-0.1", "system.cache.multidim.w_lfu=-0.1 must be >= 0"),
+        ("system=moe-infinity system.prefetch.eam.capacity=0", "system.prefetch.eam.capacity=0 must be >= 1"),
+        ("system.cache.high_bytes=1000", "high_bytes"),
+        ("system.prefetch.kind=psychic", "prefetch.kind"),
+        ("system.prefetch.precision=medium", "system.prefetch.precision=medium must be rule, high or low"),
+    ],
+)
 def test_bad_knobs_fail_before_the_run(small, override, knob):
     cfg = compose_sim(*override.split())
     with pytest.raises(InputError, match=knob):
@@ -178,29 +200,65 @@ def test_a_trace_without_predictions_uses_the_fallback(small):
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 1000), layers=st.integers(2, 5), experts=st.integers(2, 8), k=st.integers(1, 3),
-       system=st.sampled_from(SYSTEMS), high=st.integers(0, 6), low=st.integers(0, 6),
-       gbps=st.sampled_from([1.0, 25.0, 1000.0]), demand_first=st.booleans())
+@given(
+    seed=st.integers(0, 1000),
+    layers=st.integers(2, 5),
+    experts=st.integers(2, 8),
+    k=st.integers(1, 3),
+    system=st.sampled_from(SYSTEMS),
+    high=st.integers(0, 6),
+    low=st.integers(0, 6),
+    gbps=st.sampled_from([1.0, 25.0, 1000.0]),
+    demand_first=st.booleans(),
+)
 def test_small_random_traces_keep_the_invariants(seed, layers, experts, k, system, high, low, gbps, demand_first):
     k = min(k, experts)
-    arrays, meta = generate(SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=2,
-                                            prompt_tokens=3, decode_tokens=6, lookahead_depth=2, seed=seed))
+    arrays, meta = generate(
+        SyntheticConfig(
+            num_layers=layers,
+            num_experts=experts,
+            top_k=k,
+            requests=2,
+            prompt_tokens=3,
+            decode_tokens=6,
+            lookahead_depth=2,
+            seed=seed,
+        )
+    )
     trace = Trace(meta, arrays, "synthetic")
-    model = ModelConfig(name="m", num_layers=layers, num_experts=experts, top_k=k, hidden_size=256, expert_ffn=512,
-                        dense_params_per_layer=10_000, other_params=10_000, kv_bytes_per_token=64)
+    model = ModelConfig(
+        name="m",
+        num_layers=layers,
+        num_experts=experts,
+        top_k=k,
+        hidden_size=256,
+        expert_ffn=512,
+        dense_params_per_layer=10_000,
+        other_params=10_000,
+        kv_bytes_per_token=64,
+    )
     cfg = compose_sim(f"system={system}", f"hardware.link_gbps={gbps}")
     eb = (model.expert_bytes(cfg.hardware.high_precision), model.expert_bytes(cfg.hardware.low_precision))
-    sys_cfg = dataclasses.replace(cfg.system, demand_first=demand_first,
-                                  cache=dataclasses.replace(cfg.system.cache, high_bytes=high * eb[0],
-                                                            low_bytes=low * eb[1]))
+    sys_cfg = dataclasses.replace(
+        cfg.system,
+        demand_first=demand_first,
+        cache=dataclasses.replace(cfg.system.cache, high_bytes=high * eb[0], low_bytes=low * eb[1]),
+    )
     a = simulate(trace, model, cfg.hardware, sys_cfg, engine="simpy")
     b = simulate(trace, model, cfg.hardware, sys_cfg, engine="plain")
     np.testing.assert_allclose(a.timeline.pass_end, b.timeline.pass_end, rtol=1e-9)
     s, dec = a.summary, a.decisions
-    uses = sum(len({int(e) for e in arrays.expert_ids[(arrays.request_id == r) & (arrays.step == st_) &
-                                                      (arrays.layer == lay)].ravel()})
-               for r, st_, lay in {(int(r), int(x), int(y)) for r, x, y in zip(arrays.request_id, arrays.step,
-                                                                                arrays.layer)})
+    uses = sum(
+        len(
+            {
+                int(e)
+                for e in arrays.expert_ids[
+                    (arrays.request_id == r) & (arrays.step == st_) & (arrays.layer == lay)
+                ].ravel()
+            }
+        )
+        for r, st_, lay in {(int(r), int(x), int(y)) for r, x, y in zip(arrays.request_id, arrays.step, arrays.layer)}
+    )
     assert dec.served.sum() == uses
     assert s["bytes_loaded"] <= dec.bytes_requested
     assert 0.0 <= s["hit_rate"] <= 1.0 and 0.0 <= s["link_busy_fraction"] <= 1.0 + 1e-9

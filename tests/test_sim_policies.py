@@ -19,11 +19,20 @@ from hobbit.sim.policies.precision import hobbit_classes, rule_mix
 from hobbit.sim.policies.prefetch.eam import EAMKnobs
 
 
-@pytest.mark.parametrize("w2,expected", [
-    (0.5, HIGH), (0.45, HIGH), (0.4, HIGH),    # w2 >= 0.4: s_1 = w1 <= 0.6
-    (0.39, LOW), (0.25, LOW), (0.1, LOW),      # 0.1 <= w2 < 0.4
-    (0.09, SKIP), (0.01, SKIP), (0.0, SKIP),   # w2 < 0.1
-])
+@pytest.mark.parametrize(
+    "w2,expected",
+    [
+        (0.5, HIGH),
+        (0.45, HIGH),
+        (0.4, HIGH),  # w2 >= 0.4: s_1 = w1 <= 0.6
+        (0.39, LOW),
+        (0.25, LOW),
+        (0.1, LOW),  # 0.1 <= w2 < 0.4
+        (0.09, SKIP),
+        (0.01, SKIP),
+        (0.0, SKIP),  # w2 < 0.1
+    ],
+)
 def test_mixtral_top2_rule(w2, expected):
     cls = hobbit_classes(np.array([[1 - w2, w2]], dtype=np.float32), 0.6, 0.9)
     assert cls[0, 0] == HIGH and cls[0, 1] == expected
@@ -56,7 +65,7 @@ def test_multidim_evicts_the_layer_just_passed_when_records_tie():
     for layer in (1, 2, 3):
         c.admit((layer, 0), HIGH, layer, transfer=layer)
     # filling layer 0 of the next token: layer 3 just ran, it is needed last
-    slot, victim = c.admit((0, 5), HIGH, 0, transfer=9)
+    _, victim = c.admit((0, 5), HIGH, 0, transfer=9)
     assert victim == (3, 0)
 
 
@@ -167,10 +176,15 @@ def test_zero_slots_keep_nothing():
 
 def _ctx(layer=0, num_layers=6, cached=(), preds=None, counts=None):
     preds = preds or {1: ([[1, 2]], [[HIGH, LOW]]), 2: ([[3, 4]], [[HIGH, SKIP]]), 3: ([[5, 0]], [[HIGH, HIGH]])}
-    return PrefetchContext(layer=layer, num_layers=num_layers, predict=lambda d: preds.get(d, ([], [])),
-                           future=lambda d: preds.get(d, ([], [])),
-                           counts=counts if counts is not None else np.zeros((num_layers, 8), np.int64),
-                           is_cached=lambda lay, e: (lay, e) in cached, precision=HIGH)
+    return PrefetchContext(
+        layer=layer,
+        num_layers=num_layers,
+        predict=lambda d: preds.get(d, ([], [])),
+        future=lambda d: preds.get(d, ([], [])),
+        counts=counts if counts is not None else np.zeros((num_layers, 8), np.int64),
+        is_cached=lambda lay, e: (lay, e) in cached,
+        precision=HIGH,
+    )
 
 
 def test_hobbit_prefetch_goes_deeper_only_when_the_next_layer_is_cached():

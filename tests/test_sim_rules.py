@@ -30,10 +30,22 @@ def _workload(ids: list, weights: list, num_experts: int = 4, pred: list | None 
     if pred is not None:
         pred_ids = np.array(pred, np.int64)
         pred_w = np.broadcast_to(w_a[:, :, None, :], pred_ids.shape).copy()
-    return Workload(num_layers=L, num_experts=num_experts, top_k=k, ids=ids_a, weights=w_a, pred_ids=pred_ids,
-                    pred_weights=pred_w, pass_request=[0] * n, pass_start=list(range(n)),
-                    pass_end=list(range(1, n + 1)), pass_phase=[1] * n, pass_context=list(range(1, n + 1)),
-                    token_in_request=np.arange(n), layers_total=L)
+    return Workload(
+        num_layers=L,
+        num_experts=num_experts,
+        top_k=k,
+        ids=ids_a,
+        weights=w_a,
+        pred_ids=pred_ids,
+        pred_weights=pred_w,
+        pass_request=[0] * n,
+        pass_start=list(range(n)),
+        pass_end=list(range(1, n + 1)),
+        pass_phase=[1] * n,
+        pass_context=list(range(1, n + 1)),
+        token_in_request=np.arange(n),
+        layers_total=L,
+    )
 
 
 def _decide(wl: Workload, slots: tuple[int, int], system: SystemConfig):
@@ -58,8 +70,9 @@ def test_a_cached_expert_scored_above_t2_is_served_not_skipped():
 
 def test_a_low_copy_serves_a_selection_that_would_be_skipped_even_without_serve_any_cached():
     wl = _workload([[[0, 1]], [[0, 1]]], [[[0.7, 0.3]], [[0.95, 0.05]]])  # expert 1: low, then above T2
-    system = dataclasses.replace(NO_PREFETCH, precision=dataclasses.replace(NO_PREFETCH.precision,
-                                                                            serve_any_cached=False))
+    system = dataclasses.replace(
+        NO_PREFETCH, precision=dataclasses.replace(NO_PREFETCH.precision, serve_any_cached=False)
+    )
     dec = _decide(wl, (4, 4), system)
     assert dec.served[LOW_HIT] == 1 and dec.served[SKIPPED] == 0
 

@@ -33,17 +33,22 @@ def real(real_converted):
     return real_converted
 
 
-@pytest.mark.parametrize("name,model,memory", [
-    ("flame", "flame-moe-290m", 3_000_000_000),  # ~23 % of its experts fit
-    ("qwen", "qwen1.5-moe-a2.7b", 12 * 2**30),   # a 12 GB card
-])
+@pytest.mark.parametrize(
+    "name,model,memory",
+    [
+        ("flame", "flame-moe-290m", 3_000_000_000),  # ~23 % of its experts fit
+        ("qwen", "qwen1.5-moe-a2.7b", 12 * 2**30),  # a 12 GB card
+    ],
+)
 def test_real_traces_when_experts_must_be_offloaded(real, name, model, memory):
     over = (f"model={model}", f"hardware.device_memory_bytes={memory}")
-    ms = {s: _decode_ms(real[name], s, *over)
-          for s in ("hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "on-demand")}
-    for other in ms:
+    ms = {
+        s: _decode_ms(real[name], s, *over)
+        for s in ("hobbit", "hobbit-no-mixed", "hobbit-no-prefetch", "hobbit-lru", "moe-offloading", "on-demand")
+    }
+    for other, other_ms in ms.items():
         if other != "hobbit":
-            assert ms["hobbit"] < ms[other], (name, ms)
+            assert ms["hobbit"] < other_ms, (name, ms)
 
 
 @pytest.mark.parametrize("name,model", [("flame", "flame-moe-290m"), ("qwen", "qwen1.5-moe-a2.7b")])
@@ -53,10 +58,13 @@ def test_real_traces_fit_a_24gb_card(real, name, model):
     assert ms["hobbit"] <= ms["on-demand"] * 1.01 and ms["on-demand"] < 2 * ms["hobbit"], ms
 
 
-@pytest.mark.parametrize("name,model,mix", [
-    ("flame", "flame-moe-290m", {"high": 0.486979, "low": 0.392731, "skip": 0.12029}),
-    ("qwen", "qwen1.5-moe-a2.7b", {"high": 0.54993, "low": 0.389119, "skip": 0.060951}),
-])
+@pytest.mark.parametrize(
+    "name,model,mix",
+    [
+        ("flame", "flame-moe-290m", {"high": 0.486979, "low": 0.392731, "skip": 0.12029}),
+        ("qwen", "qwen1.5-moe-a2.7b", {"high": 0.54993, "low": 0.389119, "skip": 0.060951}),
+    ],
+)
 def test_precision_mix_of_the_real_traces_is_pinned(real, name, model, mix):
     """The T1/T2 rule's mix on the shared real traces (T1 = 0.6, T2 = 0.9), as it stood before the rules of
     serving, records and prefetch changed: those change what is served, never how a selection is scored."""
@@ -66,7 +74,9 @@ def test_precision_mix_of_the_real_traces_is_pinned(real, name, model, mix):
     k = real[name].meta.model.top_k
     p = cfg.system.precision
     assert (p.t1, p.t2) == (0.6, 0.9)
-    assert rule_mix(hobbit_classes(real[name].arrays.gate_weights.reshape(-1, k), p.t1, p.t2)) == pytest.approx(mix, abs=1e-6)
+    assert rule_mix(hobbit_classes(real[name].arrays.gate_weights.reshape(-1, k), p.t1, p.t2)) == pytest.approx(
+        mix, abs=1e-6
+    )
 
 
 def test_cpu_assisted_hobbit_against_llama_cpp_and_fiddler():

@@ -28,8 +28,17 @@ def _runs(root):
 def test_points_run_in_chunks_and_write_their_own_run_directories(tmp_path):
     trace = write_first_requests(tmp_path, 2)
     root = tmp_path / "sweep"
-    args = ["sim", "-m", f"trace={trace}", "system=hobbit,on-demand", "system.precision.t1=0.4,0.5,0.6",
-            "use_cache=false", "hydra.sweeper.chunk_size=2", "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={root}"]
+    args = [
+        "sim",
+        "-m",
+        f"trace={trace}",
+        "system=hobbit,on-demand",
+        "system.precision.t1=0.4,0.5,0.6",
+        "use_cache=false",
+        "hydra.sweeper.chunk_size=2",
+        "hydra.launcher.n_jobs=1",
+        f"hydra.sweep.dir={root}",
+    ]
     assert run_cli(args) == 0
     runs = _runs(root)
     assert sorted(runs) == list(range(6))
@@ -59,9 +68,16 @@ def test_a_queue_of_points_is_drained_once_by_the_jobs_that_share_it(tmp_path):
     root = tmp_path / "sweep"
     spec = root / ".chunks" / "0.json"
     spec.parent.mkdir(parents=True)
-    spec.write_text(json.dumps({"points": [{"index": i, "values": [f"system.precision.t1={t}"],
-                                            "overrides": [f"system.precision.t1={t}"]}
-                                           for i, t in enumerate((0.4, 0.5, 0.6))]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "points": [
+                    {"index": i, "values": [f"system.precision.t1={t}"], "overrides": [f"system.precision.t1={t}"]}
+                    for i, t in enumerate((0.4, 0.5, 0.6))
+                ]
+            }
+        )
+    )
     assert claim(spec, 1) and not claim(spec, 1)  # one job took point 1: no other job may
     cfg = compose("sim", SimConfig, [f"trace={trace}", "use_cache=false", f"out_dir={tmp_path / 'job'}"])
     job = dataclasses.replace(cfg, sweep_chunk=str(spec))
@@ -77,8 +93,15 @@ def test_a_queue_of_points_is_drained_once_by_the_jobs_that_share_it(tmp_path):
 def test_a_sweep_run_again_into_its_directory_claims_its_points_afresh(tmp_path):
     trace = write_first_requests(tmp_path, 1)
     root = tmp_path / "sweep"
-    args = ["sim", "-m", f"trace={trace}", "system.precision.t1=0.4,0.6", "use_cache=false",
-            "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={root}"]
+    args = [
+        "sim",
+        "-m",
+        f"trace={trace}",
+        "system.precision.t1=0.4,0.6",
+        "use_cache=false",
+        "hydra.launcher.n_jobs=1",
+        f"hydra.sweep.dir={root}",
+    ]
     assert run_cli(args) == 0
     for run in _runs(root).values():
         (run / "results.json").unlink()
@@ -88,39 +111,72 @@ def test_a_sweep_run_again_into_its_directory_claims_its_points_afresh(tmp_path)
 
 def test_an_interrupted_sweep_resumes_from_the_result_cache(tmp_path):
     trace = write_first_requests(tmp_path, 1)
-    args = ["sim", "-m", f"trace={trace}", "system.precision.t1=0.4,0.6", f"cache_dir={tmp_path / 'cache'}",
-            "hydra.launcher.n_jobs=1"]
+    args = [
+        "sim",
+        "-m",
+        f"trace={trace}",
+        "system.precision.t1=0.4,0.6",
+        f"cache_dir={tmp_path / 'cache'}",
+        "hydra.launcher.n_jobs=1",
+    ]
     assert run_cli([*args, f"hydra.sweep.dir={tmp_path / 'a'}"]) == 0
     assert run_cli([*args, f"hydra.sweep.dir={tmp_path / 'b'}"]) == 0
     again = _runs(tmp_path / "b")
     assert len(again) == 2 and all((r / CACHED_MARK).exists() for r in again.values())
     first = _runs(tmp_path / "a")
     for i in again:
-        assert json.loads((again[i] / "results.json").read_text())["hit_rate"] == json.loads(
-            (first[i] / "results.json").read_text())["hit_rate"]
+        assert (
+            json.loads((again[i] / "results.json").read_text())["hit_rate"]
+            == json.loads((first[i] / "results.json").read_text())["hit_rate"]
+        )
 
 
 def test_a_bad_value_in_a_sweep_is_named(tmp_path, capsys):
     trace = write_first_requests(tmp_path, 1)
-    code = run_cli(["sim", "-m", f"trace={trace}", "system.prefetch.max_depth=2,deep", "use_cache=false",
-                    "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={tmp_path / 's'}"])
+    code = run_cli(
+        [
+            "sim",
+            "-m",
+            f"trace={trace}",
+            "system.prefetch.max_depth=2,deep",
+            "use_cache=false",
+            "hydra.launcher.n_jobs=1",
+            f"hydra.sweep.dir={tmp_path / 's'}",
+        ]
+    )
     assert code == 2
     assert "system.prefetch.max_depth=deep" in capsys.readouterr().err
 
 
 def test_values_are_set_with_their_types():
     cfg = compose("sim", SimConfig, ["out_dir=."])
-    got = set_values(cfg, ["system.precision.t1=0.45", "system.prefetch.max_depth=3", "use_cache=false",
-                           "system.cache.policy=lru"])
+    got = set_values(
+        cfg, ["system.precision.t1=0.45", "system.prefetch.max_depth=3", "use_cache=false", "system.cache.policy=lru"]
+    )
     assert (got.system.precision.t1, got.system.prefetch.max_depth, got.use_cache, got.system.cache.policy) == (
-        0.45, 3, False, "lru")
+        0.45,
+        3,
+        False,
+        "lru",
+    )
     assert got.system.precision.t2 == cfg.system.precision.t2
 
 
-PLAIN = [["trace=/data/my run/trace.parquet", "cache_dir=/tmp/cache-1", "out_dir=runs/0"],
-         ["profile_trace=profile.parquet", "system.cache.policy=lru", "seed=7"]]
-OMEGACONF = [["trace=null"], ["cache_dir=~"], ["trace=1e3"], ["trace=true"], ["trace=a #b"], ["cache_dir=${oc.env:HOME}"],
-             ["system.cache.policy=null"], ["trace=a: b"], ["seed=1.5"]]
+PLAIN = [
+    ["trace=/data/my run/trace.parquet", "cache_dir=/tmp/cache-1", "out_dir=runs/0"],
+    ["profile_trace=profile.parquet", "system.cache.policy=lru", "seed=7"],
+]
+OMEGACONF = [
+    ["trace=null"],
+    ["cache_dir=~"],
+    ["trace=1e3"],
+    ["trace=true"],
+    ["trace=a #b"],
+    ["cache_dir=${oc.env:HOME}"],
+    ["system.cache.policy=null"],
+    ["trace=a: b"],
+    ["seed=1.5"],
+]
 
 
 @pytest.mark.parametrize("overrides", PLAIN + OMEGACONF)

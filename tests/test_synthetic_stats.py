@@ -49,15 +49,34 @@ def test_bad_knobs_are_named():
 
 
 @settings(max_examples=25, deadline=None)
-@given(layers=st.integers(1, 5), experts=st.integers(1, 12), k=st.integers(1, 4), requests=st.integers(1, 3),
-       prompt=st.integers(1, 4), decode=st.integers(0, 4), depth=st.integers(0, 3), seed=st.integers(0, 10_000),
-       reuse=st.floats(0, 1), cross=st.floats(0, 1))
-def test_any_synthetic_trace_is_valid_and_round_trips(tmp_path_factory, layers, experts, k, requests, prompt, decode,
-                                                       depth, seed, reuse, cross):
+@given(
+    layers=st.integers(1, 5),
+    experts=st.integers(1, 12),
+    k=st.integers(1, 4),
+    requests=st.integers(1, 3),
+    prompt=st.integers(1, 4),
+    decode=st.integers(0, 4),
+    depth=st.integers(0, 3),
+    seed=st.integers(0, 10_000),
+    reuse=st.floats(0, 1),
+    cross=st.floats(0, 1),
+)
+def test_any_synthetic_trace_is_valid_and_round_trips(
+    tmp_path_factory, layers, experts, k, requests, prompt, decode, depth, seed, reuse, cross
+):
     k = min(k, experts)
-    cfg = SyntheticConfig(num_layers=layers, num_experts=experts, top_k=k, requests=requests, prompt_tokens=prompt,
-                          decode_tokens=decode, lookahead_depth=depth, seed=seed, reuse=reuse,
-                          cross_layer=min(cross, 1 - reuse))
+    cfg = SyntheticConfig(
+        num_layers=layers,
+        num_experts=experts,
+        top_k=k,
+        requests=requests,
+        prompt_tokens=prompt,
+        decode_tokens=decode,
+        lookahead_depth=depth,
+        seed=seed,
+        reuse=reuse,
+        cross_layer=min(cross, 1 - reuse),
+    )
     arrays, meta = generate(cfg)
     path = write_trace(tmp_path_factory.mktemp("h") / "t.parquet", arrays, meta)
     tr = read_trace(path)
@@ -70,17 +89,31 @@ def test_any_synthetic_trace_is_valid_and_round_trips(tmp_path_factory, layers, 
 
 def _hand_trace() -> Trace:
     """2 layers, 4 experts, top-2; one request of 3 tokens with known overlaps."""
-    ids = np.array([[0, 1], [2, 3],    # token 0: layer 0, layer 1
-                    [1, 0], [2, 0],    # token 1: reuse at layer 0 = 2/2, layer 1 = 1/2
-                    [3, 2], [1, 3]])   # token 2: layer 0 = 0/2, layer 1 = 0/2
+    ids = np.array(
+        [
+            [0, 1],
+            [2, 3],  # token 0: layer 0, layer 1
+            [1, 0],
+            [2, 0],  # token 1: reuse at layer 0 = 2/2, layer 1 = 1/2
+            [3, 2],
+            [1, 3],
+        ]
+    )  # token 2: layer 0 = 0/2, layer 1 = 0/2
     w = np.tile([[0.7, 0.3]], (6, 1)).astype(np.float32)
     pred = np.full((6, 1, 2), -1, np.int16)
     pred[0, 0], pred[2, 0], pred[4, 0] = [2, 1], [0, 2], [3, 1]  # token-wise predictions of layer 1
     pw = np.where(pred >= 0, 0.5, np.nan).astype(np.float32)
-    a = TraceArrays(request_id=np.zeros(6, np.int32), phase=np.array([0, 0, 1, 1, 1, 1], np.int8),
-                    step=np.array([0, 0, 1, 1, 2, 2], np.int32), position=np.repeat(np.arange(3), 2).astype(np.int32),
-                    layer=np.tile([0, 1], 3).astype(np.int16), expert_ids=ids.astype(np.int16), gate_weights=w,
-                    pred_ids=pred, pred_weights=pw)
+    a = TraceArrays(
+        request_id=np.zeros(6, np.int32),
+        phase=np.array([0, 0, 1, 1, 1, 1], np.int8),
+        step=np.array([0, 0, 1, 1, 2, 2], np.int32),
+        position=np.repeat(np.arange(3), 2).astype(np.int32),
+        layer=np.tile([0, 1], 3).astype(np.int16),
+        expert_ids=ids.astype(np.int16),
+        gate_weights=w,
+        pred_ids=pred,
+        pred_weights=pw,
+    )
     meta = TraceMeta(model=ModelSpec("hand", "test", 2, 4, 2, "softmax_renorm"), lookahead_depth=1)
     return Trace(meta, a)
 
@@ -132,13 +165,14 @@ def test_statistics_read_in_chunks_of_tokens_are_those_of_the_whole_trace(monkey
     """``summarize`` reads the tokens ``TOKEN_CHUNK`` at a time (the pair of consecutive tokens across two chunks
     counted once). The bundled model's trace (real routing) and synthetic ones with several requests and lookahead
     give the same statistics in chunks of 1, 3 and 7 tokens as in one."""
-    import hobbit.traces.stats as stats
+    from hobbit.traces import stats
     from hobbit.traces.tiny import bundled_trace
 
     traces = [read_trace(bundled_trace())]
     for seed in range(2):
-        arrays, meta = generate(SyntheticConfig(requests=3, prompt_tokens=5, decode_tokens=9, lookahead_depth=2,
-                                                seed=seed))
+        arrays, meta = generate(
+            SyntheticConfig(requests=3, prompt_tokens=5, decode_tokens=9, lookahead_depth=2, seed=seed)
+        )
         traces.append(Trace(meta, arrays))
     for tr in traces:
         monkeypatch.setattr(stats, "TOKEN_CHUNK", 1 << 30)

@@ -18,15 +18,30 @@ def trace(tmp_path_factory):
     return write_first_requests(tmp_path_factory.mktemp("tl"), 3)
 
 
-@pytest.mark.parametrize("system,hardware", [
-    ("hobbit", "rtx4090-pcie4"),
-    ("hobbit-cpu", "rtx4090-pcie4"),  # the CPU track and the compute stream waiting for it
-    ("hobbit", "jetson-agx-orin"),  # contention: copies and compute slow each other
-])
+@pytest.mark.parametrize(
+    "system,hardware",
+    [
+        ("hobbit", "rtx4090-pcie4"),
+        ("hobbit-cpu", "rtx4090-pcie4"),  # the CPU track and the compute stream waiting for it
+        ("hobbit", "jetson-agx-orin"),  # contention: copies and compute slow each other
+    ],
+)
 def test_sim_timeline_is_trace_event_format_and_adds_up(trace, tmp_path, system, hardware):
     out = tmp_path / "run"
-    assert run_cli(["sim", f"trace={trace}", f"system={system}", f"hardware={hardware}", "timeline=true",
-                    "timeline_tokens=:", f"hydra.run.dir={out}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                f"trace={trace}",
+                f"system={system}",
+                f"hardware={hardware}",
+                "timeline=true",
+                "timeline_tokens=:",
+                f"hydra.run.dir={out}",
+            ]
+        )
+        == 0
+    )
     doc = load(out / "timeline.json")
     threads = check_format(doc)
     passes = pd.read_parquet(out / "passes.parquet")
@@ -47,8 +62,9 @@ def test_sim_timeline_is_trace_event_format_and_adds_up(trace, tmp_path, system,
     assert all(e["args"]["precision"] in ("high", "low") and isinstance(e["args"]["demand"], bool) for e in copies)
     counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
     c = results["cache"]
-    assert counters and all(0 <= e["args"]["high"] <= c["high_slots"] and 0 <= e["args"]["low"] <= c["low_slots"]
-                            for e in counters)
+    assert counters and all(
+        0 <= e["args"]["high"] <= c["high_slots"] and 0 <= e["args"]["low"] <= c["low_slots"] for e in counters
+    )
     cpu = threads.get((1, 3), [])
     assert bool(cpu) == (results["served_mix"]["cpu"] > 0)
     for f in ("gantt.png", "gantt.svg"):
@@ -61,7 +77,9 @@ def test_timeline_window_and_bad_range(trace, tmp_path, capsys):
     doc = load(out / "timeline.json")
     toks = [e for e in doc["traceEvents"] if e.get("cat") == "token"]
     assert [e["args"]["pass"] for e in toks] == [2, 3, 4] and doc["otherData"]["passes"] == [2, 5]
-    assert run_cli(["sim", f"trace={trace}", "timeline=true", "timeline_tokens=5", f"hydra.run.dir={tmp_path / 'x'}"]) == 2
+    assert (
+        run_cli(["sim", f"trace={trace}", "timeline=true", "timeline_tokens=5", f"hydra.run.dir={tmp_path / 'x'}"]) == 2
+    )
     err = capsys.readouterr().err
     assert "timeline_tokens='5'" in err and "fix: A:B" in err
     assert not (tmp_path / "x" / "results.json").exists() or not (tmp_path / "x" / "timeline.json").exists()
@@ -78,11 +96,14 @@ def _whole_run_schedule(res, demand_first, window):
     return build(res.workload, res.decisions, tl, work, window, copies)
 
 
-@pytest.mark.parametrize("system,hardware", [
-    ("hobbit", "rtx4090-pcie4"),
-    ("hobbit-cpu", "rtx4090-pcie4"),
-    ("hobbit", "jetson-agx-orin"),  # contention: a copy in flight ends at a time later compute shapes
-])
+@pytest.mark.parametrize(
+    "system,hardware",
+    [
+        ("hobbit", "rtx4090-pcie4"),
+        ("hobbit-cpu", "rtx4090-pcie4"),
+        ("hobbit", "jetson-agx-orin"),  # contention: a copy in flight ends at a time later compute shapes
+    ],
+)
 def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(system, hardware, monkeypatch):
     """A timeline of a few passes re-times as many passes as its copies need, not the whole run, and its slices,
     copies and counters are exactly those of re-timing the whole run."""

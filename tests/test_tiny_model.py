@@ -18,13 +18,24 @@ MAX_BYTES = 20 * 1024 * 1024
 
 def test_bundled_files_are_complete_and_small():
     d = bundled_model_dir()
-    for name in ["config.json", "model.safetensors", "tokenizer.json", "prompts.jsonl", "training_log.json",
-                 "loss_curve.png", "README.md"]:
+    for name in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "prompts.jsonl",
+        "training_log.json",
+        "loss_curve.png",
+        "README.md",
+    ]:
         assert (d / name).is_file(), name
     assert (d / "model.safetensors").stat().st_size <= MAX_BYTES
     cfg = json.loads((d / "config.json").read_text())
-    assert (cfg["model_type"], cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]) == \
-        ("mixtral", 32, 8, 2)
+    assert (cfg["model_type"], cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]) == (
+        "mixtral",
+        32,
+        8,
+        2,
+    )
     log = json.loads((d / "training_log.json").read_text())
     assert log["config"]["seed"] == 1234 and len(log["curve"]) == log["config"]["steps"]
     evals = [r["eval_loss"] for r in log["curve"] if "eval_loss" in r]
@@ -55,14 +66,27 @@ def _rerandomised(src: Path, dst: Path, seed: int) -> Path:
 
 
 def _routing_stats(model: Path | None, out: Path) -> dict:
-    res = capture(CaptureConfig(model=None if model is None else str(model), prompts=str(bundled_prompts_path()),
-                                out=str(out), max_prompts=6, max_new_tokens=24, lookahead=1, batch_size=6,
-                                progress=False))
+    res = capture(
+        CaptureConfig(
+            model=None if model is None else str(model),
+            prompts=str(bundled_prompts_path()),
+            out=str(out),
+            max_prompts=6,
+            max_new_tokens=24,
+            lookahead=1,
+            batch_size=6,
+            progress=False,
+        )
+    )
     s = summarize(read_trace(res.path))
     la, reuse = s["lookahead"][0], s["next_token_reuse"]
-    return {"lookahead_top1": la["top1"], "lookahead_lift": la["top1"] / la["baseline_top1"],
-            "reuse": reuse["all"], "reuse_lift": reuse["all"] / reuse["baseline"],
-            "entropy": float(sum(s["expert_load"]["entropy"]) / len(s["expert_load"]["entropy"]))}
+    return {
+        "lookahead_top1": la["top1"],
+        "lookahead_lift": la["top1"] / la["baseline_top1"],
+        "reuse": reuse["all"],
+        "reuse_lift": reuse["all"] / reuse["baseline"],
+        "entropy": float(sum(s["expert_load"]["entropy"]) / len(s["expert_load"]["entropy"])),
+    }
 
 
 def _hf_init(dst: Path) -> Path:
@@ -91,8 +115,10 @@ def test_routing_is_learned_not_random(tmp_path):
     """
     trained = _routing_stats(None, tmp_path / "trained.parquet")
     controls = [_routing_stats(_hf_init(tmp_path / "hf"), tmp_path / "hf.parquet")]
-    controls += [_routing_stats(_rerandomised(bundled_model_dir(), tmp_path / f"r{seed}", seed), tmp_path / f"r{seed}.pq")
-                 for seed in (0, 1)]
+    controls += [
+        _routing_stats(_rerandomised(bundled_model_dir(), tmp_path / f"r{seed}", seed), tmp_path / f"r{seed}.pq")
+        for seed in (0, 1)
+    ]
     for control in controls:
         assert trained["lookahead_top1"] > control["lookahead_top1"] + 0.03, (trained, control)
         assert trained["lookahead_lift"] > 2 * control["lookahead_lift"], (trained, control)
@@ -105,11 +131,34 @@ def test_routing_is_learned_not_random(tmp_path):
 def test_training_script_runs(tmp_path):
     from hobbit.traces.train_tiny import main
 
-    main(["--out", str(tmp_path), "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--batch-size", "2",
-          "--seq-len", "32", "--num-prompts", "3"])
+    main(
+        [
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--eval-batches",
+            "1",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "32",
+            "--num-prompts",
+            "3",
+        ]
+    )
     log = json.loads((tmp_path / "training_log.json").read_text())
     assert log["tokens_seen"] == 2 * 2 * 32 and len(log["curve"]) == 2
     assert len((tmp_path / "prompts.jsonl").read_text().splitlines()) == 3
-    res = capture(CaptureConfig(model=str(tmp_path), prompts=str(tmp_path / "prompts.jsonl"),
-                                out=str(tmp_path / "t.parquet"), max_new_tokens=2, progress=False))
+    res = capture(
+        CaptureConfig(
+            model=str(tmp_path),
+            prompts=str(tmp_path / "prompts.jsonl"),
+            out=str(tmp_path / "t.parquet"),
+            max_new_tokens=2,
+            progress=False,
+        )
+    )
     assert read_trace(res.path).meta.model.num_layers == 32

@@ -24,13 +24,26 @@ def model():
 
 def test_files_topology_and_size():
     d = bundled_phimoe_dir()
-    for name in ["config.json", "model.safetensors", "tokenizer.json", "prompts.jsonl", "heldout.txt",
-                 "training_log.json", "loss_curve.png", "README.md", "trace.parquet"]:
+    for name in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "prompts.jsonl",
+        "heldout.txt",
+        "training_log.json",
+        "loss_curve.png",
+        "README.md",
+        "trace.parquet",
+    ]:
         assert (d / name).is_file(), name
     assert (d / "model.safetensors").stat().st_size <= MAX_BYTES
     cfg = json.loads((d / "config.json").read_text())
-    assert (cfg["model_type"], cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]) == \
-        ("phimoe", 32, 16, 2)
+    assert (cfg["model_type"], cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]) == (
+        "phimoe",
+        32,
+        16,
+        2,
+    )
     assert (cfg["hidden_size"], cfg["vocab_size"], cfg["input_jitter_noise"]) == (64, 257, 0.0)
     assert cfg["intermediate_size"] == TINY_PHIMOE_CONFIG["intermediate_size"]  # checkpoint matches the code
     assert cfg["intermediate_size"] % 8 == 0  # transformers' grouped_mm experts: 16-byte strides in 16-bit dtypes
@@ -60,7 +73,7 @@ def test_loads_as_phimoe_and_routes_deterministically(model):
 def test_heldout_loss_is_far_below_uniform(model):
     # 8 windows of 256 bytes, the training length (both tiny models get worse past it)
     data = (bundled_phimoe_dir() / "heldout.txt").read_bytes()
-    ids = torch.tensor([list(data[i * 256:(i + 1) * 256]) for i in range(8)])
+    ids = torch.tensor([list(data[i * 256 : (i + 1) * 256]) for i in range(8)])
     with torch.no_grad():
         loss = model(input_ids=ids, labels=ids).loss.item()
     assert loss < 0.4 * math.log(257), loss  # measured at bundling: 0.94 nats/byte; uniform: 5.55
@@ -69,8 +82,14 @@ def test_heldout_loss_is_far_below_uniform(model):
 def test_bundled_trace():
     t = read_trace(bundled_phimoe_trace())
     m = t.meta.model
-    assert (m.name, m.architecture, m.num_layers, m.num_experts, m.top_k, m.weight_rule) == \
-        ("hobbit-tiny-phimoe", "PhimoeForCausalLM", 32, 16, 2, "sparsemixer")
+    assert (m.name, m.architecture, m.num_layers, m.num_experts, m.top_k, m.weight_rule) == (
+        "hobbit-tiny-phimoe",
+        "PhimoeForCausalLM",
+        32,
+        16,
+        2,
+        "sparsemixer",
+    )
     src = t.meta.source
     assert (src["num_prompts"], src["max_new_tokens"], src["batch_size"], t.meta.lookahead_depth) == (32, 64, 8, 3)
     layer, ids = t.arrays.layer, t.arrays.expert_ids

@@ -37,8 +37,20 @@ def test_tune_resumes_and_writes_a_ready_experiment(one_request, tmp_path, capsy
     assert w["w_lru"] + w["w_lfu"] + w["w_lhu"] + w["w_fld"] == pytest.approx(1.0)
     # the experiment file reproduces the best trial through `hobbit sim`
     sim_dir = tmp_path / "sim"
-    assert run_cli(["sim", f"trace={one_request}", f"hydra.searchpath=[file://{run}]", "+experiment=tuned",
-                    "engine=plain", "use_cache=false", f"hydra.run.dir={sim_dir}"]) == 0
+    assert (
+        run_cli(
+            [
+                "sim",
+                f"trace={one_request}",
+                f"hydra.searchpath=[file://{run}]",
+                "+experiment=tuned",
+                "engine=plain",
+                "use_cache=false",
+                f"hydra.run.dir={sim_dir}",
+            ]
+        )
+        == 0
+    )
     r = json.loads((sim_dir / "results.json").read_text())
     assert r["system"] == "hobbit-tuned"
     assert r["decode_ms_per_token"]["mean"] == pytest.approx(best["latency_ms"], rel=1e-6)
@@ -54,8 +66,15 @@ def test_same_seed_same_search(one_request, tmp_path):
     tr = read_trace(one_request)
     runs = []
     for name in ("a", "b"):
-        cfg = TuneConfig(model=base.model, hardware=base.hardware, system=base.system, trials=4, seed=3,
-                         study=str(tmp_path / f"{name}.db"), out_dir=str(tmp_path / name))
+        cfg = TuneConfig(
+            model=base.model,
+            hardware=base.hardware,
+            system=base.system,
+            trials=4,
+            seed=3,
+            study=str(tmp_path / f"{name}.db"),
+            out_dir=str(tmp_path / name),
+        )
         tune(tr, cfg)
         runs.append(pd.read_parquet(tmp_path / name / "trials.parquet"))
     pd.testing.assert_frame_equal(runs[0], runs[1])
@@ -68,15 +87,23 @@ def test_pareto_mode_returns_non_dominated_trials(one_request, tmp_path):
     from sim_helpers import compose_sim
 
     base = compose_sim()
-    cfg = TuneConfig(model=base.model, hardware=base.hardware, system=base.system, trials=8, objective="pareto",
-                     study=str(tmp_path / "p.db"), out_dir=str(tmp_path))
+    cfg = TuneConfig(
+        model=base.model,
+        hardware=base.hardware,
+        system=base.system,
+        trials=8,
+        objective="pareto",
+        study=str(tmp_path / "p.db"),
+        out_dir=str(tmp_path),
+    )
     s = tune(read_trace(one_request), cfg)
     front = [(b["latency_ms"], b["degraded_mass"]) for b in s["best"]]
     allt = pd.read_parquet(tmp_path / "trials.parquet")
     assert front
     for lat, q in front:
-        dominated = ((allt.latency_ms < lat) & (allt.degraded_mass <= q)) | \
-                    ((allt.latency_ms <= lat) & (allt.degraded_mass < q))
+        dominated = ((allt.latency_ms < lat) & (allt.degraded_mass <= q)) | (
+            (allt.latency_ms <= lat) & (allt.degraded_mass < q)
+        )
         assert not dominated.any()
 
 
@@ -93,8 +120,21 @@ def test_validate_replays_the_tuned_configuration(one_request, tmp_path, capsys)
     best = json.loads((run / "tune.json").read_text())["best"][0]["system"]
     for tuned in (run, run / "experiment" / "tuned.yaml"):
         out = tmp_path / f"val-{tuned.name}"
-        assert run_cli(["validate", f"tuned={tuned}", "scale=32", "layers=4", "requests=1", "replays=2", "rounds=6",
-                        f"hydra.run.dir={out}"]) == 0
+        assert (
+            run_cli(
+                [
+                    "validate",
+                    f"tuned={tuned}",
+                    "scale=32",
+                    "layers=4",
+                    "requests=1",
+                    "replays=2",
+                    "rounds=6",
+                    f"hydra.run.dir={out}",
+                ]
+            )
+            == 0
+        )
         r = json.loads((out / "results.json").read_text())
         assert r["system"] == "hobbit-tuned" and r["validation"]["tokens"] > 0
         cfg = json.loads((out / "sim" / "results.json").read_text())["system_config"]

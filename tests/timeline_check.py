@@ -51,7 +51,8 @@ def check_format(doc: dict) -> dict[tuple[int, int], list[dict]]:
             if stack:
                 top = stack[-1]
                 assert ev["ts"] + ev["dur"] <= top["ts"] + top["dur"] + TOL_US, (
-                    f"{names[key]}: {ev['name']} at {ev['ts']} overlaps {top['name']} without nesting")
+                    f"{names[key]}: {ev['name']} at {ev['ts']} overlaps {top['name']} without nesting"
+                )
             stack.append(ev)
     return threads
 
@@ -63,7 +64,12 @@ def tokens(threads: dict, pid: int) -> list[tuple[dict, list[dict], list[dict]]]
     for tok in (e for e in compute if e["cat"] == "token"):
         end = tok["ts"] + tok["dur"] + TOL_US
         inside = [e for e in compute if e is not tok and tok["ts"] - TOL_US <= e["ts"] and e["ts"] + e["dur"] <= end]
-        out.append((tok, [e for e in inside if e["cat"] in ("layer", "head")],
-                    [e for e in inside if e["cat"] not in ("layer", "head", "token")] +
-                    [e for e in inside if e["cat"] == "head"]))
+        out.append(
+            (
+                tok,
+                [e for e in inside if e["cat"] in ("layer", "head")],
+                [e for e in inside if e["cat"] not in ("layer", "head", "token")]
+                + [e for e in inside if e["cat"] == "head"],
+            )
+        )
     return out

@@ -36,7 +36,7 @@ class TraceArrays:
 
     def take(self, idx: np.ndarray | slice) -> TraceArrays:
         """The rows ``idx`` picks: a copy, or views of these arrays for a slice."""
-        pick = (lambda a: None if a is None else a[idx])
+        pick = lambda a: None if a is None else a[idx]
         return TraceArrays(*(pick(getattr(self, f)) for f in self.__dataclass_fields__))
 
     def order(self) -> np.ndarray:
@@ -52,7 +52,7 @@ class TraceArrays:
             ok = np.zeros(hi - lo, dtype=bool)
             tied = np.ones(hi - lo, dtype=bool)
             for k in keys:
-                now, before = k[lo:hi], k[lo - 1:hi - 1]
+                now, before = k[lo:hi], k[lo - 1 : hi - 1]
                 ok |= tied & (now > before)
                 tied &= now == before
             if not (ok | tied).all():
@@ -131,8 +131,14 @@ def _list_array_nested(inner: pa.ListArray, lengths: np.ndarray | int, typ: pa.D
     return pa.ListArray.from_arrays(pa.array(_offsets(lengths, n)), inner, type=typ)
 
 
-NUMPY_OF = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-            pa.float32(): np.float32, pa.float64(): np.float64}
+NUMPY_OF = {
+    pa.int8(): np.int8,
+    pa.int16(): np.int16,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.float32(): np.float32,
+    pa.float64(): np.float64,
+}
 
 
 def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -172,8 +178,9 @@ def flat_values(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return to_numpy(list_values(arr))
 
 
-def nested_dense(col: pa.ChunkedArray | pa.Array, n: int, d: int, k: int, fill: float | int, dtype,
-                 out: np.ndarray | None = None) -> np.ndarray:
+def nested_dense(
+    col: pa.ChunkedArray | pa.Array, n: int, d: int, k: int, fill: float, dtype, out: np.ndarray | None = None
+) -> np.ndarray:
     """[N, D, K] array from a list<list<...>> column whose inner lists are empty or K long (into ``out``, an
     [N, D, K] array of ``dtype``, when given)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -185,8 +192,9 @@ def nested_dense(col: pa.ChunkedArray | pa.Array, n: int, d: int, k: int, fill: 
     rows = out.view()
     rows.shape = (n * d, k)  # a view of ``out`` (numpy refuses where that would take a copy)
     rows.fill(fill)
-    _row_items(rows)[inner_len == k] = _row_items(np.ascontiguousarray(values.astype(out.dtype, copy=False))
-                                                  .reshape(-1, k))
+    _row_items(rows)[inner_len == k] = _row_items(
+        np.ascontiguousarray(values.astype(out.dtype, copy=False)).reshape(-1, k)
+    )
     return out
 
 

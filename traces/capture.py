@@ -34,7 +34,10 @@ class CaptureConfig:
     """Knobs of ``hobbit capture`` (None model / prompts: the bundled tiny model and its prompts)."""
 
     LIMITS: ClassVar[dict[str, str]] = {
-        "max_new_tokens": ">=1", "lookahead": ">=0", "batch_size": ">=1", "max_prompts": ">=1",
+        "max_new_tokens": ">=1",
+        "lookahead": ">=0",
+        "batch_size": ">=1",
+        "max_prompts": ">=1",
         "max_prompt_tokens": ">=1",
     }
 
@@ -79,7 +82,9 @@ def read_prompts(path: str | Path) -> list[str]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise CaptureError(f"{p}: line {n}: not JSON ({exc.msg})") from None
-            text = obj if isinstance(obj, str) else (obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None)
+            text = (
+                obj if isinstance(obj, str) else (obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None)
+            )
             if not isinstance(text, str):
                 raise CaptureError(f"{p}: line {n}: field 'prompt' (or 'text') missing or not a string")
             prompts.append(text)
@@ -106,8 +111,10 @@ def check_config(cfg: CaptureConfig) -> tuple[Path, Path]:
             raise CaptureError("device=cuda but torch sees no CUDA device (fix: device=cpu or device=auto)")
     model_dir = Path(cfg.model) if cfg.model else bundled_model_dir()
     if not (model_dir / "config.json").is_file():
-        raise CaptureError(f"model={model_dir}: no config.json there (fix: a local Hugging Face checkpoint "
-                           f"directory, or leave model unset for the bundled tiny model)")
+        raise CaptureError(
+            f"model={model_dir}: no config.json there (fix: a local Hugging Face checkpoint "
+            f"directory, or leave model unset for the bundled tiny model)"
+        )
     prompts = Path(cfg.prompts) if cfg.prompts else bundled_prompts_path()
     return model_dir, prompts
 
@@ -129,6 +136,7 @@ class RouterRecorder:
         def fn(module: Any, args: tuple, kwargs: dict, output: tuple) -> None:
             x = args[0] if args else kwargs["hidden_states"]
             self.pass_records[m] = (x.detach().reshape(-1, x.shape[-1]).clone(), output[1].detach(), output[2].detach())
+
         return fn
 
     @staticmethod
@@ -159,7 +167,7 @@ class RouterRecorder:
             p_ids, p_w = self._sorted(out[1].reshape(len(src), n, k), out[2].reshape(len(src), n, k))
             for i, m in enumerate(src):
                 pid[:, m, j - m - 1], pw[:, m, j - m - 1] = p_ids[i], p_w[i]
-        host = lambda t, dt: t.cpu().numpy().astype(dt)  # noqa: E731
+        host = lambda t, dt: t.cpu().numpy().astype(dt)
         return host(ids, np.int16), host(w, np.float32), host(pid, np.int16), host(pw, np.float32)
 
     def remove(self) -> None:
@@ -167,8 +175,9 @@ class RouterRecorder:
             h.remove()
 
 
-def _pass_rows(recs: tuple, keep: np.ndarray, req: np.ndarray, phase: int, step: int,
-               pos: np.ndarray, depth: int) -> TraceArrays:
+def _pass_rows(
+    recs: tuple, keep: np.ndarray, req: np.ndarray, phase: int, step: int, pos: np.ndarray, depth: int
+) -> TraceArrays:
     """Rows of one forward pass. keep/req/pos: [B*T] flattened like the router's input."""
     ids, w, pid, pw = recs
     L, k = ids.shape[1], ids.shape[2]
@@ -189,8 +198,15 @@ def _pass_rows(recs: tuple, keep: np.ndarray, req: np.ndarray, phase: int, step:
     return rows
 
 
-def _generate_batch(model: Any, rec: RouterRecorder, prompt_ids: list[list[int]], first_req: int,
-                    cfg: CaptureConfig, pad_id: int, eos_id: int | None) -> tuple[list[TraceArrays], list[list[int]]]:
+def _generate_batch(
+    model: Any,
+    rec: RouterRecorder,
+    prompt_ids: list[list[int]],
+    first_req: int,
+    cfg: CaptureConfig,
+    pad_id: int,
+    eos_id: int | None,
+) -> tuple[list[TraceArrays], list[list[int]]]:
     import torch
 
     dev = next(model.parameters()).device
@@ -199,14 +215,23 @@ def _generate_batch(model: Any, rec: RouterRecorder, prompt_ids: list[list[int]]
     ids = torch.full((b, width), pad_id, dtype=torch.long)
     mask = torch.zeros((b, width), dtype=torch.long)
     for i, p in enumerate(prompt_ids):  # left padding
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     req = np.arange(first_req, first_req + b)
     out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True)
     cache_kw = "cache" if hasattr(out, "cache") else "past_key_values"  # renamed during transformers 5.x
-    parts = [_pass_rows(rec.take(), mask.numpy().ravel().astype(bool), np.repeat(req, width), PREFILL, 0,
-                        pos.numpy().ravel(), cfg.lookahead)]
+    parts = [
+        _pass_rows(
+            rec.take(),
+            mask.numpy().ravel().astype(bool),
+            np.repeat(req, width),
+            PREFILL,
+            0,
+            pos.numpy().ravel(),
+            cfg.lookahead,
+        )
+    ]
     past, nxt = getattr(out, cache_kw), out.logits[:, -1].argmax(-1).cpu()
     last_pos = pos[:, -1]
     done = np.zeros(b, dtype=bool)
@@ -221,8 +246,13 @@ def _generate_batch(model: Any, rec: RouterRecorder, prompt_ids: list[list[int]]
         feed = torch.where(torch.from_numpy(done), torch.tensor(pad_id), nxt)[:, None]
         mask = torch.cat([mask, torch.from_numpy(~done).long()[:, None]], 1)
         last_pos = last_pos + 1
-        out = model(input_ids=feed.to(dev), attention_mask=mask.to(dev), position_ids=last_pos[:, None].to(dev),
-                    use_cache=True, **{cache_kw: past})
+        out = model(
+            input_ids=feed.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=last_pos[:, None].to(dev),
+            use_cache=True,
+            **{cache_kw: past},
+        )
         parts.append(_pass_rows(rec.take(), ~done, req, DECODE, step, last_pos.numpy(), cfg.lookahead))
         past, nxt = getattr(out, cache_kw), out.logits[:, -1].argmax(-1).cpu()
     for i in np.flatnonzero(~done):  # the last token is generated but never routed
@@ -258,19 +288,31 @@ def capture(cfg: CaptureConfig) -> CaptureResult:
     prompts = read_prompts(prompts_path)[: cfg.max_prompts]
     model, tok, family = _load(model_dir, cfg)
     blocks, routers = zip(*find_routers(model, family))
-    bundled = {bundled_model_dir().resolve(): "hobbit-tiny-mixtral", bundled_phimoe_dir().resolve(): "hobbit-tiny-phimoe"}
+    bundled = {
+        bundled_model_dir().resolve(): "hobbit-tiny-mixtral",
+        bundled_phimoe_dir().resolve(): "hobbit-tiny-phimoe",
+    }
     name = bundled.get(model_dir.resolve(), model_dir.name)
     spec = model_spec(model.config, family, len(routers), name)
-    prompt_ids = [tok(p)["input_ids"][-cfg.max_prompt_tokens:] for p in prompts]
+    prompt_ids = [tok(p)["input_ids"][-cfg.max_prompt_tokens :] for p in prompts]
     empty = [i for i, p in enumerate(prompt_ids) if not p]
     if empty:
         raise CaptureError(f"{prompts_path}: prompt {empty[0] + 1} is empty after tokenisation")
-    source = {"kind": "capture", "model_dir": str(model_dir), "prompts": str(prompts_path), "num_prompts": len(prompts),
-              "prompts_sha256": hashlib.sha256(prompts_path.read_bytes()).hexdigest(),
-              "prompt_tokens": sum(map(len, prompt_ids)),
-              "max_new_tokens": cfg.max_new_tokens, "batch_size": cfg.batch_size, "dtype": str(model.dtype),
-              "device": str(model.device), "moe_blocks": list(blocks), "transformers": transformers.__version__,
-              "torch": torch.__version__}
+    source = {
+        "kind": "capture",
+        "model_dir": str(model_dir),
+        "prompts": str(prompts_path),
+        "num_prompts": len(prompts),
+        "prompts_sha256": hashlib.sha256(prompts_path.read_bytes()).hexdigest(),
+        "prompt_tokens": sum(map(len, prompt_ids)),
+        "max_new_tokens": cfg.max_new_tokens,
+        "batch_size": cfg.batch_size,
+        "dtype": str(model.dtype),
+        "device": str(model.device),
+        "moe_blocks": list(blocks),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+    }
     meta = TraceMeta(model=spec, lookahead_depth=cfg.lookahead, source=source, created=now_iso())
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
@@ -280,7 +322,7 @@ def capture(cfg: CaptureConfig) -> CaptureResult:
     try:
         with TraceWriter(cfg.out, meta) as writer, torch.no_grad():
             for start in range(0, len(prompts), cfg.batch_size):
-                batch = prompt_ids[start: start + cfg.batch_size]
+                batch = prompt_ids[start : start + cfg.batch_size]
                 parts, gen = _generate_batch(model, rec, batch, start, cfg, pad, eos)
                 writer.write(concat(parts))
                 result.generated_ids.extend(gen)

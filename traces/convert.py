@@ -39,8 +39,12 @@ from hobbit.traces.validate import validate_source
 class ConvertConfig:
     """Knobs of ``hobbit convert`` (model fields override what the source says or implies)."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"num_layers": ">=1", "num_experts": ">=1", "top_k": ">=1",
-                                        "prompt_tokens": ">=1"}
+    LIMITS: ClassVar[dict[str, str]] = {
+        "num_layers": ">=1",
+        "num_experts": ">=1",
+        "top_k": ">=1",
+        "prompt_tokens": ">=1",
+    }
 
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"input": "in", "out": "out"}
@@ -54,7 +58,9 @@ class ConvertConfig:
     weight_rule: str | None = None
     warmup_passes: str = "auto"  # vllm: "auto" or how many leading forward passes to drop
     prefill: str = "keep"  # vllm: keep | drop the batched prefill pass
-    teacher_forced_as: str = "prefill"  # flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)
+    teacher_forced_as: str = (
+        "prefill"  # flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)
+    )
     top_k: int | None = None  # llamacpp_csv, tec: experts per token, where the file does not tell it
     prompt_tokens: int = 1  # tec: how many leading tokens are the prompt (prefill); the rest are decode steps
 
@@ -64,7 +70,9 @@ def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
     try:
         return ModelSpec(**{**defaults, **over})
     except (TypeError, ValueError) as exc:
-        raise TraceError(cfg.input, f"model spec: {exc}", fix="set name=, num_layers=, num_experts=, weight_rule=") from exc
+        raise TraceError(
+            cfg.input, f"model spec: {exc}", fix="set name=, num_layers=, num_experts=, weight_rule="
+        ) from exc
 
 
 # ---------------------------------------------------------------- FLAME-MoE
@@ -72,10 +80,15 @@ def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
 FLAME_EXPERTS = 64  # every FLAME-MoE size routes over 64 experts (+2 shared, not logged)
 
 
-def _flame_rows(seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.ndarray, w: np.ndarray,
-                cfg: ConvertConfig, src: dict) -> tuple[TraceArrays, TraceMeta]:
-    for name, col, top in (("seq", seq, INT32_MAX), ("pos", pos, INT32_MAX), ("layer", layer, INT16_MAX),
-                           ("expert_ids", ids, FLAME_EXPERTS - 1)):
+def _flame_rows(
+    seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.ndarray, w: np.ndarray, cfg: ConvertConfig, src: dict
+) -> tuple[TraceArrays, TraceMeta]:
+    for name, col, top in (
+        ("seq", seq, INT32_MAX),
+        ("pos", pos, INT32_MAX),
+        ("layer", layer, INT16_MAX),
+        ("expert_ids", ids, FLAME_EXPERTS - 1),
+    ):
         col = np.asarray(col)
         if not np.issubdtype(col.dtype, np.integer):
             raise TraceError(cfg.input, f"holds {col.dtype} values, not whole numbers", field=name)
@@ -90,15 +103,40 @@ def _flame_rows(seq: np.ndarray, pos: np.ndarray, layer: np.ndarray, ids: np.nda
     as_decode = cfg.teacher_forced_as == "decode"
     phase = np.where(as_decode & (pos > 0), DECODE, PREFILL).astype(np.int8)
     step = np.where(phase == DECODE, pos, 0).astype(np.int32)
-    a = TraceArrays(request_id=seq.astype(np.int32), phase=phase, step=step, position=pos.astype(np.int32),
-                    layer=(layer - first).astype(np.int16), expert_ids=ids, gate_weights=w)
+    a = TraceArrays(
+        request_id=seq.astype(np.int32),
+        phase=phase,
+        step=step,
+        position=pos.astype(np.int32),
+        layer=(layer - first).astype(np.int16),
+        expert_ids=ids,
+        gate_weights=w,
+    )
     n_layers = int(layer.max()) - first + 1
-    spec = _model(cfg, name="flame-moe-290m", architecture="FlameMoE (Megatron)", num_layers=n_layers,
-                  num_experts=FLAME_EXPERTS, top_k=ids.shape[1], weight_rule="softmax", shared_experts=2)
-    note = ("teacher-forced forward passes replayed as generation: token 0 is the prefill, each later token a "
-            "decode step" if as_decode else "teacher-forced forward passes; each sequence is one prefill request")
-    src = {"kind": "converter", "format": "flame", "input": cfg.input, "source_layers": [first, first + n_layers - 1],
-           "teacher_forced_as": cfg.teacher_forced_as, "note": note, **src}
+    spec = _model(
+        cfg,
+        name="flame-moe-290m",
+        architecture="FlameMoE (Megatron)",
+        num_layers=n_layers,
+        num_experts=FLAME_EXPERTS,
+        top_k=ids.shape[1],
+        weight_rule="softmax",
+        shared_experts=2,
+    )
+    note = (
+        "teacher-forced forward passes replayed as generation: token 0 is the prefill, each later token a decode step"
+        if as_decode
+        else "teacher-forced forward passes; each sequence is one prefill request"
+    )
+    src = {
+        "kind": "converter",
+        "format": "flame",
+        "input": cfg.input,
+        "source_layers": [first, first + n_layers - 1],
+        "teacher_forced_as": cfg.teacher_forced_as,
+        "note": note,
+        **src,
+    }
     meta = TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso())
     return validate_source(a, meta, cfg.input), meta
 
@@ -116,23 +154,28 @@ def convert_flame(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     k = len(t.column("expert_ids")[0])
     ids = np.stack(t.column("expert_ids").to_numpy(zero_copy_only=False)).reshape(-1, k)
     w = np.stack(t.column("gate_probs").to_numpy(zero_copy_only=False)).reshape(-1, k)
-    return _flame_rows(t.column("seq").to_numpy(), t.column("pos").to_numpy(), t.column("layer").to_numpy(),
-                       ids, w, cfg, {})
+    return _flame_rows(
+        t.column("seq").to_numpy(), t.column("pos").to_numpy(), t.column("layer").to_numpy(), ids, w, cfg, {}
+    )
 
 
 def _flame_pt(folder: Path, cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     import torch  # lazy: FLAME's .pt files only; converting Parquet or JSONL needs no torch
 
-    files = sorted(Path(root) / f for root, _, names in os.walk(folder, followlinks=True)
-                   for f in names if f.endswith(".pt"))
+    files = sorted(
+        Path(root) / f for root, _, names in os.walk(folder, followlinks=True) for f in names if f.endswith(".pt")
+    )
     if not files:
         raise TraceError(folder, "no .pt files in this folder")
     kinds = {"encoder" if "_encoder_" in f.name else "firstTokens" for f in files}
     if len(kinds) > 1:
         subs = sorted({f.parent.relative_to(folder).as_posix() for f in files})
         shown = ", ".join(subs[:4]) + (f" ... ({len(subs)} folders)" if len(subs) > 4 else "")
-        raise TraceError(folder, "holds both whole-sequence ('encoder') and per-position ('firstTokens') files",
-                         fix=f"point in= at a subfolder holding one kind: {shown}")
+        raise TraceError(
+            folder,
+            "holds both whole-sequence ('encoder') and per-position ('firstTokens') files",
+            fix=f"point in= at a subfolder holding one kind: {shown}",
+        )
     parts = []
     for f in files:
         try:
@@ -153,9 +196,15 @@ def _flame_pt(folder: Path, cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]
 
 KNOWN_VLLM_MODELS: dict[str, dict[str, Any]] = {
     # Qwen1.5-MoE-A2.7B config.json: 24 layers, 60 experts, top-4, norm_topk_prob false, shared expert
-    "Qwen/Qwen1.5-MoE-A2.7B-Chat": {"architecture": "Qwen2MoeForCausalLM", "num_layers": 24, "num_experts": 60,
-                                    "weight_rule": "softmax", "hidden_size": 2048, "moe_intermediate_size": 1408,
-                                    "shared_experts": 1},
+    "Qwen/Qwen1.5-MoE-A2.7B-Chat": {
+        "architecture": "Qwen2MoeForCausalLM",
+        "num_layers": 24,
+        "num_experts": 60,
+        "weight_rule": "softmax",
+        "hidden_size": 2048,
+        "moe_intermediate_size": 1408,
+        "shared_experts": 1,
+    },
 }
 KNOWN_VLLM_MODELS["Qwen/Qwen1.5-MoE-A2.7B"] = KNOWN_VLLM_MODELS["Qwen/Qwen1.5-MoE-A2.7B-Chat"]
 
@@ -221,8 +270,12 @@ def convert_vllm(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     for layer in order[1:]:
         f, passes = layers[layer]
         if [len(p) for p in passes] != sizes:
-            raise TraceError(f, f"forward-pass sizes of layer {layer} differ from those in {ref_file.name}; the "
-                                "logs were not recorded from identical runs", field="token_idx")
+            raise TraceError(
+                f,
+                f"forward-pass sizes of layer {layer} differ from those in {ref_file.name}; the "
+                "logs were not recorded from identical runs",
+                field="token_idx",
+            )
     constant = [len({json.dumps(r) for r in p}) == 1 and len(p) > 1 for p in ref]
     first = vllm_passes(sizes, constant, cfg.warmup_passes)
     if not 0 <= first < len(sizes):
@@ -231,17 +284,27 @@ def convert_vllm(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     model_id = meta.get("model_id", "unknown")
     known = KNOWN_VLLM_MODELS.get(model_id, {})
     if not known and not (cfg.num_layers and cfg.num_experts):
-        raise TraceError(path, f"model '{model_id}' is not known to the converter",
-                         fix="give num_layers= and num_experts= (and weight_rule=) on the command line")
+        raise TraceError(
+            path,
+            f"model '{model_id}' is not known to the converter",
+            fix="give num_layers= and num_experts= (and weight_rule=) on the command line",
+        )
     defaults = {"architecture": "unknown", "weight_rule": "unknown", **known}
     spec = _model(cfg, name=model_id, top_k=a.expert_ids.shape[1], **defaults)
     rec = None if order == list(range(spec.num_layers)) else tuple(order)
-    src = {"kind": "converter", "format": "vllm", "input": cfg.input, "vllm": {k: v for k, v in meta.items() if k != "type"},
-           "pass_sizes": sizes, "warmup_passes_dropped": first, "prefill": cfg.prefill,
-           "request_semantics": "request 0 is the batched prefill pass of all prompts (kept whole: the logs do not "
-                                "say where one prompt ends); requests 1..B are decode batch slots, step = decode "
-                                "pass, position = step (vLLM condenses the batch when a request finishes, so a slot "
-                                "can change request after the first finish)"}
+    src = {
+        "kind": "converter",
+        "format": "vllm",
+        "input": cfg.input,
+        "vllm": {k: v for k, v in meta.items() if k != "type"},
+        "pass_sizes": sizes,
+        "warmup_passes_dropped": first,
+        "prefill": cfg.prefill,
+        "request_semantics": "request 0 is the batched prefill pass of all prompts (kept whole: the logs do not "
+        "say where one prompt ends); requests 1..B are decode batch slots, step = decode "
+        "pass, position = step (vLLM condenses the batch when a request finishes, so a slot "
+        "can change request after the first finish)",
+    }
     meta = TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso(), recorded_layers=rec)
     return validate_source(a, meta, cfg.input), meta
 
@@ -273,12 +336,19 @@ def _vllm_arrays(layers: dict, order: list[int], first: int, cfg: ConvertConfig)
     w = np.stack(w_l, 1).reshape(-1, k)
     ids, w = sort_by_weight(ids, w)
     rep = lambda x: np.repeat(np.concatenate(x), L)
-    return TraceArrays(request_id=rep(req).astype(np.int32), phase=rep(phase).astype(np.int8),
-                       step=rep(step).astype(np.int32), position=rep(pos).astype(np.int32),
-                       layer=np.tile(np.array(order), ids.shape[0] // L).astype(np.int16), expert_ids=ids, gate_weights=w)
+    return TraceArrays(
+        request_id=rep(req).astype(np.int32),
+        phase=rep(phase).astype(np.int8),
+        step=rep(step).astype(np.int32),
+        position=rep(pos).astype(np.int32),
+        layer=np.tile(np.array(order), ids.shape[0] // L).astype(np.int16),
+        expert_ids=ids,
+        gate_weights=w,
+    )
 
 
 # ---------------------------------------------------------------- generic JSONL
+
 
 def convert_jsonl(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     return read_generic_jsonl(Path(cfg.input), cfg)
@@ -292,8 +362,13 @@ def convert_tec(cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]:
     return read_tec(Path(cfg.input), cfg)
 
 
-CONVERTERS = {"flame": convert_flame, "vllm": convert_vllm, "jsonl": convert_jsonl,
-              "llamacpp_csv": convert_llamacpp_csv, "tec": convert_tec}
+CONVERTERS = {
+    "flame": convert_flame,
+    "vllm": convert_vllm,
+    "jsonl": convert_jsonl,
+    "llamacpp_csv": convert_llamacpp_csv,
+    "tec": convert_tec,
+}
 
 
 def convert(cfg: ConvertConfig) -> Path:
@@ -303,19 +378,36 @@ def convert(cfg: ConvertConfig) -> Path:
     if not cfg.input or not Path(cfg.input).exists():
         raise TraceError(cfg.input or "<in>", "input does not exist (fix: in=PATH)")
     if re.fullmatch(r"\d+|auto", str(cfg.warmup_passes)) is None:
-        raise TraceError(cfg.input, f"warmup_passes={cfg.warmup_passes} must be 'auto' or a count", field="warmup_passes")
+        raise TraceError(
+            cfg.input, f"warmup_passes={cfg.warmup_passes} must be 'auto' or a count", field="warmup_passes"
+        )
     if cfg.teacher_forced_as not in ("prefill", "decode"):
-        raise TraceError(cfg.input, f"teacher_forced_as={cfg.teacher_forced_as} must be prefill or decode",
-                         field="teacher_forced_as")
+        raise TraceError(
+            cfg.input, f"teacher_forced_as={cfg.teacher_forced_as} must be prefill or decode", field="teacher_forced_as"
+        )
     if cfg.prefill not in ("keep", "drop"):
         raise TraceError(cfg.input, f"prefill={cfg.prefill} must be keep or drop", field="prefill")
     try:
         arrays, meta = CONVERTERS[cfg.format](cfg)
     except TraceError:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, UnicodeDecodeError,
-            RecursionError, pa.ArrowException, EOFError, pickle.UnpicklingError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        UnicodeDecodeError,
+        RecursionError,
+        pa.ArrowException,
+        EOFError,
+        pickle.UnpicklingError,
+    ) as exc:
         # the input is not what format= says; each converter names the cases it knows, this the rest
-        raise TraceError(cfg.input, f"cannot be read as format={cfg.format} ({type(exc).__name__}: {exc})",
-                         fix="check format= and that in= is a complete file of that format") from exc
+        raise TraceError(
+            cfg.input,
+            f"cannot be read as format={cfg.format} ({type(exc).__name__}: {exc})",
+            fix="check format= and that in= is a complete file of that format",
+        ) from exc
     return write_trace(cfg.out, arrays, meta)

@@ -40,15 +40,17 @@ def write_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list[str]:
 
 
 EXPORTERS: dict[str, Callable[[TraceArrays, TraceMeta, Path], list[str]]] = {
-    "jsonl": write_jsonl, "llamacpp_csv": write_llamacpp_csv, "tec": write_tec}
+    "jsonl": write_jsonl,
+    "llamacpp_csv": write_llamacpp_csv,
+    "tec": write_tec,
+}
 
 
 def export(cfg: ExportConfig) -> tuple[Path, list[str]]:
     """Write ``cfg.trace`` as ``cfg.format`` to ``cfg.out``; returns the path and one warning per
     thing the format dropped."""
     if cfg.format not in EXPORTERS:
-        raise TraceError(cfg.trace or "<trace>", f"format={cfg.format} is not one of {list(EXPORTERS)}",
-                         field="format")
+        raise TraceError(cfg.trace or "<trace>", f"format={cfg.format} is not one of {list(EXPORTERS)}", field="format")
     if not cfg.trace:
         raise TraceError("<trace>", "no trace to export (fix: trace=PATH)")
     if not cfg.out:

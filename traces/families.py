@@ -8,9 +8,10 @@ under each decoder layer that is an MoE layer (dense layers have no such module)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hobbit.traces.schema import InputError, ModelSpec
 
@@ -32,18 +33,31 @@ class Family:
     shared_experts: Callable[[Any], int] = lambda cfg: 0
 
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in [
-    Family("mixtral", "MixtralForCausalLM", "mlp.gate", lambda c: "softmax_renorm"),
-    Family("qwen2_moe", "Qwen2MoeForCausalLM", "mlp.gate", _norm_rule,
-           shared_experts=lambda c: int(getattr(c, "shared_expert_intermediate_size", 0) > 0)),
-    Family("qwen3_moe", "Qwen3MoeForCausalLM", "mlp.gate", _norm_rule),
-    Family("olmoe", "OlmoeForCausalLM", "mlp.gate", _norm_rule),
-    Family("phimoe", "PhimoeForCausalLM", "mlp.router", lambda c: "sparsemixer"),
-    Family("deepseek_v3", "DeepseekV3ForCausalLM", "mlp.gate", lambda c: "sigmoid_group",
-           shared_experts=lambda c: int(getattr(c, "n_shared_experts", 0) or 0)),
-    Family("gpt_oss", "GptOssForCausalLM", "mlp.router", lambda c: "topk_softmax"),
-    Family("granitemoe", "GraniteMoeForCausalLM", "block_sparse_moe.router", lambda c: "topk_softmax"),
-]}
+FAMILIES: dict[str, Family] = {
+    f.model_type: f
+    for f in [
+        Family("mixtral", "MixtralForCausalLM", "mlp.gate", lambda c: "softmax_renorm"),
+        Family(
+            "qwen2_moe",
+            "Qwen2MoeForCausalLM",
+            "mlp.gate",
+            _norm_rule,
+            shared_experts=lambda c: int(getattr(c, "shared_expert_intermediate_size", 0) > 0),
+        ),
+        Family("qwen3_moe", "Qwen3MoeForCausalLM", "mlp.gate", _norm_rule),
+        Family("olmoe", "OlmoeForCausalLM", "mlp.gate", _norm_rule),
+        Family("phimoe", "PhimoeForCausalLM", "mlp.router", lambda c: "sparsemixer"),
+        Family(
+            "deepseek_v3",
+            "DeepseekV3ForCausalLM",
+            "mlp.gate",
+            lambda c: "sigmoid_group",
+            shared_experts=lambda c: int(getattr(c, "n_shared_experts", 0) or 0),
+        ),
+        Family("gpt_oss", "GptOssForCausalLM", "mlp.router", lambda c: "topk_softmax"),
+        Family("granitemoe", "GraniteMoeForCausalLM", "block_sparse_moe.router", lambda c: "topk_softmax"),
+    ]
+}
 
 
 class UnsupportedModelError(InputError):

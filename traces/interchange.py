@@ -39,8 +39,9 @@ def token_starts(a: TraceArrays) -> np.ndarray:
     n = len(a)
     new = np.ones(n, dtype=bool)
     if n > 1:
-        new[1:] = ((a.request_id[1:] != a.request_id[:-1]) | (a.step[1:] != a.step[:-1])
-                   | (a.position[1:] != a.position[:-1]))
+        new[1:] = (
+            (a.request_id[1:] != a.request_id[:-1]) | (a.step[1:] != a.step[:-1]) | (a.position[1:] != a.position[:-1])
+        )
     return np.flatnonzero(new)
 
 
@@ -50,7 +51,9 @@ def weights_absent(meta: TraceMeta) -> bool:
 
 def absent_weights_note(file: object, fmt: str) -> str:
     """The warning a reader records when its format carries no gate weights."""
-    return (f"{file}: format={fmt} carries no gate weights; the trace holds uniform 1/top_k placeholders and "
-            f"records weights: absent. The T1/T2 mixed-precision rule (HOBBIT's per-expert precision and its "
-            f"predicted-weight prefetch) needs real weights and cannot run meaningfully on this trace; systems "
-            f"with uniform precision (all high or all low) can")
+    return (
+        f"{file}: format={fmt} carries no gate weights; the trace holds uniform 1/top_k placeholders and "
+        f"records weights: absent. The T1/T2 mixed-precision rule (HOBBIT's per-expert precision and its "
+        f"predicted-weight prefetch) needs real weights and cannot run meaningfully on this trace; systems "
+        f"with uniform precision (all high or all low) can"
+    )

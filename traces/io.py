@@ -29,8 +29,15 @@ from hobbit.traces.validate import validate_table
 COMPRESSION = "zstd"
 # float leaves stored byte-stream-split: the weights then compress (about a third smaller); lossless
 FLOAT_LEAVES = ["gate_weights.list.element", "pred_weights.list.element.list.element"]
-INT_LEAVES = ["request_id", "phase", "step", "position", "layer", "expert_ids.list.element",
-              "pred_ids.list.element.list.element"]
+INT_LEAVES = [
+    "request_id",
+    "phase",
+    "step",
+    "position",
+    "layer",
+    "expert_ids.list.element",
+    "pred_ids.list.element.list.element",
+]
 
 
 @dataclass
@@ -52,17 +59,24 @@ class Trace:
 def parse_meta(raw: bytes | None, file: str) -> TraceMeta:
     """Schema metadata from its JSON bytes, checked field by field."""
     if raw is None:
-        raise TraceError(file, "no 'hobbit.trace' schema metadata: not a hobbit trace",
-                         field="hobbit.trace", fix="convert it with `hobbit convert`")
+        raise TraceError(
+            file,
+            "no 'hobbit.trace' schema metadata: not a hobbit trace",
+            field="hobbit.trace",
+            fix="convert it with `hobbit convert`",
+        )
     try:
         d = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise TraceError(file, f"metadata is not JSON ({exc})", field="hobbit.trace") from exc
     version = d.get("schema_version") if isinstance(d, dict) else None
     if version != SCHEMA_VERSION:
-        raise TraceError(file, f"schema_version {version!r} is not supported (this reader knows "
-                               f"{SCHEMA_VERSION})", field="schema_version",
-                         fix="re-convert the trace with this version of hobbit")
+        raise TraceError(
+            file,
+            f"schema_version {version!r} is not supported (this reader knows {SCHEMA_VERSION})",
+            field="schema_version",
+            fix="re-convert the trace with this version of hobbit",
+        )
     try:
         meta = TraceMeta.from_json_dict(d)
     except (KeyError, TypeError, ValueError) as exc:
@@ -71,8 +85,9 @@ def parse_meta(raw: bytes | None, file: str) -> TraceMeta:
         raise TraceError(file, "must be >= 0", field="lookahead_depth")
     layers = meta.layers
     if list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= meta.model.num_layers:
-        raise TraceError(file, f"{list(layers)} must be increasing layers in 0..{meta.model.num_layers - 1}",
-                         field="recorded_layers")
+        raise TraceError(
+            file, f"{list(layers)} must be increasing layers in 0..{meta.model.num_layers - 1}", field="recorded_layers"
+        )
     return meta
 
 
@@ -145,8 +160,14 @@ class TraceWriter:
         schema = arrow_schema(meta)
         split = [c for c in FLOAT_LEAVES if c.split(".")[0] in schema.names]
         try:  # page checksums let reads detect corruption
-            self._writer = pq.ParquetWriter(self.tmp, schema, compression=COMPRESSION, write_page_checksum=True,
-                                            use_byte_stream_split=split, use_dictionary=INT_LEAVES)
+            self._writer = pq.ParquetWriter(
+                self.tmp,
+                schema,
+                compression=COMPRESSION,
+                write_page_checksum=True,
+                use_byte_stream_split=split,
+                use_dictionary=INT_LEAVES,
+            )
         except (OSError, pa.ArrowException) as exc:
             self.tmp.unlink(missing_ok=True)
             raise TraceError(self.path, f"cannot be written ({exc})", fix="a writable path for the trace") from exc
@@ -159,15 +180,20 @@ class TraceWriter:
         arrays = arrays.sorted()
         first = _key(arrays, 0)
         if self._last_key is not None and first <= self._last_key:
-            raise TraceError(self.tmp, f"batch starts at {first}, not after the previous batch's {self._last_key}",
-                             row=self.rows, field="request_id")
+            raise TraceError(
+                self.tmp,
+                f"batch starts at {first}, not after the previous batch's {self._last_key}",
+                row=self.rows,
+                field="request_id",
+            )
         for lo, hi in _token_slices(arrays, validate.CHUNK_ROWS):  # a row group each: the table of a slice at a time
             table = to_table(arrays.take(slice(lo, hi)), self.meta)
             try:
                 validate_table(table, self.meta, str(self.path))
             except TraceError as exc:  # the row in the batch, not in the slice
-                raise TraceError(exc.file, exc.message, row=None if exc.row is None else lo + exc.row,
-                                 field=exc.field, fix=exc.fix) from None
+                raise TraceError(
+                    exc.file, exc.message, row=None if exc.row is None else lo + exc.row, field=exc.field, fix=exc.fix
+                ) from None
             self._writer.write_table(table)
         self._last_key = _key(arrays, len(arrays) - 1)
         self.rows += len(arrays)
@@ -183,8 +209,13 @@ class TraceWriter:
             try:
                 check_trace(self.tmp)
             except TraceError as exc:  # name the file being written, not the temporary one
-                raise TraceError(self.path, f"the written trace fails its check, nothing was replaced: "
-                                            f"{exc.message}", row=exc.row, field=exc.field, fix=exc.fix) from exc
+                raise TraceError(
+                    self.path,
+                    f"the written trace fails its check, nothing was replaced: {exc.message}",
+                    row=exc.row,
+                    field=exc.field,
+                    fix=exc.fix,
+                ) from exc
             os.replace(self.tmp, self.path)
         finally:
             self.tmp.unlink(missing_ok=True)
@@ -214,8 +245,11 @@ def _token_slices(a: TraceArrays, rows: int) -> Iterator[tuple[int, int]]:
         hi = min(n, lo + max(rows, 1))
         while hi < n:  # on to the next token's first row, a window at a time
             end = min(n, hi + 4096)
-            new = ((a.request_id[hi:end] != a.request_id[hi - 1:end - 1]) | (a.step[hi:end] != a.step[hi - 1:end - 1])
-                   | (a.position[hi:end] != a.position[hi - 1:end - 1]))
+            new = (
+                (a.request_id[hi:end] != a.request_id[hi - 1 : end - 1])
+                | (a.step[hi:end] != a.step[hi - 1 : end - 1])
+                | (a.position[hi:end] != a.position[hi - 1 : end - 1])
+            )
             if new.any():
                 hi += int(np.argmax(new))
                 break

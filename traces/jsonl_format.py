@@ -46,8 +46,13 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
     except json.JSONDecodeError as exc:
         raise TraceError(path, f"the header is not JSON ({exc.msg})", row=1, unit="line") from None
     if not isinstance(h, dict) or h.get("hobbit_trace_header") != 1:
-        raise TraceError(path, "must be the header {\"hobbit_trace_header\": 1, \"model\": {...}}", row=1,
-                         unit="line", field="hobbit_trace_header")
+        raise TraceError(
+            path,
+            'must be the header {"hobbit_trace_header": 1, "model": {...}}',
+            row=1,
+            unit="line",
+            field="hobbit_trace_header",
+        )
     m = h.get("model")
     if not isinstance(m, dict):
         raise TraceError(path, "header has no 'model' object", row=1, unit="line", field="model")
@@ -58,8 +63,13 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
     fields = {"architecture": m.get("architecture", "unknown"), "weight_rule": m.get("weight_rule", "unknown")}
     extra = {k: m[k] for k in ("hidden_size", "moe_intermediate_size", "shared_experts") if k in m}
     try:
-        spec = ModelSpec(name=str(m["name"]), num_layers=_whole(m["num_layers"]), num_experts=_whole(m["num_experts"]),
-                         top_k=_whole(m["top_k"]), **{**fields, **extra, **over})
+        spec = ModelSpec(
+            name=str(m["name"]),
+            num_layers=_whole(m["num_layers"]),
+            num_experts=_whole(m["num_experts"]),
+            top_k=_whole(m["top_k"]),
+            **{**fields, **extra, **over},
+        )
         rec = h.get("recorded_layers")
         depth = _whole(h.get("lookahead_depth", 0))
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
@@ -81,13 +91,17 @@ def _whole(v: Any) -> Any:
 
 
 def _ids_ok(ids: Any, k: int, e: int) -> bool:
-    return (isinstance(ids, list) and len(ids) == k
-            and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < e for i in ids))
+    return (
+        isinstance(ids, list)
+        and len(ids) == k
+        and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < e for i in ids)
+    )
 
 
 def _weights_ok(w: Any, k: int) -> bool:
-    return (isinstance(w, list) and len(w) == k
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w))
+    return (
+        isinstance(w, list) and len(w) == k and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w)
+    )
 
 
 def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
@@ -109,8 +123,9 @@ def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
     k, e = meta.model.top_k, meta.model.num_experts
     ids, w = obj["expert_ids"], obj["gate_weights"]
     if not _ids_ok(ids, k, e):
-        raise TraceError(path, f"{ids!r} must be a list of top_k={k} expert ids in 0..{e - 1}",
-                         field="expert_ids", **where)
+        raise TraceError(
+            path, f"{ids!r} must be a list of top_k={k} expert ids in 0..{e - 1}", field="expert_ids", **where
+        )
     if not _weights_ok(w, k):
         raise TraceError(path, f"{w!r} must be a list of top_k={k} numbers", field="gate_weights", **where)
     d = meta.lookahead_depth
@@ -123,8 +138,13 @@ def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
             if ids_j == [] and w_j == []:
                 continue
             if not _ids_ok(ids_j, k, e) or not _weights_ok(w_j, k):
-                raise TraceError(path, f"pred_ids[{j}] / pred_weights[{j}] want top_k={k} ids in 0..{e - 1} and "
-                                       f"their weights, or [] and []", field="pred_ids", **where)
+                raise TraceError(
+                    path,
+                    f"pred_ids[{j}] / pred_weights[{j}] want top_k={k} ids in 0..{e - 1} and "
+                    f"their weights, or [] and []",
+                    field="pred_ids",
+                    **where,
+                )
         pred = (pi, pw)
     return (*ints, _PHASES.get(ph, ph), ids, [float(x) for x in w], pred)
 
@@ -184,8 +204,14 @@ def _decode(path: Path, data: bytes, offset: int) -> str:
 def _schema(meta: TraceMeta) -> pa.Schema:
     ints = [pa.field(f, pa.int64()) for f in _INT_FIELDS]
     lists = [pa.field("expert_ids", pa.list_(pa.int64())), pa.field("gate_weights", pa.list_(pa.float64()))]
-    preds = [pa.field("pred_ids", pa.list_(pa.list_(pa.int64()))),
-             pa.field("pred_weights", pa.list_(pa.list_(pa.float64())))] if meta.lookahead_depth > 0 else []
+    preds = (
+        [
+            pa.field("pred_ids", pa.list_(pa.list_(pa.int64()))),
+            pa.field("pred_weights", pa.list_(pa.list_(pa.float64()))),
+        ]
+        if meta.lookahead_depth > 0
+        else []
+    )
     return pa.schema([*ints, pa.field("phase", pa.string()), *lists, *preds])
 
 
@@ -208,8 +234,10 @@ def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta)
     if _other_breaks(data):
         return None
     try:
-        t = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(explicit_schema=_schema(meta),
-                                                                         unexpected_field_behavior="ignore"))
+        t = pj.read_json(
+            io.BytesIO(data),
+            parse_options=pj.ParseOptions(explicit_schema=_schema(meta), unexpected_field_behavior="ignore"),
+        )
     except (pa.ArrowException, ValueError, TypeError, OverflowError):
         return None
     n = t.num_rows
@@ -255,8 +283,15 @@ def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta)
         pw = np.full((n * d, k), np.nan, np.float32)
         pid[full], pw[full] = p_ids.reshape(-1, k), inner_w[1].to_numpy().reshape(-1, k)
         pid, pw = pid.reshape(n, d, k), pw.reshape(n, d, k)
-    return _Part(ints, decode.astype(np.int8), ids_v.reshape(n, k).astype(np.int16),
-                 w[1].to_numpy().reshape(n, k).astype(np.float32), pid, pw, line)
+    return _Part(
+        ints,
+        decode.astype(np.int8),
+        ids_v.reshape(n, k).astype(np.int16),
+        w[1].to_numpy().reshape(n, k).astype(np.float32),
+        pid,
+        pw,
+        line,
+    )
 
 
 def _python_part(path: Path, lines: list[str], first: int, meta: TraceMeta) -> _Part:
@@ -281,9 +316,15 @@ def _python_part(path: Path, lines: list[str], first: int, meta: TraceMeta) -> _
             for j in range(d):
                 if r[7][0][j]:
                     pid[i, j], pw[i, j] = r[7][0][j], r[7][1][j]
-    return _Part(np.array([r[:4] for r in rows], np.int64).reshape(m, 4), np.array([r[4] for r in rows], np.int8),
-                 np.array([r[5] for r in rows], np.int16).reshape(m, k),
-                 np.array([r[6] for r in rows], np.float32).reshape(m, k), pid, pw, np.array(line_of, np.int64))
+    return _Part(
+        np.array([r[:4] for r in rows], np.int64).reshape(m, 4),
+        np.array([r[4] for r in rows], np.int8),
+        np.array([r[5] for r in rows], np.int16).reshape(m, k),
+        np.array([r[6] for r in rows], np.float32).reshape(m, k),
+        pid,
+        pw,
+        np.array(line_of, np.int64),
+    )
 
 
 def read_generic_jsonl(path: Path, cfg: Any = None, arrow: bool = True) -> tuple[TraceArrays, TraceMeta]:
@@ -310,7 +351,7 @@ def read_generic_jsonl(path: Path, cfg: Any = None, arrow: bool = True) -> tuple
                     parts.append(_python_part(path, lines[1:], 2, meta))
                     first = len(lines) + 1
                     continue
-                text, data, first = text[head:], data[data.find(b"\n") + 1 or len(data):], 2
+                text, data, first = text[head:], data[data.find(b"\n") + 1 or len(data) :], 2
             n_lines = _count_lines(data)
             part = _arrow_part(data, text, first, n_lines, meta) if arrow and data else None
             if part is None:
@@ -328,9 +369,15 @@ def read_generic_jsonl(path: Path, cfg: Any = None, arrow: bool = True) -> tuple
 
     ints = cat("ints")
     ids, w = sort_by_weight(cat("ids"), cat("weights"))
-    a = TraceArrays(request_id=ints[:, 0].astype(np.int32), step=ints[:, 1].astype(np.int32),
-                    position=ints[:, 2].astype(np.int32), layer=ints[:, 3].astype(np.int16), phase=cat("phase"),
-                    expert_ids=ids, gate_weights=w)
+    a = TraceArrays(
+        request_id=ints[:, 0].astype(np.int32),
+        step=ints[:, 1].astype(np.int32),
+        position=ints[:, 2].astype(np.int32),
+        layer=ints[:, 3].astype(np.int16),
+        phase=cat("phase"),
+        expert_ids=ids,
+        gate_weights=w,
+    )
     if meta.lookahead_depth > 0:
         pid, pw = cat("pred_ids"), cat("pred_weights")
         for j in range(meta.lookahead_depth):
@@ -344,9 +391,18 @@ def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> Non
     """Export a trace in the generic format (what another tool would emit), atomically. A trace whose
     source had no gate weights says so in the header (``"gate_weights": "absent"``), and reads back so."""
     m = meta.model
-    header = {"hobbit_trace_header": 1, "lookahead_depth": meta.lookahead_depth,
-              "model": {"name": m.name, "num_layers": m.num_layers, "num_experts": m.num_experts, "top_k": m.top_k,
-                        "weight_rule": m.weight_rule, "architecture": m.architecture}}
+    header = {
+        "hobbit_trace_header": 1,
+        "lookahead_depth": meta.lookahead_depth,
+        "model": {
+            "name": m.name,
+            "num_layers": m.num_layers,
+            "num_experts": m.num_experts,
+            "top_k": m.top_k,
+            "weight_rule": m.weight_rule,
+            "architecture": m.architecture,
+        },
+    }
     if meta.recorded_layers is not None:
         header["recorded_layers"] = list(meta.recorded_layers)
     if meta.source.get("weights") == WEIGHTS_ABSENT:
@@ -355,13 +411,20 @@ def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> Non
     def write(f: IO) -> None:
         f.write(json.dumps(header) + "\n")
         for i in range(len(arrays)):
-            row = {"request_id": int(arrays.request_id[i]), "phase": PHASE_NAMES[int(arrays.phase[i])],
-                   "step": int(arrays.step[i]), "position": int(arrays.position[i]), "layer": int(arrays.layer[i]),
-                   "expert_ids": arrays.expert_ids[i].tolist(), "gate_weights": arrays.gate_weights[i].tolist()}
+            row = {
+                "request_id": int(arrays.request_id[i]),
+                "phase": PHASE_NAMES[int(arrays.phase[i])],
+                "step": int(arrays.step[i]),
+                "position": int(arrays.position[i]),
+                "layer": int(arrays.layer[i]),
+                "expert_ids": arrays.expert_ids[i].tolist(),
+                "gate_weights": arrays.gate_weights[i].tolist(),
+            }
             if meta.lookahead_depth > 0:
                 row["pred_ids"] = [[int(x) for x in p] if p[0] >= 0 else [] for p in arrays.pred_ids[i]]
-                row["pred_weights"] = [p.tolist() if arrays.pred_ids[i][j][0] >= 0 else []
-                                       for j, p in enumerate(arrays.pred_weights[i])]
+                row["pred_weights"] = [
+                    p.tolist() if arrays.pred_ids[i][j][0] >= 0 else [] for j, p in enumerate(arrays.pred_weights[i])
+                ]
             f.write(json.dumps(row) + "\n")
 
     atomic_write(path, write)

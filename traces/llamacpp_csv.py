@@ -54,8 +54,11 @@ def _parse(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
     try:
         lines = path.read_text(encoding="ascii").splitlines()
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"not a text file (byte {exc.start} is not ASCII)",
-                         fix="in= the CSV llama-moe-trace wrote (MOE_TRACE_OUT)") from None
+        raise TraceError(
+            path,
+            f"not a text file (byte {exc.start} is not ASCII)",
+            fix="in= the CSV llama-moe-trace wrote (MOE_TRACE_OUT)",
+        ) from None
     first = 1
     if lines and lines[0].strip() == HEADER:
         lines, first = lines[1:], 2
@@ -67,9 +70,14 @@ def _parse(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
     for i, line in enumerate(lines):
         m = _LINE.fullmatch(line.strip())
         if m is None:
-            raise TraceError(path, f"{line[:60]!r} is not 'layer,expert' (two whole numbers >= 0)",
-                             row=i + first, unit="line", field="layer,expert",
-                             fix="in= an unedited llama-moe-trace CSV")
+            raise TraceError(
+                path,
+                f"{line[:60]!r} is not 'layer,expert' (two whole numbers >= 0)",
+                row=i + first,
+                unit="line",
+                field="layer,expert",
+                fix="in= an unedited llama-moe-trace CSV",
+            )
         vals[i] = int(m.group(1)), int(m.group(2))
     for col, name in ((0, "layer"), (1, "expert")):
         bad = vals[:, col] > INT16_MAX
@@ -94,19 +102,30 @@ def _top_k(path: Path, expert: np.ndarray, lengths: np.ndarray, n_passes: int, g
     srt = np.sort(chunks, axis=1)
     distinct = g == 1 or not (srt[:, 1:] == srt[:, :-1]).any()
     if not (one_token and distinct):
-        raise TraceError(path, "cannot tell top_k: the log has no one-token (decode) pass to measure it by",
-                         field="top_k", fix="give top_k= (the model's experts per token)")
+        raise TraceError(
+            path,
+            "cannot tell top_k: the log has no one-token (decode) pass to measure it by",
+            field="top_k",
+            fix="give top_k= (the model's experts per token)",
+        )
     return g
 
 
-def _passes(path: Path, block: np.ndarray, starts: np.ndarray, lengths: np.ndarray, k: int,
-            first_line: int) -> list[int]:
+def _passes(
+    path: Path, block: np.ndarray, starts: np.ndarray, lengths: np.ndarray, k: int, first_line: int
+) -> list[int]:
     """Tokens in each forward pass, checking that every pass covers the same blocks."""
     if (lengths % k).any():
         r = int(np.flatnonzero(lengths % k)[0])
-        raise TraceError(path, f"a run of {lengths[r]} rows of layer {block[starts[r]]} is not a whole number of "
-                               f"tokens of top_k={k} experts", row=int(starts[r]) + first_line, unit="line",
-                         field="layer", fix="check top_k=, or that the file is complete")
+        raise TraceError(
+            path,
+            f"a run of {lengths[r]} rows of layer {block[starts[r]]} is not a whole number of "
+            f"tokens of top_k={k} experts",
+            row=int(starts[r]) + first_line,
+            unit="line",
+            field="layer",
+            fix="check top_k=, or that the file is complete",
+        )
     run_block = block[starts]
     new_pass = np.r_[True, run_block[1:] <= run_block[:-1]]
     pass_of_run = np.cumsum(new_pass) - 1
@@ -118,10 +137,15 @@ def _passes(path: Path, block: np.ndarray, starts: np.ndarray, lengths: np.ndarr
         ntok = (lengths[runs] // k).tolist()
         bad = have != blocks or len(set(ntok)) != 1
         if bad and len(blocks) > 1:
-            what = (f"layers {have}, expected {blocks}" if have != blocks else
-                    f"different token counts per layer {ntok}")
-            raise TraceError(path, f"forward pass {p} has {what}", row=int(starts[first]) + first_line, unit="line",
-                             field="layer", fix="in= a complete, unedited llama-moe-trace CSV")
+            what = f"layers {have}, expected {blocks}" if have != blocks else f"different token counts per layer {ntok}"
+            raise TraceError(
+                path,
+                f"forward pass {p} has {what}",
+                row=int(starts[first]) + first_line,
+                unit="line",
+                field="layer",
+                fix="in= a complete, unedited llama-moe-trace CSV",
+            )
         sizes.append(int(ntok[0]) if len(blocks) > 1 else int(sum(ntok)))
     return sizes
 
@@ -161,31 +185,56 @@ def read_llamacpp_csv(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceMe
     row, t0 = 0, 0
     for n in sizes:
         for li in range(L):
-            ids[t0:t0 + n, li] = expert[row:row + n * k].reshape(n, k)
-            line[t0:t0 + n, li] = np.arange(row, row + n * k, k) + first_line
+            ids[t0 : t0 + n, li] = expert[row : row + n * k].reshape(n, k)
+            line[t0 : t0 + n, li] = np.arange(row, row + n * k, k) + first_line
             row += n * k
         t0 += n
     req, phase, step, pos = _tokens(sizes)
     rep = lambda x, dt: np.repeat(x, L).astype(dt)
-    a = TraceArrays(request_id=rep(req, np.int32), phase=rep(phase, np.int8), step=rep(step, np.int32),
-                    position=rep(pos, np.int32), layer=np.tile(np.arange(L), n_tok).astype(np.int16),
-                    expert_ids=ids.reshape(-1, k).astype(np.int16),
-                    gate_weights=np.full((n_tok * L, k), 1.0 / k, dtype=np.float32))
+    a = TraceArrays(
+        request_id=rep(req, np.int32),
+        phase=rep(phase, np.int8),
+        step=rep(step, np.int32),
+        position=rep(pos, np.int32),
+        layer=np.tile(np.arange(L), n_tok).astype(np.int16),
+        expert_ids=ids.reshape(-1, k).astype(np.int16),
+        gate_weights=np.full((n_tok * L, k), 1.0 / k, dtype=np.float32),
+    )
     over = {f: getattr(cfg, f) for f in ("name", "num_experts") if getattr(cfg, f, None)}
     if getattr(cfg, "num_layers", None) not in (None, L):
-        raise TraceError(path, f"holds {L} MoE layers (blocks {blocks}), not num_layers={cfg.num_layers}",
-                         field="num_layers", fix="leave num_layers= unset")
+        raise TraceError(
+            path,
+            f"holds {L} MoE layers (blocks {blocks}), not num_layers={cfg.num_layers}",
+            field="num_layers",
+            fix="leave num_layers= unset",
+        )
     try:
-        spec = ModelSpec(**{"name": path.stem, "architecture": "unknown (llama.cpp GGUF)", "num_layers": L,
-                            "num_experts": int(expert.max()) + 1, "top_k": k, "weight_rule": "unknown", **over})
+        spec = ModelSpec(
+            **{
+                "name": path.stem,
+                "architecture": "unknown (llama.cpp GGUF)",
+                "num_layers": L,
+                "num_experts": int(expert.max()) + 1,
+                "top_k": k,
+                "weight_rule": "unknown",
+                **over,
+            }
+        )
     except ValueError as exc:
         raise TraceError(path, f"model spec: {exc}", fix="set num_experts=, top_k=") from exc
     warn = ix.absent_weights_note(path, FORMAT)
-    src = {"kind": "converter", "format": FORMAT, "input": str(path), "weights": ix.WEIGHTS_ABSENT,
-           ix.BLOCKS_KEY: blocks, "pass_sizes": sizes, "warnings": [warn],
-           "num_experts": "given" if "num_experts" in over else "largest id + 1 (pass num_experts= for the model's)",
-           "request_semantics": "a new request where a pass of 2+ tokens follows a decode pass; prefill = the "
-                                "first pass and the 2+-token passes after it; one-token passes are decode steps"}
+    src = {
+        "kind": "converter",
+        "format": FORMAT,
+        "input": str(path),
+        "weights": ix.WEIGHTS_ABSENT,
+        ix.BLOCKS_KEY: blocks,
+        "pass_sizes": sizes,
+        "warnings": [warn],
+        "num_experts": "given" if "num_experts" in over else "largest id + 1 (pass num_experts= for the model's)",
+        "request_semantics": "a new request where a pass of 2+ tokens follows a decode pass; prefill = the "
+        "first pass and the 2+-token passes after it; one-token passes are decode steps",
+    }
     meta = TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso())
     return validate_source(a, meta, path, line.ravel(), unit="line"), meta
 
@@ -224,8 +273,10 @@ def write_llamacpp_csv(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list
     if meta.lookahead_depth > 0:
         dropped.append(f"predicted experts (pred_ids/pred_weights, lookahead_depth={meta.lookahead_depth})")
     n_req = len(np.unique(arrays.request_id))
-    dropped.append(f"request ids, phases and positions of {n_req} request(s) (a re-import infers them from "
-                   f"forward-pass sizes: requests that start with a one-token prompt merge into the previous one)")
+    dropped.append(
+        f"request ids, phases and positions of {n_req} request(s) (a re-import infers them from "
+        f"forward-pass sizes: requests that start with a one-token prompt merge into the previous one)"
+    )
     if meta.model.num_experts > (int(arrays.expert_ids.max()) + 1):
         dropped.append(f"num_experts={meta.model.num_experts} (re-import with num_experts= to restore it)")
     return dropped

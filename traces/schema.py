@@ -55,8 +55,12 @@ INT32_MAX, INT16_MAX = 2**31 - 1, 2**15 - 1  # largest request_id / step / posit
 
 # what a token's top-k weights sum to under each rule, (low, high]; None: the number of experts chosen
 WEIGHT_SUMS: dict[str, tuple[float, float | None]] = {
-    "softmax_renorm": (1 - 1e-3, 1 + 1e-3), "topk_softmax": (1 - 1e-3, 1 + 1e-3), "softmax": (0.0, 1 + 1e-3),
-    "sparsemixer": (0.0, None), "sigmoid_group": (0.0, float("inf")), "unknown": (0.0, float("inf")),
+    "softmax_renorm": (1 - 1e-3, 1 + 1e-3),
+    "topk_softmax": (1 - 1e-3, 1 + 1e-3),
+    "softmax": (0.0, 1 + 1e-3),
+    "sparsemixer": (0.0, None),
+    "sigmoid_group": (0.0, float("inf")),
+    "unknown": (0.0, float("inf")),
 }
 
 ARROW_COLUMNS: dict[str, pa.DataType] = {
@@ -81,8 +85,16 @@ class InputError(ValueError):
 class TraceError(InputError):
     """A trace file that breaks schema v1: names the file, the first bad row and the field."""
 
-    def __init__(self, file: object, message: str, *, row: int | None = None, field: str | None = None,
-                 fix: str | None = None, unit: str = "row") -> None:
+    def __init__(
+        self,
+        file: object,
+        message: str,
+        *,
+        row: int | None = None,
+        field: str | None = None,
+        fix: str | None = None,
+        unit: str = "row",
+    ) -> None:
         self.file, self.row, self.field, self.fix, self.message = str(file), row, field, fix, message
         self.unit = unit  # "row" of a table, "line" of a text file
         where = [self.file]

@@ -58,8 +58,10 @@ class _Tally:
         self.pairs, self.reuse, self.reuse_layer = 0, 0.0, np.zeros(L)
         self.reuse_phase, self.pairs_phase = {PREFILL: 0.0, DECODE: 0.0}, {PREFILL: 0, DECODE: 0}
         depths = [d for d in range(1, depth + 1) if d < L]
-        self.look = {d: {"hits": 0, "common": 0, "pred": np.zeros((L - d, E), np.int64),
-                         "true": np.zeros((L - d, E), np.int64)} for d in depths}
+        self.look = {
+            d: {"hits": 0, "common": 0, "pred": np.zeros((L - d, E), np.int64), "true": np.zeros((L - d, E), np.int64)}
+            for d in depths
+        }
 
     def add(self, tv: dict[str, np.ndarray], t0: int, t1: int) -> None:
         """Tokens [t0, t1) of the token view ``tv``."""
@@ -74,9 +76,9 @@ class _Tally:
         req = tv["request_id"][s:t1]
         same = req[1:] == req[:-1]
         if same.any():
-            per = overlap(tv["ids"][s + 1:t1], tv["ids"][s:t1 - 1])[same] / self.k  # [P, L]
+            per = overlap(tv["ids"][s + 1 : t1], tv["ids"][s : t1 - 1])[same] / self.k  # [P, L]
             frac = per.mean(axis=1)
-            phase = tv["phase"][s + 1:t1][same]
+            phase = tv["phase"][s + 1 : t1][same]
             self.pairs += len(frac)
             self.reuse += float(frac.sum())
             self.reuse_layer += per.sum(axis=0)
@@ -100,11 +102,21 @@ class _Tally:
         sum_e P(e)^2 / k: reuse above it is temporal locality, not just popularity.
         """
         if not self.pairs:
-            return {"all": None, "prefill": None, "decode": None, "per_layer": [], "baseline": None,
-                    "baseline_per_layer": []}
+            return {
+                "all": None,
+                "prefill": None,
+                "decode": None,
+                "per_layer": [],
+                "baseline": None,
+                "baseline_per_layer": [],
+            }
         base = ((self.counts / max(self.tokens, 1)) ** 2).sum(axis=1) / self.k  # [L]
-        res: dict = {"all": self.reuse / self.pairs, "per_layer": (self.reuse_layer / self.pairs).round(4).tolist(),
-                     "baseline": float(base.mean()), "baseline_per_layer": base.round(4).tolist()}
+        res: dict = {
+            "all": self.reuse / self.pairs,
+            "per_layer": (self.reuse_layer / self.pairs).round(4).tolist(),
+            "baseline": float(base.mean()),
+            "baseline_per_layer": base.round(4).tolist(),
+        }
         for ph in (PREFILL, DECODE):
             n = self.pairs_phase[ph]
             res[PHASE_NAMES[ph]] = self.reuse_phase[ph] / n if n else None
@@ -121,8 +133,15 @@ class _Tally:
         for d, acc in self.look.items():
             pairs = self.tokens * acc["pred"].shape[0]
             chance = ((acc["pred"] / T) * (acc["true"] / T)).sum(axis=1)  # [L-d]
-            out.append({"d": d, "top1": acc["hits"] / pairs, "baseline_top1": float(chance.mean()),
-                        "recall": acc["common"] / pairs / self.k, "pairs": pairs})
+            out.append(
+                {
+                    "d": d,
+                    "top1": acc["hits"] / pairs,
+                    "baseline_top1": float(chance.mean()),
+                    "recall": acc["common"] / pairs / self.k,
+                    "pairs": pairs,
+                }
+            )
         return out
 
 
@@ -192,26 +211,33 @@ def render(s: dict[str, Any], max_layer_rows: int = 40) -> str:
         f"mean top-1 share {s['gate']['mean_top1_share']:.3f}",
     ]
     r = s["next_token_reuse"]
-    lines.append(f"reuse      next-token expert reuse {_fmt(r['all'])} (prefill {_fmt(r['prefill'])}, "
-                 f"decode {_fmt(r['decode'])}); {_fmt(r['baseline'])} expected from the load alone, "
-                 f"{m['top_k'] / m['num_experts']:.3f} if uniform")
+    lines.append(
+        f"reuse      next-token expert reuse {_fmt(r['all'])} (prefill {_fmt(r['prefill'])}, "
+        f"decode {_fmt(r['decode'])}); {_fmt(r['baseline'])} expected from the load alone, "
+        f"{m['top_k'] / m['num_experts']:.3f} if uniform"
+    )
     if s["lookahead"]:
         for row in s["lookahead"]:
-            lines.append(f"lookahead  d={row['d']}: top-1 {row['top1']:.3f} ({row['baseline_top1']:.3f} by chance "
-                         f"given the load), set recall {row['recall']:.3f} ({row['pairs']} pairs)")
+            lines.append(
+                f"lookahead  d={row['d']}: top-1 {row['top1']:.3f} ({row['baseline_top1']:.3f} by chance "
+                f"given the load), set recall {row['recall']:.3f} ({row['pairs']} pairs)"
+            )
     else:
         lines.append("lookahead  none recorded")
     el = s["expert_load"]
     layers = s["recorded_layers"]
     ent = el["entropy"]
-    lines.append(f"load       normalised entropy {min(ent):.3f}..{max(ent):.3f} over layers; "
-                 f"{el['experts_never_used']} (layer, expert) pairs never used")
+    lines.append(
+        f"load       normalised entropy {min(ent):.3f}..{max(ent):.3f} over layers; "
+        f"{el['experts_never_used']} (layer, expert) pairs never used"
+    )
     if max_layer_rows <= 0:
         return "\n".join(lines)
     lines.append("           per layer: top-expert share, normalised entropy, coefficient of variation")
     for i, layer in enumerate(layers[:max_layer_rows]):
-        lines.append(f"  layer {layer:>3}  top {el['top_share'][i]:.3f}  entropy {el['entropy'][i]:.3f}  "
-                     f"cv {el['cv'][i]:.3f}")
+        lines.append(
+            f"  layer {layer:>3}  top {el['top_share'][i]:.3f}  entropy {el['entropy'][i]:.3f}  cv {el['cv'][i]:.3f}"
+        )
     if len(layers) > max_layer_rows:
         lines.append(f"  ... {len(layers) - max_layer_rows} more layers (use --json)")
     return "\n".join(lines)

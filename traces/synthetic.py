@@ -53,7 +53,7 @@ class SyntheticConfig:
 
 def _popularity(cfg: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
     ranks = np.arange(1, cfg.num_experts + 1, dtype=np.float64)
-    p = ranks ** -cfg.zipf
+    p = ranks**-cfg.zipf
     p /= p.sum()
     out = np.empty((cfg.num_layers, cfg.num_experts))
     for layer in range(cfg.num_layers):
@@ -61,8 +61,14 @@ def _popularity(cfg: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
     return out  # [L, E]
 
 
-def _choose(prev_tok: np.ndarray | None, prev_layer: np.ndarray | None, xmap: np.ndarray, pop: np.ndarray,
-            cfg: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
+def _choose(
+    prev_tok: np.ndarray | None,
+    prev_layer: np.ndarray | None,
+    xmap: np.ndarray,
+    pop: np.ndarray,
+    cfg: SyntheticConfig,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """k distinct experts for one (token, layer)."""
     chosen: list[int] = []
     for slot in range(cfg.top_k):
@@ -125,8 +131,14 @@ def generate(cfg: SyntheticConfig) -> tuple[TraceArrays, TraceMeta]:
         ids = np.empty((n_tok, L, k), np.int16)
         for t in range(n_tok):
             for layer in range(L):
-                ids[t, layer] = _choose(ids[t - 1, layer] if t else None, ids[t, layer - 1] if layer else None,
-                                        xmaps[layer], pop[layer], cfg, rng)
+                ids[t, layer] = _choose(
+                    ids[t - 1, layer] if t else None,
+                    ids[t, layer - 1] if layer else None,
+                    xmaps[layer],
+                    pop[layer],
+                    cfg,
+                    rng,
+                )
         wts = _weights(cfg, rng, n_tok * L).reshape(n_tok, L, k)
         pos = np.arange(n_tok)
         phase = np.where(pos < cfg.prompt_tokens, PREFILL, DECODE)
@@ -145,8 +157,15 @@ def generate(cfg: SyntheticConfig) -> tuple[TraceArrays, TraceMeta]:
             a.pred_ids = pids.reshape(-1, cfg.lookahead_depth, k)
             a.pred_weights = pw.reshape(-1, cfg.lookahead_depth, k)
         parts.append(a)
-    model = ModelSpec(name=cfg.name, architecture="synthetic", num_layers=L, num_experts=cfg.num_experts,
-                      top_k=k, weight_rule="softmax_renorm")
-    meta = TraceMeta(model=model, lookahead_depth=cfg.lookahead_depth,
-                     source={"kind": "synthetic", **asdict(cfg)}, created=now_iso())
+    model = ModelSpec(
+        name=cfg.name,
+        architecture="synthetic",
+        num_layers=L,
+        num_experts=cfg.num_experts,
+        top_k=k,
+        weight_rule="softmax_renorm",
+    )
+    meta = TraceMeta(
+        model=model, lookahead_depth=cfg.lookahead_depth, source={"kind": "synthetic", **asdict(cfg)}, created=now_iso()
+    )
     return concat(parts), meta

@@ -53,8 +53,12 @@ def _record_dtype(n_experts: int) -> np.dtype:
 def _load(path: Path) -> tuple[np.ndarray, int, int]:
     raw = path.read_bytes()
     if len(raw) < HEADER.size or raw[:8] != MAGIC:
-        raise TraceError(path, f"not a TEC router trace: starts {raw[:8]!r}, not {MAGIC!r}", field="magic",
-                         fix="in= the file llama-router-trace wrote (ROUTER_TRACE_OUT)")
+        raise TraceError(
+            path,
+            f"not a TEC router trace: starts {raw[:8]!r}, not {MAGIC!r}",
+            field="magic",
+            fix="in= the file llama-router-trace wrote (ROUTER_TRACE_OUT)",
+        )
     _, n_experts, version = HEADER.unpack_from(raw)
     if not 1 <= n_experts <= INT16_MAX + 1:
         raise TraceError(path, f"n_experts {n_experts} is not in 1..{INT16_MAX + 1}", field="n_experts")
@@ -64,9 +68,13 @@ def _load(path: Path) -> tuple[np.ndarray, int, int]:
         raise TraceError(path, "holds a header but no records")
     if body % dt.itemsize:
         n = body // dt.itemsize
-        raise TraceError(path, f"ends inside record {n} ({body % dt.itemsize} of its {dt.itemsize} bytes): "
-                               f"the file is truncated", row=n, unit="record",
-                         fix="re-run the trace to completion")
+        raise TraceError(
+            path,
+            f"ends inside record {n} ({body % dt.itemsize} of its {dt.itemsize} bytes): the file is truncated",
+            row=n,
+            unit="record",
+            fix="re-run the trace to completion",
+        )
     return np.frombuffer(raw, dtype=dt, offset=HEADER.size), n_experts, version
 
 
@@ -89,8 +97,12 @@ def _top_k(path: Path, probs: np.ndarray, given: int | None) -> int:
     nz = np.count_nonzero(probs, axis=1)
     if nz.min() == nz.max() and 0 < nz[0] < probs.shape[1]:
         return int(nz[0])
-    raise TraceError(path, "cannot tell top_k: the records hold the router's whole distribution", field="top_k",
-                     fix="give top_k= (the model's experts per token)")
+    raise TraceError(
+        path,
+        "cannot tell top_k: the records hold the router's whole distribution",
+        field="top_k",
+        fix="give top_k= (the model's experts per token)",
+    )
 
 
 def read_tec(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceMeta]:
@@ -107,23 +119,53 @@ def read_tec(path: Path, cfg: Any = None) -> tuple[TraceArrays, TraceMeta]:
     prompt = max(1, int(getattr(cfg, "prompt_tokens", 1) or 1))
     phase = np.where(tok < prompt, PREFILL, DECODE).astype(np.int8)
     step = np.where(phase == PREFILL, 0, tok - prompt + 1).astype(np.int32)
-    a = TraceArrays(request_id=np.zeros(len(rec), np.int32), phase=phase, step=step,
-                    position=tok.astype(np.int32), layer=layer, expert_ids=order.astype(np.int16), gate_weights=w)
+    a = TraceArrays(
+        request_id=np.zeros(len(rec), np.int32),
+        phase=phase,
+        step=step,
+        position=tok.astype(np.int32),
+        layer=layer,
+        expert_ids=order.astype(np.int16),
+        gate_weights=w,
+    )
     if getattr(cfg, "num_layers", None) not in (None, len(blocks)):
-        raise TraceError(path, f"holds {len(blocks)} MoE layers (blocks {blocks}), not num_layers={cfg.num_layers}",
-                         field="num_layers", fix="leave num_layers= unset")
+        raise TraceError(
+            path,
+            f"holds {len(blocks)} MoE layers (blocks {blocks}), not num_layers={cfg.num_layers}",
+            field="num_layers",
+            fix="leave num_layers= unset",
+        )
     over = {f: getattr(cfg, f) for f in ("name", "weight_rule") if getattr(cfg, f, None)}
     if getattr(cfg, "num_experts", None) not in (None, n_experts):
-        raise TraceError(path, f"the header says n_experts={n_experts}, not num_experts={cfg.num_experts}",
-                         field="num_experts", fix="leave num_experts= unset")
+        raise TraceError(
+            path,
+            f"the header says n_experts={n_experts}, not num_experts={cfg.num_experts}",
+            field="num_experts",
+            fix="leave num_experts= unset",
+        )
     try:
-        spec = ModelSpec(**{"name": path.stem, "architecture": "unknown (llama.cpp GGUF)", "num_layers": len(blocks),
-                            "num_experts": n_experts, "top_k": k, "weight_rule": "softmax", **over})
+        spec = ModelSpec(
+            **{
+                "name": path.stem,
+                "architecture": "unknown (llama.cpp GGUF)",
+                "num_layers": len(blocks),
+                "num_experts": n_experts,
+                "top_k": k,
+                "weight_rule": "softmax",
+                **over,
+            }
+        )
     except ValueError as exc:
         raise TraceError(path, f"model spec: {exc}", fix="set top_k=, weight_rule=") from exc
-    src = {"kind": "converter", "format": FORMAT, "input": str(path), "header_version": version,
-           BLOCKS_KEY: blocks, "prompt_tokens": prompt,
-           "request_semantics": f"one request: tokens 0..{prompt - 1} the prefill, each later token a decode step"}
+    src = {
+        "kind": "converter",
+        "format": FORMAT,
+        "input": str(path),
+        "header_version": version,
+        BLOCKS_KEY: blocks,
+        "prompt_tokens": prompt,
+        "request_semantics": f"one request: tokens 0..{prompt - 1} the prefill, each later token a decode step",
+    }
     meta = TraceMeta(model=spec, lookahead_depth=0, source=src, created=now_iso())
     return validate_source(a, meta, path, np.arange(len(rec)), unit="record"), meta
 
@@ -152,13 +194,16 @@ def write_tec(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list[str]:
     atomic_write(path, write, binary=True)
     dropped = ["the probabilities of the experts outside each row's top-k (the trace never had them; written as 0)"]
     n_req = len(np.unique(arrays.request_id))
-    dropped.append(f"request ids, phases and positions of {n_req} request(s) (TEC numbers tokens 0..N-1 in one "
-                   f"stream; a re-import reads one request)")
+    dropped.append(
+        f"request ids, phases and positions of {n_req} request(s) (TEC numbers tokens 0..N-1 in one "
+        f"stream; a re-import reads one request)"
+    )
     if meta.lookahead_depth > 0:
         dropped.append(f"predicted experts (pred_ids/pred_weights, lookahead_depth={meta.lookahead_depth})")
     if weights_absent(meta):
-        dropped.append("real gate weights: this trace has none (weights: absent), so the file holds uniform "
-                       "1/top_k placeholders")
+        dropped.append(
+            "real gate weights: this trace has none (weights: absent), so the file holds uniform 1/top_k placeholders"
+        )
     if (arrays.gate_weights <= 0).any():
         dropped.append("the identity of zero-weight experts (a probability of 0 reads as not selected)")
     return dropped

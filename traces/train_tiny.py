@@ -199,11 +199,15 @@ def train(cfg: TrainConfig) -> dict:
         row = {"step": step + 1, "train_loss": round(out.loss.item(), 5), "balance_loss": round(balance.item(), 5)}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             ev, ent_mean, ent_min = _eval(model, held_ids, cfg)
-            row.update(eval_loss=round(ev, 5), routing_entropy_mean=round(ent_mean, 4),
-                       routing_entropy_min=round(ent_min, 4))
+            row.update(
+                eval_loss=round(ev, 5), routing_entropy_mean=round(ent_mean, 4), routing_entropy_min=round(ent_min, 4)
+            )
             elapsed = time.perf_counter() - t_start
-            print(f"step {step + 1}/{cfg.steps} train {row['train_loss']:.3f} eval {ev:.3f} routing entropy "
-                  f"mean {ent_mean:.3f} min {ent_min:.3f} ({elapsed:.0f} s)", flush=True)
+            print(
+                f"step {step + 1}/{cfg.steps} train {row['train_loss']:.3f} eval {ev:.3f} routing entropy "
+                f"mean {ent_mean:.3f} min {ent_min:.3f} ({elapsed:.0f} s)",
+                flush=True,
+            )
         curve.append(row)
     seconds = time.perf_counter() - t_start
     return _save(model, cfg, curve, held_files, digest, len(train_ids), len(held_ids), seconds)
@@ -220,8 +224,7 @@ def _save(model, cfg: TrainConfig, curve, held_files, digest, n_train, n_held, s
     prompts = make_prompts(held_files, cfg.num_prompts)
     write_heldout_text(held_files, out / "heldout.txt")
     with open(out / "prompts.jsonl", "w") as f:
-        for p in prompts:
-            f.write(json.dumps(p) + "\n")
+        f.writelines(json.dumps(p) + "\n" for p in prompts)
     log = {
         "config": asdict(cfg),
         "python": sys.version.split()[0],

@@ -38,8 +38,12 @@ def check_columns(schema: pa.Schema, meta: TraceMeta, file: str) -> None:
             raise TraceError(file, "column is missing", field=name, fix=fix)
         typ = schema.field(name).type
         if typ != ARROW_COLUMNS[name]:
-            raise TraceError(file, f"has type {typ}, schema v1 wants {ARROW_COLUMNS[name]}", field=name,
-                             fix="write the file through traces.io")
+            raise TraceError(
+                file,
+                f"has type {typ}, schema v1 wants {ARROW_COLUMNS[name]}",
+                field=name,
+                fix="write the file through traces.io",
+            )
 
 
 def _check_nulls(part: pa.RecordBatch, names: Sequence[str], file: str, row0: int) -> None:
@@ -49,8 +53,7 @@ def _check_nulls(part: pa.RecordBatch, names: Sequence[str], file: str, row0: in
             raise TraceError(file, "null value", row=row0 + _first(np.asarray(col.is_null())), field=name)
 
 
-def _check_lists(part: pa.RecordBatch, meta: TraceMeta, file: str, row0: int, ids: np.ndarray,
-                 wts: np.ndarray) -> None:
+def _check_lists(part: pa.RecordBatch, meta: TraceMeta, file: str, row0: int, ids: np.ndarray, wts: np.ndarray) -> None:
     """A chunk's routing lists (its first row is ``row0``) checked as they are copied into ``ids`` and ``wts``, the
     trace's [M, K] rows of them."""
     k, e = meta.model.top_k, meta.model.num_experts
@@ -59,42 +62,68 @@ def _check_lists(part: pa.RecordBatch, meta: TraceMeta, file: str, row0: int, id
         lens = list_lengths(part.column(name))
         if np.any(lens != k):
             row = _first(lens != k)
-            raise TraceError(file, f"has {lens[row]} entries, model.top_k is {k}", row=row0 + row, field=name,
-                             fix="every row lists exactly top_k experts")
+            raise TraceError(
+                file,
+                f"has {lens[row]} entries, model.top_k is {k}",
+                row=row0 + row,
+                field=name,
+                fix="every row lists exactly top_k experts",
+            )
     ids[:] = flat_values(part.column("expert_ids")).reshape(n, k)
     wts[:] = flat_values(part.column("gate_weights")).reshape(n, k)
     bad = (ids < 0) | (ids >= e)
     if bad.any():
         row = _first(bad.any(axis=1))
-        raise TraceError(file, f"expert id {ids[row][bad[row]][0]} out of range 0..{e - 1}", row=row0 + row,
-                         field="expert_ids", fix="check model.num_experts in the metadata")
+        raise TraceError(
+            file,
+            f"expert id {ids[row][bad[row]][0]} out of range 0..{e - 1}",
+            row=row0 + row,
+            field="expert_ids",
+            fix="check model.num_experts in the metadata",
+        )
     if k > 1:
         dup = _duplicates(ids)
         if dup.any():
-            raise TraceError(file, f"expert selected twice: {ids[_first(dup)].tolist()}", row=row0 + _first(dup),
-                             field="expert_ids")
+            raise TraceError(
+                file, f"expert selected twice: {ids[_first(dup)].tolist()}", row=row0 + _first(dup), field="expert_ids"
+            )
     if not np.isfinite(wts).all():
-        raise TraceError(file, "non-finite weight", row=row0 + _first(~np.isfinite(wts).all(axis=1)),
-                         field="gate_weights")
+        raise TraceError(
+            file, "non-finite weight", row=row0 + _first(~np.isfinite(wts).all(axis=1)), field="gate_weights"
+        )
     if (wts < 0).any():
         row = _first((wts < 0).any(axis=1))
-        raise TraceError(file, f"negative weight in {wts[row].tolist()}", row=row0 + row, field="gate_weights",
-                         fix="the weights the model applies, which are >= 0")
+        raise TraceError(
+            file,
+            f"negative weight in {wts[row].tolist()}",
+            row=row0 + row,
+            field="gate_weights",
+            fix="the weights the model applies, which are >= 0",
+        )
     rule = meta.model.weight_rule
     low, high = WEIGHT_SUMS[rule]
     sums = wts.sum(axis=1, dtype=np.float64)
     bad = ~((sums > low) & (sums <= (k if high is None else high)))
     if bad.any():
         row = _first(bad)
-        raise TraceError(file, f"weights {wts[row].tolist()} sum to {sums[row]:.6g}, which weight_rule={rule} "
-                               f"does not give", row=row0 + row, field="gate_weights",
-                         fix="the weights as the model applies them, or the model's weight_rule")
+        raise TraceError(
+            file,
+            f"weights {wts[row].tolist()} sum to {sums[row]:.6g}, which weight_rule={rule} does not give",
+            row=row0 + row,
+            field="gate_weights",
+            fix="the weights as the model applies them, or the model's weight_rule",
+        )
     if k > 1:
         unsorted = (wts[:, 1:] > wts[:, :-1] + 1e-6).any(axis=1)
         if unsorted.any():
             row = _first(unsorted)
-            raise TraceError(file, f"weights {wts[row].tolist()} are not highest first", row=row0 + row,
-                             field="gate_weights", fix="sort each row by weight, descending")
+            raise TraceError(
+                file,
+                f"weights {wts[row].tolist()} are not highest first",
+                row=row0 + row,
+                field="gate_weights",
+                fix="sort each row by weight, descending",
+            )
 
 
 def _duplicates(ids: np.ndarray) -> np.ndarray:
@@ -126,8 +155,9 @@ def _check_keys(a: TraceArrays, meta: TraceMeta, file: str) -> None:
             raise TraceError(file, "phase must be 0 (prefill) or 1 (decode)", row=lo + _first(bad), field="phase")
         bad = ((ph == 0) & (st != 0)) | ((ph == 1) & (st < 1))
         if bad.any():
-            raise TraceError(file, "prefill rows have step 0 and decode rows step >= 1", row=lo + _first(bad),
-                             field="step")
+            raise TraceError(
+                file, "prefill rows have step 0 and decode rows step >= 1", row=lo + _first(bad), field="step"
+            )
         for name in ("request_id", "position"):
             col = getattr(a, name)[lo:hi]
             if np.any(col < 0):
@@ -135,14 +165,21 @@ def _check_keys(a: TraceArrays, meta: TraceMeta, file: str) -> None:
         s = max(lo - 1, 0)  # each row against the one before it, the chunk's first against the last chunk's last
         if hi - s < 2:
             continue
-        dr, ds, dp, dl = (np.subtract(x[s + 1:hi], x[s:hi - 1], dtype=np.int64)
-                          for x in (a.request_id, a.step, a.position, a.layer))
+        dr, ds, dp, dl = (
+            np.subtract(x[s + 1 : hi], x[s : hi - 1], dtype=np.int64)
+            for x in (a.request_id, a.step, a.position, a.layer)
+        )
         # lexicographic "strictly increasing": the first non-zero difference must be > 0
         ok = (dr > 0) | ((dr == 0) & ((ds > 0) | ((ds == 0) & ((dp > 0) | ((dp == 0) & (dl > 0))))))
         if not ok.all():
-            raise TraceError(file, "rows are not strictly ordered by (request_id, step, position, layer)",
-                             row=s + 1 + _first(~ok), field="layer", fix="write through traces.io, which sorts rows")
-        new_tok[s + 1:hi] = (dr != 0) | (ds != 0) | (dp != 0)
+            raise TraceError(
+                file,
+                "rows are not strictly ordered by (request_id, step, position, layer)",
+                row=s + 1 + _first(~ok),
+                field="layer",
+                fix="write through traces.io, which sorts rows",
+            )
+        new_tok[s + 1 : hi] = (dr != 0) | (ds != 0) | (dp != 0)
     starts = np.flatnonzero(new_tok)
     del new_tok
     per = max(1, CHUNK_ROWS // L)
@@ -155,16 +192,21 @@ def _check_keys(a: TraceArrays, meta: TraceMeta, file: str) -> None:
         if wrong.any():
             tok = _first(wrong)
             row = int(first[tok])
-            have = a.layer[row: row + int(sizes[tok])].tolist()
+            have = a.layer[row : row + int(sizes[tok])].tolist()
             missing = sorted(set(layers.tolist()) - set(have))
             what = f"missing layer(s) {missing}" if missing else f"layers {have}, expected {layers.tolist()}"
-            raise TraceError(file, f"token (request {a.request_id[row]}, step {a.step[row]}, position "
-                                   f"{a.position[row]}) has {what}", row=row, field="layer",
-                             fix="every token needs one row per recorded MoE layer")
+            raise TraceError(
+                file,
+                f"token (request {a.request_id[row]}, step {a.step[row]}, position {a.position[row]}) has {what}",
+                row=row,
+                field="layer",
+                fix="every token needs one row per recorded MoE layer",
+            )
 
 
-def _check_preds(part: pa.RecordBatch, meta: TraceMeta, layer: np.ndarray, file: str, row0: int, ids: np.ndarray,
-                 wts: np.ndarray) -> None:
+def _check_preds(
+    part: pa.RecordBatch, meta: TraceMeta, layer: np.ndarray, file: str, row0: int, ids: np.ndarray, wts: np.ndarray
+) -> None:
     """A chunk's predictions (its first row is ``row0``, its rows' layers ``layer``) checked as they are laid out
     into ``ids`` and ``wts``, the trace's [M, D, K] rows of them."""
     n, k, d = part.num_rows, meta.model.top_k, meta.lookahead_depth
@@ -177,8 +219,9 @@ def _check_preds(part: pa.RecordBatch, meta: TraceMeta, layer: np.ndarray, file:
         inner = list_lengths(list_values(col)).reshape(n, d)
         if np.any((inner != 0) & (inner != k)):
             row = _first(((inner != 0) & (inner != k)).any(axis=1))
-            raise TraceError(file, f"inner list lengths {inner[row].tolist()}, want 0 or top_k={k}", row=row0 + row,
-                             field=name)
+            raise TraceError(
+                file, f"inner list lengths {inner[row].tolist()}, want 0 or top_k={k}", row=row0 + row, field=name
+            )
         if name == "pred_ids":
             present = inner == k
     pos = np.searchsorted(np.asarray(meta.layers), layer)  # [M] index of the row's layer
@@ -193,8 +236,9 @@ def _check_preds(part: pa.RecordBatch, meta: TraceMeta, layer: np.ndarray, file:
         raise TraceError(file, "predicted expert id out of range", row=row0 + _first(bad), field="pred_ids")
 
 
-def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str,
-                   keep: bool = True) -> TraceArrays | None:
+def validate_parts(
+    parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str, keep: bool = True
+) -> TraceArrays | None:
     """Validate the ``n`` rows that ``parts`` yields (``schema``'s columns) against ``meta``; return them as dense
     arrays (``keep=False``: only check them, holding the keys whole and the rest a chunk at a time; None).
     ``parts(columns)`` yields the rows' named columns a chunk at a time, in order; it is called once for the keys and
@@ -202,13 +246,16 @@ def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, fil
     check_columns(schema, meta, file)
     k, d = meta.model.top_k, meta.lookahead_depth
     whole = n if keep else 0
-    a = TraceArrays(*(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS), np.empty((whole, k), np.int16),
-                    np.empty((whole, k), np.float32))
+    a = TraceArrays(
+        *(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS),
+        np.empty((whole, k), np.int16),
+        np.empty((whole, k), np.float32),
+    )
     for part, row0 in _chunks(parts, REQUIRED_COLUMNS, n, file):
         m = part.num_rows
         _check_lists(part, meta, file, row0, *_landing(a, ("expert_ids", "gate_weights"), row0, m, keep))
         for c in KEY_COLUMNS:
-            getattr(a, c)[row0:row0 + m] = to_numpy(part.column(c))
+            getattr(a, c)[row0 : row0 + m] = to_numpy(part.column(c))
     if n == 0:
         raise TraceError(file, "trace has no rows")
     _check_keys(a, meta, file)
@@ -216,8 +263,14 @@ def validate_parts(parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, fil
         a.pred_ids, a.pred_weights = np.empty((whole, d, k), np.int16), np.empty((whole, d, k), np.float32)
         for part, row0 in _chunks(parts, PRED_COLUMNS, n, file):
             m = part.num_rows
-            _check_preds(part, meta, a.layer[row0:row0 + m], file, row0,
-                         *_landing(a, ("pred_ids", "pred_weights"), row0, m, keep))
+            _check_preds(
+                part,
+                meta,
+                a.layer[row0 : row0 + m],
+                file,
+                row0,
+                *_landing(a, ("pred_ids", "pred_weights"), row0, m, keep),
+            )
     return a if keep else None
 
 
@@ -242,7 +295,7 @@ def _landing(a: TraceArrays, fields: Sequence[str], row0: int, m: int, keep: boo
     for f in fields:
         arr = getattr(a, f)
         if keep:
-            out.append(arr[row0:row0 + m])
+            out.append(arr[row0 : row0 + m])
             continue
         if len(arr) < m:
             arr = np.empty((m, *arr.shape[1:]), arr.dtype)
@@ -251,8 +304,9 @@ def _landing(a: TraceArrays, fields: Sequence[str], row0: int, m: int, keep: boo
     return out
 
 
-def validate_source(a: TraceArrays, meta: TraceMeta, file: object, source: np.ndarray | None = None,
-                    unit: str = "row") -> TraceArrays:
+def validate_source(
+    a: TraceArrays, meta: TraceMeta, file: object, source: np.ndarray | None = None, unit: str = "row"
+) -> TraceArrays:
     """Sort a converter's rows and validate them whole; an error names the input ``file`` and the
     ``unit`` (row, line) the bad row came from (``source[i]``: where row ``i`` of ``a`` came from,
     default its index), never the trace being written nor a row of the sorted table."""
@@ -267,5 +321,10 @@ def validate_source(a: TraceArrays, meta: TraceMeta, file: object, source: np.nd
 
 def validate_table(table: pa.Table, meta: TraceMeta, file: str) -> TraceArrays:
     """Validate ``table`` against ``meta``; return its columns as dense arrays."""
-    return validate_parts(lambda cols: table.select(list(cols)).to_batches(max_chunksize=CHUNK_ROWS),
-                          table.num_rows, table.schema, meta, file)
+    return validate_parts(
+        lambda cols: table.select(list(cols)).to_batches(max_chunksize=CHUNK_ROWS),
+        table.num_rows,
+        table.schema,
+        meta,
+        file,
+    )

@@ -61,8 +61,10 @@ class CompileNotice(numba_event.Listener):
         if d not in self.entry:
             return
         if not self.started:
-            self._say(f"compiling the simulator's core ({d.py_func.__name__} first): once for this machine and "
-                      f"version, a few minutes on two cores; later runs load it from numba's cache")
+            self._say(
+                f"compiling the simulator's core ({d.py_func.__name__} first): once for this machine and "
+                f"version, a few minutes on two cores; later runs load it from numba's cache"
+            )
         self.started[d] = time.perf_counter()
 
     def on_end(self, event: numba_event.Event) -> None:
@@ -114,8 +116,12 @@ def first_use(d, out=None) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if not WAITED:
-                print("hobbit: another process is compiling the simulator's core; waiting for it, then loading its "
-                      "code from numba's cache", file=out or sys.stderr, flush=True)
+                print(
+                    "hobbit: another process is compiling the simulator's core; waiting for it, then loading its "
+                    "code from numba's cache",
+                    file=out or sys.stderr,
+                    flush=True,
+                )
             WAITED.append(d.py_func.__name__)
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -138,8 +144,12 @@ def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
 def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     """``Workload.future_uses`` as CSR arrays: key layer * E + expert -> its (pass, layer) steps in order
     (``walk.future_uses``)."""
-    return walk.future_uses(np.ascontiguousarray(wl.ids), np.asarray(wl.pass_start, np.int64),
-                            np.asarray(wl.pass_end, np.int64), wl.num_experts)
+    return walk.future_uses(
+        np.ascontiguousarray(wl.ids),
+        np.asarray(wl.pass_start, np.int64),
+        np.asarray(wl.pass_end, np.int64),
+        wl.num_experts,
+    )
 
 
 def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:
@@ -150,8 +160,14 @@ def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:
 def rule_mix(wl: Workload, t1: float, t2: float, counts: np.ndarray | None = None) -> dict[str, float]:
     """``policies.precision.rule_mix`` of HOBBIT's classes of ``wl``'s selections at T1 / T2, counted in one pass
     (once per workload and thresholds), or ``counts`` when a walk with HOBBIT's rule counted them (``stream``)."""
-    n = wl.derived(("mix", t1, t2), lambda: counts if counts is not None else rule.hobbit_counts(
-        wl.weights.reshape(-1, wl.top_k), float(t1) + EPS, float(t2) + EPS))
+    n = wl.derived(
+        ("mix", t1, t2),
+        lambda: (
+            counts
+            if counts is not None
+            else rule.hobbit_counts(wl.weights.reshape(-1, wl.top_k), float(t1) + EPS, float(t2) + EPS)
+        ),
+    )
     total = max(int(n.sum()), 1)
     return {"high": float(n[HIGH] / total), "low": float(n[LOW] / total), "skip": float(n[SKIP] / total)}
 
@@ -209,10 +225,17 @@ def _fld_table(w_fld: float, num_layers: int) -> np.ndarray:
     return w_fld * (1.0 - ((x[None, :] - x[:, None] + num_layers) % num_layers) / num_layers)
 
 
-def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-                 placement: Placement | None, cpu_faster: Callable[[int, int], bool] | None,
-                 miss_costs: Callable[[int, int], tuple[float, float]] | None,
-                 profile: list[np.ndarray] | None, bound_inputs: tuple | None = None) -> tuple[tuple, tuple]:
+def _walk_inputs(
+    wl: Workload,
+    system: SystemConfig,
+    slots: tuple[int, int],
+    expert_bytes: tuple[int, int],
+    placement: Placement | None,
+    cpu_faster: Callable[[int, int], bool] | None,
+    miss_costs: Callable[[int, int], tuple[float, float]] | None,
+    profile: list[np.ndarray] | None,
+    bound_inputs: tuple | None = None,
+) -> tuple[tuple, tuple]:
     """(``walk.walk_state``'s arguments, ``walk.walk``'s between the state and the pass range) for ``system``;
     with ``bound_inputs`` (``_bound_inputs``) the walk also writes each pass's bound into the array that ends its
     arguments but one, and counts the selections of each class into the last (``walk.walk``)."""
@@ -245,8 +268,11 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
         fw = fld_table(pol.w[3], L)
-    fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl)) if ev.policy == "belady" else (
-        np.zeros(1, np.int64), np.zeros(1, np.int64))
+    fut_off, fut_steps = (
+        wl.derived(("future",), lambda: future_csr(wl))
+        if ev.policy == "belady"
+        else (np.zeros(1, np.int64), np.zeros(1, np.int64))
+    )
     eam_lib, eam_norms, per_step = np.zeros((0, L, E)), np.zeros((0, L)), 0
     eam_order = np.zeros((0, L, E), np.int32)  # each entry's experts of each layer by probability, highest first
     if pf.kind == "eam":  # the profiling requests' matrices, normalised per layer, as the reference prefetcher has them
@@ -273,18 +299,63 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
-    state_args = (L, E, np.array(slots, np.int64), bool(ev.per_layer), policy, int(pf.staging_slots),
-                  int(PRUNE_MIN_SLOTS), int(LIRS_VICTIMS_PER_KEY) * L * E, int(EAM_CANDIDATES), log)
-    args = (narrow(wl.ids, "expert_ids"), frozen(wl.weights), pred, pred_w, *rule_args(p.mode, p.t1, p.t2), log,
-            np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64),
-            np.asarray(wl.pass_request, np.int64), np.asarray(wl.token_in_request, np.int64), resident, cpu_layer,
-            np.array(slots, np.int64), bool(ev.per_layer), policy, wts, fw, fut_off, fut_steps, eam_lib, eam_norms,
-            eam_order, int(per_step),
-            walk.PREFETCHERS.index(pf.kind), depth, pf.fallback == "history", wl.top_k, mixed, int(uniform),
-            bool(p.serve_any_cached), p.multi_token == "high" and mixed, int(prefetch_prec), bool(prefetching),
-            int(pf.staging_slots), walk.CPU_MISSES.index(system.cpu_misses), int(system.cpu_insert), faster, copy_s,
-            cpu_s, float(system.split_threshold), int(system.split_max_fetch), per_expert,
-            np.array(expert_bytes, np.int64))
+    state_args = (
+        L,
+        E,
+        np.array(slots, np.int64),
+        bool(ev.per_layer),
+        policy,
+        int(pf.staging_slots),
+        int(PRUNE_MIN_SLOTS),
+        int(LIRS_VICTIMS_PER_KEY) * L * E,
+        int(EAM_CANDIDATES),
+        log,
+    )
+    args = (
+        narrow(wl.ids, "expert_ids"),
+        frozen(wl.weights),
+        pred,
+        pred_w,
+        *rule_args(p.mode, p.t1, p.t2),
+        log,
+        np.asarray(wl.pass_start, np.int64),
+        np.asarray(wl.pass_end, np.int64),
+        np.asarray(wl.pass_request, np.int64),
+        np.asarray(wl.token_in_request, np.int64),
+        resident,
+        cpu_layer,
+        np.array(slots, np.int64),
+        bool(ev.per_layer),
+        policy,
+        wts,
+        fw,
+        fut_off,
+        fut_steps,
+        eam_lib,
+        eam_norms,
+        eam_order,
+        int(per_step),
+        walk.PREFETCHERS.index(pf.kind),
+        depth,
+        pf.fallback == "history",
+        wl.top_k,
+        mixed,
+        int(uniform),
+        bool(p.serve_any_cached),
+        p.multi_token == "high" and mixed,
+        int(prefetch_prec),
+        bool(prefetching),
+        int(pf.staging_slots),
+        walk.CPU_MISSES.index(system.cpu_misses),
+        int(system.cpu_insert),
+        faster,
+        copy_s,
+        cpu_s,
+        float(system.split_threshold),
+        int(system.split_max_fetch),
+        per_expert,
+        np.array(expert_bytes, np.int64),
+    )
     if bound_inputs is None:
         bnd = (False, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), False, np.zeros(1))
     else:
@@ -292,22 +363,44 @@ def _walk_inputs(wl: Workload, system: SystemConfig, slots: tuple[int, int], exp
     return state_args, (*args, *bnd, np.zeros(3, np.int64))
 
 
-def _decisions(st: np.ndarray, served: np.ndarray, mass: np.ndarray, slots: tuple[int, int], system: SystemConfig,
-               steps, tables: DecisionTables | None,
-               per_layer: tuple[np.ndarray, np.ndarray] | None = None) -> Decisions:
+def _decisions(
+    st: np.ndarray,
+    served: np.ndarray,
+    mass: np.ndarray,
+    slots: tuple[int, int],
+    system: SystemConfig,
+    steps,
+    tables: DecisionTables | None,
+    per_layer: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Decisions:
     pf = system.prefetch
     prefetching = prefetcher_class(pf.kind).loads_ahead and system.cpu_misses != "always"
-    return Decisions(steps=steps, served=served, prefetch_issued=int(st[walk.ISSUED]),
-                     prefetch_used=int(st[walk.USED]), bytes_requested=int(st[walk.BYTES]), mass=mass,
-                     evictions=int(st[walk.EVICTIONS]), slots=(int(slots[HIGH]), int(slots[LOW])),
-                     staging=int(pf.staging_slots) if prefetching else 0, prefetch_dropped=int(st[walk.DROPPED]),
-                     tables=tables, per_layer=per_layer)
+    return Decisions(
+        steps=steps,
+        served=served,
+        prefetch_issued=int(st[walk.ISSUED]),
+        prefetch_used=int(st[walk.USED]),
+        bytes_requested=int(st[walk.BYTES]),
+        mass=mass,
+        evictions=int(st[walk.EVICTIONS]),
+        slots=(int(slots[HIGH]), int(slots[LOW])),
+        staging=int(pf.staging_slots) if prefetching else 0,
+        prefetch_dropped=int(st[walk.DROPPED]),
+        tables=tables,
+        per_layer=per_layer,
+    )
 
 
-def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-           placement: Placement | None = None, cpu_faster: Callable[[int, int], bool] | None = None,
-           miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
-           profile: list[np.ndarray] | None = None) -> Decisions:
+def decide(
+    wl: Workload,
+    system: SystemConfig,
+    slots: tuple[int, int],
+    expert_bytes: tuple[int, int],
+    placement: Placement | None = None,
+    cpu_faster: Callable[[int, int], bool] | None = None,
+    miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+    profile: list[np.ndarray] | None = None,
+) -> Decisions:
     """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
     of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
     victim; ``walk._pruned_evict``)."""
@@ -322,20 +415,37 @@ def decide(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         logs[x] = logs[x].copy()
     loads, gpu, cpu, cancel, evicted, kept = logs
     if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
-        return Decider(wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs,
-                       profile=profile).run()
-    tables = DecisionTables(num_layers=wl.num_layers, n_steps=len(wl.pass_start) * wl.num_layers,
-                            expert_bytes=tuple(expert_bytes), loads=loads, gpu=gpu, cpu=cpu, cancel=cancel,
-                            evicted=evicted, kept=kept)
+        return Decider(
+            wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs, profile=profile
+        ).run()
+    tables = DecisionTables(
+        num_layers=wl.num_layers,
+        n_steps=len(wl.pass_start) * wl.num_layers,
+        expert_bytes=tuple(expert_bytes),
+        loads=loads,
+        gpu=gpu,
+        cpu=cpu,
+        cancel=cancel,
+        evicted=evicted,
+        kept=kept,
+    )
     return _decisions(st, served, mass, slots, system, tables.steps(), tables)
 
 
-def decide_or_refer(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-                    placement: Placement | None = None, keep_log: bool = False, **kw) -> Decisions:
+def decide_or_refer(
+    wl: Workload,
+    system: SystemConfig,
+    slots: tuple[int, int],
+    expert_bytes: tuple[int, int],
+    placement: Placement | None = None,
+    keep_log: bool = False,
+    **kw,
+) -> Decisions:
     """The compiled walk where it implements ``system``, else the reference's (same decisions either way)."""
     if unsupported(system, keep_log) is None:
-        return decide(wl, system, slots, expert_bytes, placement, kw.get("cpu_faster"), kw.get("miss_costs"),
-                      kw.get("profile"))
+        return decide(
+            wl, system, slots, expert_bytes, placement, kw.get("cpu_faster"), kw.get("miss_costs"), kw.get("profile")
+        )
     return Decider(wl, system, slots, expert_bytes, placement, keep_log=keep_log, **kw).run()
 
 
@@ -357,13 +467,39 @@ def _fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
     cpu_s[1:] = [cost.cached("cpu_expert_s", n) for n in range(1, len(cpu_s))]
 
 
-def _replay(wl: Workload, cost: CostModel, shared: bool | None, p0: int, p1: int, tables: tuple, per_tid: tuple,
-            inputs: tuple, demand_first: bool, link: tuple, base: int, out: tuple) -> None:
+def _replay(
+    wl: Workload,
+    cost: CostModel,
+    shared: bool | None,
+    p0: int,
+    p1: int,
+    tables: tuple,
+    per_tid: tuple,
+    inputs: tuple,
+    demand_first: bool,
+    link: tuple,
+    base: int,
+    out: tuple,
+) -> None:
     """The timing of passes ``p0:p1`` (``timing.replay`` or, with contention, ``replay_shared``)."""
     f = cost.contention
     dense, other, expert, cpu_s = inputs[:4]
-    args = (p0, p1, wl.num_layers, *tables, *per_tid, dense, other, expert, cpu_s, float(cost.issue_s()),
-            bool(demand_first), link, base, *out)
+    args = (
+        p0,
+        p1,
+        wl.num_layers,
+        *tables,
+        *per_tid,
+        dense,
+        other,
+        expert,
+        cpu_s,
+        float(cost.issue_s()),
+        bool(demand_first),
+        link,
+        base,
+        *out,
+    )
     if shared if shared is not None else f.active:
         with first_use(timing.replay_shared):
             timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
@@ -372,8 +508,9 @@ def _replay(wl: Workload, cost: CostModel, shared: bool | None, p0: int, p1: int
             timing.replay(*args)
 
 
-def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True,
-                   shared: bool | None = None) -> Timeline:
+def time_decisions(
+    wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool = True, shared: bool | None = None
+) -> Timeline:
     """``sim.plain.replay`` compiled: the same times (``shared``: as there)."""
     tab = dec.tables if dec.tables is not None else tables_from_steps(dec.steps, wl.num_layers)
     max_t, _ = _tables(wl)
@@ -386,11 +523,24 @@ def time_decisions(wl: Workload, dec: Decisions, cost: CostModel, demand_first: 
     out = (np.zeros(P), np.zeros(P), np.zeros(tab.n_steps), np.zeros(tab.n_steps))
     with first_use(timing.link_state):
         link = timing.link_state(tab.loads)
-    _replay(wl, cost, shared, 0, P, (tab.loads, tab.gpu, tab.cpu, tab.cancel), (inputs[4][prec], inputs[5][prec]),
-            inputs, demand_first, link, 0, out)
+    _replay(
+        wl,
+        cost,
+        shared,
+        0,
+        P,
+        (tab.loads, tab.gpu, tab.cpu, tab.cancel),
+        (inputs[4][prec], inputs[5][prec]),
+        inputs,
+        demand_first,
+        link,
+        0,
+        out,
+    )
     started, done, fs, ls = link[3], link[4], link[5], link[6]
-    tl = Timeline(*out, link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
-                  cancelled=int(ls[timing.CANCELLED]))
+    tl = Timeline(
+        *out, link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]), cancelled=int(ls[timing.CANCELLED])
+    )
     tl.transfer_start, tl.transfer_done = Times(started), Times(done)
     return tl
 
@@ -408,13 +558,21 @@ class Streamed(NamedTuple):
 CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many steps at a time (whole passes, >= 1)
 
 
-def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_bytes: tuple[int, int],
-           cost: CostModel, demand_first: bool = True, placement: Placement | None = None,
-           cpu_faster: Callable[[int, int], bool] | None = None,
-           miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
-           profile: list[np.ndarray] | None = None, chunk_steps: int | None = None,
-           shared: bool | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Streamed | None:
+def stream(
+    wl: Workload,
+    system: SystemConfig,
+    slots: tuple[int, int],
+    expert_bytes: tuple[int, int],
+    cost: CostModel,
+    demand_first: bool = True,
+    placement: Placement | None = None,
+    cpu_faster: Callable[[int, int], bool] | None = None,
+    miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+    profile: list[np.ndarray] | None = None,
+    chunk_steps: int | None = None,
+    shared: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Streamed | None:
     """``decide`` then ``time_decisions``, a chunk of ``chunk_steps`` steps (``CHUNK_STEPS``; whole passes) at a time: each chunk's
     log is timed, counted and dropped, so a run holds the trace, its per-pass and per-step times and O(cache +
     chunk) state, not its log. The same decisions and times as the two in turn; ``Decisions.steps`` and the
@@ -431,8 +589,17 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
     n_steps = P * L
     max_t, _ = _tables(wl)
     inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
-    state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile,
-                                    _bound_inputs(wl, cost, system, inputs[:2]))
+    state_args, args = _walk_inputs(
+        wl,
+        system,
+        slots,
+        expert_bytes,
+        placement,
+        cpu_faster,
+        miss_costs,
+        profile,
+        _bound_inputs(wl, cost, system, inputs[:2]),
+    )
     cpu_known = False  # CPU expert times, looked up once a chunk computes experts there (as time_decisions does)
     dur_of, nbytes_of = inputs[4], inputs[5]
     ps, pe, pass_stall = np.zeros(P), np.zeros(P), np.zeros(P)
@@ -487,13 +654,25 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         link = (demand, q, dropped, started, done, fs, ls)
         n = (p1 - p0) * L
         stall = np.zeros(n)
-        _replay(wl, cost, shared, p0, p1, (loads, gpu, cpu, cancel), (dur, nbytes), inputs, demand_first, link,
-                len(live), (ps, pe, stall, np.zeros(n)))
+        _replay(
+            wl,
+            cost,
+            shared,
+            p0,
+            p1,
+            (loads, gpu, cpu, cancel),
+            (dur, nbytes),
+            inputs,
+            demand_first,
+            link,
+            len(live),
+            (ps, pe, stall, np.zeros(n)),
+        )
         rows = stall.reshape(-1, L)
         pass_stall[p0:p1] = rows.sum(axis=1)
         layer_stall = layer_sums(rows, layer_stall)
         decode_stall = layer_sums(rows * decode[p0:p1, None], decode_stall)
-        waiting = space[q[ls[timing.HEAD]:ls[timing.TAIL]]]
+        waiting = space[q[ls[timing.HEAD] : ls[timing.TAIL]]]
         if ls[timing.CUR] >= 0:
             waiting = np.append(waiting, space[ls[timing.CUR]])
         layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
@@ -501,10 +680,26 @@ def stream(wl: Workload, system: SystemConfig, slots: tuple[int, int], expert_by
         prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
         if progress is not None:
             progress(p1, P)
-    dec = _decisions(st, state[walk.STATE.index("served")], state[walk.STATE.index("mass")], slots, system,
-                     NotKept(n_steps), None, (demand_n, prefetch_n))
-    tl = Timeline(ps, pe, np.zeros(0), np.zeros(0), link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]),
-                  cancelled=int(ls[timing.CANCELLED]), stall_sums=(pass_stall, layer_stall, decode_stall))
+    dec = _decisions(
+        st,
+        state[walk.STATE.index("served")],
+        state[walk.STATE.index("mass")],
+        slots,
+        system,
+        NotKept(n_steps),
+        None,
+        (demand_n, prefetch_n),
+    )
+    tl = Timeline(
+        ps,
+        pe,
+        np.zeros(0),
+        np.zeros(0),
+        link_busy_s=float(fs[timing.BUSY]),
+        bytes_moved=int(ls[timing.MOVED]),
+        cancelled=int(ls[timing.CANCELLED]),
+        stall_sums=(pass_stall, layer_stall, decode_stall),
+    )
     return Streamed(dec, tl, args[-2], args[-1] if system.precision.mode == "hobbit" else None)
 
 
@@ -532,8 +727,9 @@ class Times(Mapping):
         return len(self._dict())
 
 
-def _bound_inputs(wl: Workload, cost: CostModel, system: SystemConfig,
-                  per_pass_s: tuple[np.ndarray, np.ndarray] | None = None) -> tuple:
+def _bound_inputs(
+    wl: Workload, cost: CostModel, system: SystemConfig, per_pass_s: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple:
     """``bound.pass_bounds``'s tables (the walk's too, ``_walk_inputs``): (dense seconds per pass, head seconds per
     pass (``per_pass_s`` when given), the cheapest device seconds of an expert per token count, its CPU seconds,
     whether the CPU computes)."""
@@ -554,6 +750,16 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
     p = system.precision
     dense, other, expert_min, cpu_s, uses_cpu = _bound_inputs(wl, cost, system)
     with first_use(bound.pass_bounds):
-        return bound.pass_bounds(narrow(wl.ids, "expert_ids"), frozen(wl.weights), *rule_args(p.mode, p.t1, p.t2),
-                                 np.asarray(wl.pass_start, np.int64), np.asarray(wl.pass_end, np.int64), dense,
-                                 other, expert_min, cpu_s, wl.num_experts, uses_cpu)
+        return bound.pass_bounds(
+            narrow(wl.ids, "expert_ids"),
+            frozen(wl.weights),
+            *rule_args(p.mode, p.t1, p.t2),
+            np.asarray(wl.pass_start, np.int64),
+            np.asarray(wl.pass_end, np.int64),
+            dense,
+            other,
+            expert_min,
+            cpu_s,
+            wl.num_experts,
+            uses_cpu,
+        )

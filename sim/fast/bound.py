@@ -11,8 +11,21 @@ HIGH, SKIP = 0, 2
 
 
 @njit(cache=True)
-def pass_bounds(ids, weights, hobbit_rule, rule_hi, rule_lo, pass_start, pass_end, dense_s, other_s, expert_min,
-                cpu_s, num_experts, uses_cpu):
+def pass_bounds(
+    ids,
+    weights,
+    hobbit_rule,
+    rule_hi,
+    rule_lo,
+    pass_start,
+    pass_end,
+    dense_s,
+    other_s,
+    expert_min,
+    cpu_s,
+    num_experts,
+    uses_cpu,
+):
     """[P] seconds (``sim.bound.pass_bounds``): ``expert_min[n]`` the cheapest device precision for n tokens; the
     classes by the precision rule (``walk._rule_row``: HOBBIT's or, without it, none skipped)."""
     L, K = ids.shape[1], ids.shape[2]

@@ -58,11 +58,11 @@ def hobbit_counts(weights: np.ndarray, hi: float, lo: float) -> np.ndarray:
     return _counts(frozen(np.ascontiguousarray(weights)), hi, lo)
 
 
-def classes_and_mass(weights: np.ndarray, mode: str, t1: float, t2: float,
-                     nan_zero: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def classes_and_mass(
+    weights: np.ndarray, mode: str, t1: float, t2: float, nan_zero: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(the class of every selection, its normalised gate mass) as the walk computes them: [..., K] int8 and
     float64. ``mode``: hobbit, high or low (``policies.precision.classes_for``)."""
     w = frozen(np.ascontiguousarray(weights).reshape(-1, weights.shape[-1]))
-    cls, mass = _rows(w, nan_zero, mode == "hobbit", LOW if mode == "low" else HIGH, float(t1) + EPS,
-                      float(t2) + EPS)
+    cls, mass = _rows(w, nan_zero, mode == "hobbit", LOW if mode == "low" else HIGH, float(t1) + EPS, float(t2) + EPS)
     return cls.reshape(weights.shape), mass.reshape(weights.shape)

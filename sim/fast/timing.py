@@ -145,8 +145,15 @@ def link_state(loads):
     n_loads = loads.shape[0]
     fs, ls = np.zeros(6), np.zeros(5, np.int64)
     ls[CUR] = -1
-    return (loads[:, 1] == 1, np.zeros(n_loads + 1, np.int64), np.zeros(n_loads + 1, np.bool_),
-            np.full(n_loads, np.nan), np.full(n_loads, np.nan), fs, ls)
+    return (
+        loads[:, 1] == 1,
+        np.zeros(n_loads + 1, np.int64),
+        np.zeros(n_loads + 1, np.bool_),
+        np.full(n_loads, np.nan),
+        np.full(n_loads, np.nan),
+        fs,
+        ls,
+    )
 
 
 SMALL_SORT = 32  # at most this many values: argsort by insertion, without numba's mergesort and its allocations
@@ -178,8 +185,29 @@ def _cpu_end(cpu, cpu_s, c0, c1, start):
 
 
 @njit(cache=True)
-def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
-           demand_first, link, base, pass_start, pass_end, step_stall, step_end):
+def replay(
+    p0,
+    p1,
+    num_layers,
+    loads,
+    gpu,
+    cpu,
+    cancel,
+    dur,
+    nbytes,
+    dense_s,
+    other_s,
+    expert_s,
+    cpu_s,
+    issue,
+    demand_first,
+    link,
+    base,
+    pass_start,
+    pass_end,
+    step_stall,
+    step_end,
+):
     """``plain.replay`` without contention, passes ``p0:p1``, continuing ``link`` (``link_state``; updated in
     place): their times into ``pass_start`` and ``pass_end`` (indexed by pass) and ``step_stall`` and ``step_end``
     (by step of the range: the range's first step is 0); ``started`` / ``done`` of
@@ -207,8 +235,16 @@ def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, ot
             if nl or lo_x[i + 1] > lo_x[i]:  # _Link.enqueue at t
                 while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     _start_next(q, fs, ls, dur, nbytes, started, done)
-                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], base + lo_l[i], base + lo_l[i + 1],
-                         demand_first)
+                _requeue(
+                    q,
+                    ls,
+                    demand,
+                    dropped,
+                    cancel[lo_x[i] : lo_x[i + 1], 1],
+                    base + lo_l[i],
+                    base + lo_l[i + 1],
+                    demand_first,
+                )
                 if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     fs[FREE_AT] = t
                     _start_next(q, fs, ls, dur, nbytes, started, done)
@@ -241,9 +277,33 @@ def replay(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, ot
 
 
 @njit(cache=True)
-def replay_shared(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dense_s, other_s, expert_s, cpu_s, issue,
-                  demand_first, link, base, pass_start, pass_end, step_stall, step_end, f_link, f_dense, f_high,
-                  f_low):
+def replay_shared(
+    p0,
+    p1,
+    num_layers,
+    loads,
+    gpu,
+    cpu,
+    cancel,
+    dur,
+    nbytes,
+    dense_s,
+    other_s,
+    expert_s,
+    cpu_s,
+    issue,
+    demand_first,
+    link,
+    base,
+    pass_start,
+    pass_end,
+    step_stall,
+    step_end,
+    f_link,
+    f_dense,
+    f_high,
+    f_low,
+):
     """``plain._replay_shared``: ``replay`` with the overlap of copies and compute charged (``Contention``)."""
     L = num_layers
     i0, n_steps = p0 * L, (p1 - p0) * L
@@ -265,8 +325,16 @@ def replay_shared(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dens
             if nl and issue:
                 _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)
             if nl or lo_x[i + 1] > lo_x[i]:
-                _requeue(q, ls, demand, dropped, cancel[lo_x[i]:lo_x[i + 1], 1], base + lo_l[i], base + lo_l[i + 1],
-                         demand_first)
+                _requeue(
+                    q,
+                    ls,
+                    demand,
+                    dropped,
+                    cancel[lo_x[i] : lo_x[i + 1], 1],
+                    base + lo_l[i],
+                    base + lo_l[i + 1],
+                    demand_first,
+                )
                 _start(q, fs, ls, dur, started)
             nt = g1 - g0
             for j in range(nt):
@@ -301,8 +369,18 @@ def replay_shared(p0, p1, num_layers, loads, gpu, cpu, cancel, dur, nbytes, dens
                 for r in range(nr):
                     row = rows[order[r]]
                     prec = gpu[row, 2]
-                    _compute(q, fs, ls, dur, nbytes, started, done, expert_s[prec, gpu[row, 3]],
-                             f_high if prec == 0 else f_low, f_link)
+                    _compute(
+                        q,
+                        fs,
+                        ls,
+                        dur,
+                        nbytes,
+                        started,
+                        done,
+                        expert_s[prec, gpu[row, 3]],
+                        f_high if prec == 0 else f_low,
+                        f_link,
+                    )
                 nt = keep
             if lo_c[i + 1] > lo_c[i]:
                 cpu_free = _cpu_end(cpu, cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))

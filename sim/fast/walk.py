@@ -38,8 +38,7 @@ N_FIELDS = 9
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM = range(12)
 N_ST = 12
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc",
-            "lirs")
+POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc", "lirs")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
 LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(12)
@@ -93,14 +92,16 @@ def _borrowed(typingctx, a):
     def codegen(context, builder, sig, args):
         src = context.make_array(sig.args[0])(context, builder, value=args[0])
         out = context.make_array(sig.return_type)(context, builder)
-        context.populate_array(out, data=src.data, shape=src.shape, strides=src.strides, itemsize=src.itemsize,
-                               meminfo=None, parent=None)
+        context.populate_array(
+            out, data=src.data, shape=src.shape, strides=src.strides, itemsize=src.itemsize, meminfo=None, parent=None
+        )
         return out._getvalue()
 
     return a(a), codegen
 
 
 if config.DISABLE_JIT:  # pure Python (NUMBA_DISABLE_JIT=1, for debugging): the array itself
+
     def _borrowed(a):
         return a
 
@@ -175,8 +176,9 @@ def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, policy, layer_now, 
     _, _, eam_lib, eam_match, bel, decay, scan_i, scan_v = rare
     if policy == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    return _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match, decay, scan_i,
-                      scan_v)
+    return _eam_evict(
+        pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match, decay, scan_i, scan_v
+    )
 
 
 @njit(cache=True, inline="always")
@@ -607,8 +609,12 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
     ls, lk, lt, nxt = np.int64(-1), 0.0, 0.0, np.inf
     if j1 >= 0:  # an unpinned slot
         s = slots[pr, g, j1]
-        ls, lk, lt, nxt = s, a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f, \
-            float(pool[pr, s, TOUCHED]), q2
+        ls, lk, lt, nxt = (
+            s,
+            a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f,
+            float(pool[pr, s, TOUCHED]),
+            q2,
+        )
         thr = _beaten(lk, f, t)
         if q2 <= thr:
             for j in range(m):
@@ -1244,8 +1250,12 @@ def _l_make_room(gp, lk, lr, pin, pr, g, key):
         if lk[IN_N, pr, key]:
             _l_del(lk, lr, pr, g, L_N, key)
             lk[IN_N, pr, key] = 0
-    elif not was_in_s and not lk[IN_Q, pr, key] and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM] and \
-            lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+    elif (
+        not was_in_s
+        and not lk[IN_Q, pr, key]
+        and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]
+        and lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]
+    ):
         while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
             if not _l_evict_hir(gp, lk, lr, pin, pr, g):
                 break
@@ -1256,8 +1266,12 @@ def _l_make_room(gp, lk, lr, pin, pr, g, key):
                 if not _l_evict_hir(gp, lk, lr, pin, pr, g):
                     break
             _l_evict_lir(gp, lk, lr, pin, pr, g)
-        elif not was_in_s and not lk[IN_Q, pr, key] and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM] and \
-                lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+        elif (
+            not was_in_s
+            and not lk[IN_Q, pr, key]
+            and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]
+            and lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]
+        ):
             _l_evict_hir(gp, lk, lr, pin, pr, g)
         if lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] >= before:  # nothing could leave (every copy pinned)
             break
@@ -1391,8 +1405,7 @@ def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
     st[CLOCK] += 1
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, ALL_USES] += 1
-    _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr,
-              token)
+    _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
 
 
 @njit(cache=True, _nrt=False)
@@ -1448,8 +1461,31 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
 
 
 @njit(cache=True, inline="always")
-def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, layer, e, pr, layer_now,
-           transfer, pinned, per_layer, policy, w, fw, chosen):
+def _admit(
+    pool,
+    size,
+    nfree,
+    index,
+    rec,
+    g_on,
+    g_slots,
+    g_n,
+    g_pos,
+    g_qlb,
+    g_key,
+    st,
+    layer,
+    e,
+    pr,
+    layer_now,
+    transfer,
+    pinned,
+    per_layer,
+    policy,
+    w,
+    fw,
+    chosen,
+):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
     ``chosen``: the victim ``_pre_admit`` picked, for the policies that have it pick (``policy`` >= BELADY; their
     hooks run there and in ``_post_admit``).
@@ -1475,8 +1511,22 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
     if slot < 0:
         if g_on[pr]:
             inv_t = 1.0 / max(st[TOKENS], 1)
-            slot = _pruned_evict(pool, g_slots, g_n, g_key, g_qlb, pr, w, w[0] * inv_t, w[1] * inv_t, w[2] * inv_t,
-                                 inv_t, fw, layer_now, num_layers)
+            slot = _pruned_evict(
+                pool,
+                g_slots,
+                g_n,
+                g_key,
+                g_qlb,
+                pr,
+                w,
+                w[0] * inv_t,
+                w[1] * inv_t,
+                w[2] * inv_t,
+                inv_t,
+                fw,
+                layer_now,
+                num_layers,
+            )
         elif policy >= BELADY or _listed(policy):
             slot = chosen
         else:
@@ -1489,8 +1539,11 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
     if g_on[pr] or (policy == EAM_PRIORITY and not per_layer):  # the layer lists multidim and EAM's priority read
         _group_move(g_slots, g_n, g_pos, g_key, g_qlb, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
-    pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = rec[layer, e, 0], rec[layer, e, 1], \
-        rec[layer, e, 2]
+    pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = (
+        rec[layer, e, 0],
+        rec[layer, e, 1],
+        rec[layer, e, 2],
+    )
     pool[pr, slot, ALL_USES] = 0
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, TRANSFER] = transfer
@@ -1507,17 +1560,71 @@ def _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_ke
 
 
 @njit(cache=True, inline="always")
-def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, i, layer, e, pr, tid,
-                token, per_layer, policy, w, fw, chosen, evicted, nv, kept, nk):
+def _admit_used(
+    pool,
+    size,
+    nfree,
+    index,
+    rec,
+    g_on,
+    g_slots,
+    g_n,
+    g_pos,
+    g_qlb,
+    g_key,
+    st,
+    i,
+    layer,
+    e,
+    pr,
+    tid,
+    token,
+    per_layer,
+    policy,
+    w,
+    fw,
+    chosen,
+    evicted,
+    nv,
+    kept,
+    nk,
+):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
-    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, layer, e, pr,
-                          layer, tid, False, per_layer, policy, w, fw, chosen)
+    slot, victim = _admit(
+        pool,
+        size,
+        nfree,
+        index,
+        rec,
+        g_on,
+        g_slots,
+        g_n,
+        g_pos,
+        g_qlb,
+        g_key,
+        st,
+        layer,
+        e,
+        pr,
+        layer,
+        tid,
+        False,
+        per_layer,
+        policy,
+        w,
+        fw,
+        chosen,
+    )
     num_experts = index.shape[2]
     if victim >= 0:
         st[EVICTIONS] += 1
-        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
-            victim % num_experts, pr
+        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = (
+            i,
+            victim // num_experts,
+            victim % num_experts,
+            pr,
+        )
         nv += 1
     if slot >= 0:
         _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token)
@@ -1529,13 +1636,65 @@ def _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
 
 
 @njit(cache=True, inline="always")
-def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, i, layer_now, layer, e,
-                pr, pinned, per_layer, policy, w, fw, chosen, loads, nl, evicted, nv, kept, nk):
+def _copy_ahead(
+    pool,
+    size,
+    nfree,
+    index,
+    rec,
+    g_on,
+    g_slots,
+    g_n,
+    g_pos,
+    g_qlb,
+    g_key,
+    st,
+    i,
+    layer_now,
+    layer,
+    e,
+    pr,
+    pinned,
+    per_layer,
+    policy,
+    w,
+    fw,
+    chosen,
+    loads,
+    nl,
+    evicted,
+    nv,
+    kept,
+    nk,
+):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
     counts the copy's bytes."""
-    slot, victim = _admit(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb, g_key, st, layer, e, pr,
-                          layer_now, -1, pinned, per_layer, policy, w, fw, chosen)
+    slot, victim = _admit(
+        pool,
+        size,
+        nfree,
+        index,
+        rec,
+        g_on,
+        g_slots,
+        g_n,
+        g_pos,
+        g_qlb,
+        g_key,
+        st,
+        layer,
+        e,
+        pr,
+        layer_now,
+        -1,
+        pinned,
+        per_layer,
+        policy,
+        w,
+        fw,
+        chosen,
+    )
     num_experts = index.shape[2]
     if slot < 0:
         return slot, nl, nv, nk
@@ -1545,8 +1704,12 @@ def _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
     nl += 1
     if victim >= 0:
         st[EVICTIONS] += 1
-        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = i, victim // num_experts, \
-            victim % num_experts, pr
+        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = (
+            i,
+            victim // num_experts,
+            victim % num_experts,
+            pr,
+        )
         nv += 1
     kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
     nk += 1
@@ -1727,8 +1890,18 @@ def _split_makespan(device, cpu, n, use_cpu):
 
 
 @njit(cache=True)
-def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune_min_slots, victim_entries,
-               eam_candidates, log_proto):
+def walk_state(
+    num_layers,
+    num_experts,
+    slots,
+    per_layer,
+    policy,
+    staging,
+    prune_min_slots,
+    victim_entries,
+    eam_candidates,
+    log_proto,
+):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
     one that ended at ``p0``: the same decisions as one walk over both ranges."""
@@ -1808,27 +1981,143 @@ def walk_state(num_layers, num_experts, slots, per_layer, policy, staging, prune
     bel_cur = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # each key's next use (-1: the walk sets it)
     dt = log_proto.dtype  # the log tables' buffers (``walk``'s ``tabs``): the walk grows them, a streamed run keeps
     # them from one chunk to the next (its later chunks write into memory the first has mapped, not into new pages)
-    logs = (np.empty((0, 5), dt), np.empty((0, 5), dt), np.empty((0, 3), dt), np.empty((0, 2), dt),
-            np.empty((0, 4), dt), np.empty((0, 4), dt))
-    return (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk,
-            hreg, np.zeros((3, 2, gK), np.int64), np.zeros((2, L if per_layer else 1)), cap, lk, lr, ve, ve_free, xs,
-            st, served, mass, stg_tid, stg_prec, stg_list, pins, counts, bel, bel_cur) + (logs,)  # (a literal of more
+    logs = (
+        np.empty((0, 5), dt),
+        np.empty((0, 5), dt),
+        np.empty((0, 3), dt),
+        np.empty((0, 2), dt),
+        np.empty((0, 4), dt),
+        np.empty((0, 4), dt),
+    )
+    return (
+        pool,
+        size,
+        nfree,
+        eam_match,
+        g_on,
+        g_slots,
+        g_n,
+        g_pos,
+        g_qlb,
+        g_key,
+        hk,
+        hreg,
+        np.zeros((3, 2, gK), np.int64),
+        np.zeros((2, L if per_layer else 1)),
+        cap,
+        lk,
+        lr,
+        ve,
+        ve_free,
+        xs,
+        st,
+        served,
+        mass,
+        stg_tid,
+        stg_prec,
+        stg_list,
+        pins,
+        counts,
+        bel,
+        bel_cur,
+    ) + (logs,)  # (a literal of more
     # than 30 items compiles to a list made a tuple, which numba does not take)
 
 
-STATE = ("pool", "size", "nfree", "eam_match", "g_on", "g_slots", "g_n", "g_pos", "g_qlb", "g_key", "hooks", "regions",
-         "ghosts", "arc_p", "cap", "lk", "lr", "ve", "ve_free", "xs", "st", "served", "mass", "stg_tid", "stg_prec",
-         "stg_list", "pins", "counts", "bel", "bel_cur", "logs")  # walk_state's items
+STATE = (
+    "pool",
+    "size",
+    "nfree",
+    "eam_match",
+    "g_on",
+    "g_slots",
+    "g_n",
+    "g_pos",
+    "g_qlb",
+    "g_key",
+    "hooks",
+    "regions",
+    "ghosts",
+    "arc_p",
+    "cap",
+    "lk",
+    "lr",
+    "ve",
+    "ve_free",
+    "xs",
+    "st",
+    "served",
+    "mass",
+    "stg_tid",
+    "stg_prec",
+    "stg_list",
+    "pins",
+    "counts",
+    "bel",
+    "bel_cur",
+    "logs",
+)  # walk_state's items
 
 
 @njit(cache=True)
-def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_proto, pass_start, pass_end,
-         pass_request, token_in_request, resident, cpu_layer,
-         slots, per_layer, policy, w, fw, fut_off, fut_steps, eam_lib, eam_norms, eam_order, eam_per_step,
-         prefetcher, max_depth, history, top_k, mixed, uniform,
-         any_prec, multi_high, prefetch_prec, prefetching, staging, cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s,
-         split_threshold, split_max_fetch, per_expert, expert_bytes, bnd_on, bnd_dense, bnd_other, bnd_min, bnd_cpu,
-         bnd_uses_cpu, bnd_out, cls_n, p0, p1):
+def walk(
+    state,
+    ids,
+    weights,
+    pred,
+    pred_w,
+    hobbit_rule,
+    rule_hi,
+    rule_lo,
+    log_proto,
+    pass_start,
+    pass_end,
+    pass_request,
+    token_in_request,
+    resident,
+    cpu_layer,
+    slots,
+    per_layer,
+    policy,
+    w,
+    fw,
+    fut_off,
+    fut_steps,
+    eam_lib,
+    eam_norms,
+    eam_order,
+    eam_per_step,
+    prefetcher,
+    max_depth,
+    history,
+    top_k,
+    mixed,
+    uniform,
+    any_prec,
+    multi_high,
+    prefetch_prec,
+    prefetching,
+    staging,
+    cpu_misses,
+    cpu_insert,
+    cpu_faster,
+    copy_s,
+    cpu_s,
+    split_threshold,
+    split_max_fetch,
+    per_expert,
+    expert_bytes,
+    bnd_on,
+    bnd_dense,
+    bnd_other,
+    bnd_min,
+    bnd_cpu,
+    bnd_uses_cpu,
+    bnd_out,
+    cls_n,
+    p0,
+    p1,
+):
     """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables (views
     of the buffers, which the next walk with this state overwrites), the counters, the pins' table and the buffers
     (grown, they replace ``state``'s).
@@ -1841,8 +2130,39 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
-    (pool, size, nfree, eam_match, g_on, g_slots, g_n, g_pos, g_qlb, g_key, hk, hreg, ghosts, arc_p, cap, lk, lr, ve,
-     ve_free, xs, st, served, mass, stg_tid, stg_prec, stg_list, pins, n_held, bel, bel_cur, logs) = state
+    (
+        pool,
+        size,
+        nfree,
+        eam_match,
+        g_on,
+        g_slots,
+        g_n,
+        g_pos,
+        g_qlb,
+        g_key,
+        hk,
+        hreg,
+        ghosts,
+        arc_p,
+        cap,
+        lk,
+        lr,
+        ve,
+        ve_free,
+        xs,
+        st,
+        served,
+        mass,
+        stg_tid,
+        stg_prec,
+        stg_list,
+        pins,
+        n_held,
+        bel,
+        bel_cur,
+        logs,
+    ) = state
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
     row, rc, rm = rule[4], rule[5], rule[6]
     eam_d = np.zeros(L)  # the layers' decays: at the current layer (_eam_evict) or the candidates' (_eam_let_go)
@@ -1868,8 +2188,12 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     props = np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64)  # proposals: layer, expert, precision
     eam_v = np.zeros(max(eam_per_step, 1))  # the scores of EAM's proposals (negated: lowest first)
     eam_r, eam_fresh = np.zeros((eam_lib.shape[0], L)), np.zeros(L, np.bool_)  # the cosines ``_best_match`` keeps
-    eam_bm = (np.zeros(eam_lib.shape[2]), np.zeros(eam_lib.shape[2]), np.zeros((PW_STACK, 3), np.int64),
-              np.zeros(PW_STACK))  # and its buffers
+    eam_bm = (
+        np.zeros(eam_lib.shape[2]),
+        np.zeros(eam_lib.shape[2]),
+        np.zeros((PW_STACK, 3), np.int64),
+        np.zeros(PW_STACK),
+    )  # and its buffers
     m_e = np.zeros(E, np.int64)
     m_c = np.zeros(E, np.int64)
     m_key = np.zeros(E, np.int64)
@@ -1890,10 +2214,22 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
     # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``tabs``, ``pins_own``)
     owners = (pool, size, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_key, served, mass, row, rc, rm)
-    pool, size, nfree, index, rec, st = _borrowed(pool), _borrowed(size), _borrowed(nfree), _borrowed(index), \
-        _borrowed(rec), _borrowed(st)
-    g_on, g_slots, g_n, g_pos, g_qlb, g_key = _borrowed(g_on), _borrowed(g_slots), _borrowed(g_n), _borrowed(g_pos), \
-        _borrowed(g_qlb), _borrowed(g_key)
+    pool, size, nfree, index, rec, st = (
+        _borrowed(pool),
+        _borrowed(size),
+        _borrowed(nfree),
+        _borrowed(index),
+        _borrowed(rec),
+        _borrowed(st),
+    )
+    g_on, g_slots, g_n, g_pos, g_qlb, g_key = (
+        _borrowed(g_on),
+        _borrowed(g_slots),
+        _borrowed(g_n),
+        _borrowed(g_pos),
+        _borrowed(g_qlb),
+        _borrowed(g_key),
+    )
     row, rc, rm = _borrowed(row), _borrowed(rc), _borrowed(rm)
     rule = (hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)  # _wanted takes its buffers out of it: borrowed
     ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
@@ -1931,17 +2267,35 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
             st[STEP] = i
             if policy == BELADY and i > 0:  # the keys of the step before have passed their next use
                 q = (i - 1) // L
-                _bel_passed(bel_b, fo_b, fs_b, bc_b, pool, index, ids, pass_start[q], pass_end[q], (i - 1) % L, size,
-                            per_layer, i)
+                _bel_passed(
+                    bel_b,
+                    fo_b,
+                    fs_b,
+                    bc_b,
+                    pool,
+                    index,
+                    ids,
+                    pass_start[q],
+                    pass_end[q],
+                    (i - 1) % L,
+                    size,
+                    per_layer,
+                    i,
+                )
             # room for this step's records, at most
             room = (3 + max_depth) * bound + staging + eam_per_step + 2
-            if room > min(loads.shape[0] - nl, gpu.shape[0] - ng, cpu.shape[0] - nc, cancel.shape[0] - nx,
-                          evicted.shape[0] - nv, kept.shape[0] - nk):  # one branch (``or``'s would be six)
+            if room > min(
+                loads.shape[0] - nl,
+                gpu.shape[0] - ng,
+                cpu.shape[0] - nc,
+                cancel.shape[0] - nx,
+                evicted.shape[0] - nv,
+                kept.shape[0] - nk,
+            ):  # one branch (``or``'s would be six)
                 for x, n_x in enumerate((nl, ng, nc, nx, nv, nk)):
                     if n_x + room > tabs[x].shape[0]:  # only then: a list's item set to itself would be freed first
                         tabs[x] = _grow(tabs[x], n_x + room)
-                loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), \
-                    _borrowed(tabs[3])
+                loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), _borrowed(tabs[3])
                 evicted, kept = _borrowed(tabs[4]), _borrowed(tabs[5])
             # ---- _needed
             n_need = 0
@@ -2050,13 +2404,25 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         elif policy == LIRS:
                             _lirs_on_hit(gp, pool, hp, layer if per_layer else 0, slot, E)
                         elif policy == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
-                            _bel_down(bel_b, pool, hp, _region(size[hp], per_layer, L, layer)[0],
-                                      bel_b[BH_N, hp, layer if per_layer else 0], bel_b[BH_POS, hp, slot])
+                            _bel_down(
+                                bel_b,
+                                pool,
+                                hp,
+                                _region(size[hp], per_layer, L, layer)[0],
+                                bel_b[BH_N, hp, layer if per_layer else 0],
+                                bel_b[BH_POS, hp, slot],
+                            )
                         if prefetched[layer, e]:
                             prefetched[layer, e] = False
                             st[USED] += 1
                         served[HIGH_HIT if hp == HIGH else LOW_HIT] += 1
-                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, pool[hp, slot, TRANSFER], hp, n, e
+                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = (
+                            i,
+                            pool[hp, slot, TRANSFER],
+                            hp,
+                            n,
+                            e,
+                        )
                         ng += 1
                         got = hp
                 if got < 0 and staging and stg_tid[layer, e] >= 0:
@@ -2100,12 +2466,44 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                             elif nfree[prec] < size[prec]:
                                 mode = 2
                         if mode:  # _copy_ahead, not pinned
-                            ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, prec, layer,
-                                            per_layer, policy, w) if policy >= BELADY or _listed(policy) else -1
-                            slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n,
-                                                           g_pos, g_qlb, g_key, st, i, layer, layer, e, prec, False,
-                                                           per_layer, policy, w, fw, ch, loads, nl, evicted, nv,
-                                                           kept, nk)
+                            ch = (
+                                _pre_admit(
+                                    gp, rare, pool, size, nfree, index, st, layer, e, prec, layer, per_layer, policy, w
+                                )
+                                if policy >= BELADY or _listed(policy)
+                                else -1
+                            )
+                            slot, nl, nv, nk = _copy_ahead(
+                                pool,
+                                size,
+                                nfree,
+                                index,
+                                rec,
+                                g_on,
+                                g_slots,
+                                g_n,
+                                g_pos,
+                                g_qlb,
+                                g_key,
+                                st,
+                                i,
+                                layer,
+                                layer,
+                                e,
+                                prec,
+                                False,
+                                per_layer,
+                                policy,
+                                w,
+                                fw,
+                                ch,
+                                loads,
+                                nl,
+                                evicted,
+                                nv,
+                                kept,
+                                nk,
+                            )
                             if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                                 _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
                             elif slot >= 0 and policy == BELADY:
@@ -2128,11 +2526,40 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                         ng += 1
                         got, a_tid = prec, tid
                 if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
-                    ch = _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer,
-                                    policy, w) if policy >= BELADY or _listed(policy) else -1
-                    slot, nv, nk = _admit_used(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
-                                               g_key, st, i, layer, e, got, a_tid, token, per_layer, policy, w,
-                                               fw, ch, evicted, nv, kept, nk)
+                    ch = (
+                        _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer, policy, w)
+                        if policy >= BELADY or _listed(policy)
+                        else -1
+                    )
+                    slot, nv, nk = _admit_used(
+                        pool,
+                        size,
+                        nfree,
+                        index,
+                        rec,
+                        g_on,
+                        g_slots,
+                        g_n,
+                        g_pos,
+                        g_qlb,
+                        g_key,
+                        st,
+                        i,
+                        layer,
+                        e,
+                        got,
+                        a_tid,
+                        token,
+                        per_layer,
+                        policy,
+                        w,
+                        fw,
+                        ch,
+                        evicted,
+                        nv,
+                        kept,
+                        nk,
+                    )
                     if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                         _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
                     elif slot >= 0 and policy == BELADY:
@@ -2153,12 +2580,26 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     s = index[pr, pl, pe]
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
-                        if policy == EAM_PRIORITY and eam_match[EC_VALID] and eam_match[EC_PR] == pr and \
-                                s != eam_match[EC_PREV]:  # it can be evicted again: the candidates see it
+                        if (
+                            policy == EAM_PRIORITY
+                            and eam_match[EC_VALID]
+                            and eam_match[EC_PR] == pr
+                            and s != eam_match[EC_PREV]
+                        ):  # it can be evicted again: the candidates see it
                             _eam_let_go(eam_match, pool, pr, s, eam_lib, eam_d)
                         if policy == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
-                            _bel_push(bel_b, fo_b, fs_b, bc_b, pool, pr, pl if per_layer else 0,
-                                      _region(size[pr], per_layer, L, pl)[0], s, pl * E + pe)
+                            _bel_push(
+                                bel_b,
+                                fo_b,
+                                fs_b,
+                                bc_b,
+                                pool,
+                                pr,
+                                pl if per_layer else 0,
+                                _region(size[pr], per_layer, L, pl)[0],
+                                s,
+                                pl * E + pe,
+                            )
                         if g_on[pr]:  # its record part enters its layer's list and bound
                             _g_changed(g_qlb, pr, pl)
                             q = _q_key(rec, pl, pe, w)
@@ -2202,15 +2643,25 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                                     break
                                 if v == eam_v[n_props - 1] and not _eam_earlier(tl, te, props, n_props - 1):
                                     continue
-                            if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
-                                    index[HIGH, tl, te] >= 0 or index[LOW, tl, te] >= 0:
+                            if (
+                                (staging and stg_tid[tl, te] >= 0)
+                                or resident[tl, te]
+                                or cpu_layer[tl]
+                                or index[HIGH, tl, te] >= 0
+                                or index[LOW, tl, te] >= 0
+                            ):
                                 continue
                             x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher,
                             # and after each as high whose place is earlier
-                            while x > 0 and (v < eam_v[x - 1] or (v == eam_v[x - 1] and
-                                                                  _eam_earlier(tl, te, props, x - 1))):
+                            while x > 0 and (
+                                v < eam_v[x - 1] or (v == eam_v[x - 1] and _eam_earlier(tl, te, props, x - 1))
+                            ):
                                 eam_v[x] = eam_v[x - 1]
-                                props[x, 0], props[x, 1], props[x, 2] = props[x - 1, 0], props[x - 1, 1], props[x - 1, 2]
+                                props[x, 0], props[x, 1], props[x, 2] = (
+                                    props[x - 1, 0],
+                                    props[x - 1, 1],
+                                    props[x - 1, 2],
+                                )
                                 x -= 1
                             eam_v[x] = v
                             props[x, 0], props[x, 1], props[x, 2] = tl, te, uniform
@@ -2245,8 +2696,13 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 found = 0
                 for q in range(nw):
                     e = worder[q]
-                    present = (staging and stg_tid[target, e] >= 0) or resident[target, e] or cpu_layer[target] or \
-                        index[HIGH, target, e] >= 0 or index[LOW, target, e] >= 0
+                    present = (
+                        (staging and stg_tid[target, e] >= 0)
+                        or resident[target, e]
+                        or cpu_layer[target]
+                        or index[HIGH, target, e] >= 0
+                        or index[LOW, target, e] >= 0
+                    )
                     if not present:
                         props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
                         n_props += 1
@@ -2260,9 +2716,13 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                 pins = _borrowed(pins_own[0])
             for q in range(n_props):
                 tl, te = props[q, 0], props[q, 1]
-                if (staging and stg_tid[tl, te] >= 0) or resident[tl, te] or cpu_layer[tl] or \
-                        index[HIGH, tl, te] >= 0 or \
-                        index[LOW, tl, te] >= 0:
+                if (
+                    (staging and stg_tid[tl, te] >= 0)
+                    or resident[tl, te]
+                    or cpu_layer[tl]
+                    or index[HIGH, tl, te] >= 0
+                    or index[LOW, tl, te] >= 0
+                ):
                     continue
                 prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
                 if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[p]]:
@@ -2280,11 +2740,42 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
                     stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
                     n_stg += 1
                 else:
-                    ch = _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy,
-                                    w) if policy >= BELADY or _listed(policy) else -1
-                    slot, nl, nv, nk = _copy_ahead(pool, size, nfree, index, rec, g_on, g_slots, g_n, g_pos, g_qlb,
-                                                   g_key, st, i, layer, tl, te, prec, True, per_layer, policy, w, fw,
-                                                   ch, loads, nl, evicted, nv, kept, nk)
+                    ch = (
+                        _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy, w)
+                        if policy >= BELADY or _listed(policy)
+                        else -1
+                    )
+                    slot, nl, nv, nk = _copy_ahead(
+                        pool,
+                        size,
+                        nfree,
+                        index,
+                        rec,
+                        g_on,
+                        g_slots,
+                        g_n,
+                        g_pos,
+                        g_qlb,
+                        g_key,
+                        st,
+                        i,
+                        layer,
+                        tl,
+                        te,
+                        prec,
+                        True,
+                        per_layer,
+                        policy,
+                        w,
+                        fw,
+                        ch,
+                        loads,
+                        nl,
+                        evicted,
+                        nv,
+                        kept,
+                        nk,
+                    )
                     if slot >= 0 and (policy >= SIEVE or _listed(policy)):
                         _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
                     elif slot >= 0 and policy == BELADY:
@@ -2303,5 +2794,17 @@ def walk(state, ids, weights, pred, pred_w, hobbit_rule, rule_hi, rule_lo, log_p
     cls_n[SKIP] += n_sel - n_high - n_low
     n_held[0], n_held[1] = n_stg, n_pins
     _keep(owners)
-    return (tabs[0][:nl], tabs[1][:ng], tabs[2][:nc], tabs[3][:nx], tabs[4][:nv], tabs[5][:nk], owners[12],
-            owners[13], owners[5], owners[1], pins_own[0], (tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]))
+    return (
+        tabs[0][:nl],
+        tabs[1][:ng],
+        tabs[2][:nc],
+        tabs[3][:nx],
+        tabs[4][:nv],
+        tabs[5][:nk],
+        owners[12],
+        owners[13],
+        owners[5],
+        owners[1],
+        pins_own[0],
+        (tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]),
+    )

@@ -6,17 +6,30 @@ precision rule (how a miss is loaded) is ``precision``. Decisions are frozen val
 """
 
 from hobbit.sim.policies.base import (
-                                      HIGH,
-                                      LOW,
-                                      SKIP,
-                                      CacheView,
-                                      EvictionPolicy,
-                                      PolicyInputs,
-                                      Pool,
-                                      Prefetcher,
-                                      PrefetchRequest,
+    HIGH,
+    LOW,
+    SKIP,
+    CacheView,
+    EvictionPolicy,
+    PolicyInputs,
+    Pool,
+    Prefetcher,
+    PrefetchRequest,
 )
 from hobbit.sim.policies.registry import EVICTION, PREFETCH, make_eviction, make_prefetcher
 
-__all__ = ["HIGH", "LOW", "SKIP", "CacheView", "EvictionPolicy", "PolicyInputs", "Pool", "Prefetcher",
-           "PrefetchRequest", "EVICTION", "PREFETCH", "make_eviction", "make_prefetcher"]
+__all__ = [
+    "EVICTION",
+    "HIGH",
+    "LOW",
+    "PREFETCH",
+    "SKIP",
+    "CacheView",
+    "EvictionPolicy",
+    "PolicyInputs",
+    "Pool",
+    "PrefetchRequest",
+    "Prefetcher",
+    "make_eviction",
+    "make_prefetcher",
+]

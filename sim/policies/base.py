@@ -6,9 +6,10 @@ An expert is identified by its key ``(layer, expert)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,16 +40,33 @@ class Pool:
     cost would dominate.
     """
 
-    FIELDS = ("layer", "expert", "last_use", "uses", "high_uses", "all_uses", "touched", "inserted", "transfer",
-              "pinned")
+    FIELDS = (
+        "layer",
+        "expert",
+        "last_use",
+        "uses",
+        "high_uses",
+        "all_uses",
+        "touched",
+        "inserted",
+        "transfer",
+        "pinned",
+    )
 
     def __init__(self, size: int, precision: int) -> None:
         self.size, self.precision = size, precision
         for name in self.FIELDS:
             setattr(self, name, [-1 if name in ("layer", "expert", "transfer") else 0] * size)
 
-    def put(self, slot: int, key: Key, clock: int, transfer: int, record: tuple[int, int, int] = (0, 0, 0),
-            pinned: bool = False) -> None:
+    def put(
+        self,
+        slot: int,
+        key: Key,
+        clock: int,
+        transfer: int,
+        record: tuple[int, int, int] = (0, 0, 0),
+        pinned: bool = False,
+    ) -> None:
         """``key`` into ``slot`` with its request ``record`` (last use, uses, high-precision uses)."""
         self.layer[slot], self.expert[slot] = key
         self.last_use[slot], self.uses[slot], self.high_uses[slot] = record

@@ -26,8 +26,9 @@ from hobbit.sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Key, 
 class ExpertCache:
     """Two pools of expert copies; ``per_layer`` splits each pool evenly across layers."""
 
-    def __init__(self, high_slots: int, low_slots: int, policy: EvictionPolicy, num_layers: int,
-                 per_layer: bool = False) -> None:
+    def __init__(
+        self, high_slots: int, low_slots: int, policy: EvictionPolicy, num_layers: int, per_layer: bool = False
+    ) -> None:
         self.policy = policy
         self.hooked = bool(getattr(policy, "hooked", False))
         self.num_layers = num_layers
@@ -125,8 +126,9 @@ class ExpertCache:
             return -1, None
         return slot, (p.layer[slot], p.expert[slot])
 
-    def admit(self, key: Key, precision: int, layer: int, transfer: int, pinned: bool = False
-              ) -> tuple[int, Key | None]:
+    def admit(
+        self, key: Key, precision: int, layer: int, transfer: int, pinned: bool = False
+    ) -> tuple[int, Key | None]:
         """Insert a copy (``pinned``: until ``unpin``); returns (its slot or -1 if it is not kept, the
         evicted key or None)."""
         p = self.pools[precision]

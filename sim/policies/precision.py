@@ -38,5 +38,8 @@ def rule_mix(classes: np.ndarray) -> dict[str, float]:
     """Share of selections classed high / low / skip (the paper's 67 / 30 / 3 statistic)."""
     c = np.asarray(classes).ravel()
     n = max(c.size, 1)
-    return {"high": float((c == HIGH).sum() / n), "low": float((c == LOW).sum() / n),
-            "skip": float((c == SKIP).sum() / n)}
+    return {
+        "high": float((c == HIGH).sum() / n),
+        "low": float((c == LOW).sum() / n),
+        "skip": float((c == SKIP).sum() / n),
+    }

@@ -72,7 +72,14 @@ class MultiDim:
         inv_t = 1.0 / max(view.tokens, 1)
         a, b, c = a * inv_t, b * inv_t, c * inv_t
         fw = self._fld_weights(view.layer, view.num_layers)
-        lu, us, hu, lay, touched, pinned = pool.last_use, pool.uses, pool.high_uses, pool.layer, pool.touched, pool.pinned
+        lu, us, hu, lay, touched, pinned = (
+            pool.last_use,
+            pool.uses,
+            pool.high_uses,
+            pool.layer,
+            pool.touched,
+            pool.pinned,
+        )
         best, best_key = -1, None
         for s in region:  # one pass: candidates, score, ties to the least recently used
             if lay[s] < 0 or pinned[s]:

@@ -61,9 +61,9 @@ class EAMPrefetch:
     def _best_match(self, counts: np.ndarray, layer: int) -> np.ndarray | None:
         if self.library is None or layer + 1 >= counts.shape[0]:
             return None
-        cur = counts[layer + 1:].astype(np.float64)
+        cur = counts[layer + 1 :].astype(np.float64)
         cur = cur / np.clip(cur.sum(axis=1, keepdims=True), 1e-12, None)
-        past = self._lib_norm[:, layer + 1:]  # [H, L', E]
+        past = self._lib_norm[:, layer + 1 :]  # [H, L', E]
         num = (past * cur[None]).sum(axis=2)
         den = np.linalg.norm(past, axis=2) * np.linalg.norm(cur, axis=1)[None] + 1e-12
         return self._lib_norm[int(np.argmax((num / den).mean(axis=1)))]
