@@ -4,6 +4,10 @@ A run is a directory holding ``results.json``; its Hydra overrides (``.hydra/ove
 become columns (``system``, ``system.precision.t1`` ...) next to every results.json field,
 flattened with dots (``decode_ms_per_token.mean``). A run whose results.json is missing or
 unreadable is listed in ``problems`` by name; the rest is still aggregated.
+
+The run directory of a command that writes its own product instead of results.json (``hobbit
+compare``: compare.json, its systems' runs under systems/; ``hobbit tune``: tune.json) is no
+run itself: the runs below it are aggregated and it is not called unfinished.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ if TYPE_CHECKING:  # pandas loads when a table is built: ``hobbit.api`` (flatten
     import pandas as pd
 
 KNOB_PREFIX = "knob."  # columns holding overridden knobs
+# what a finished run of a command that writes no results.json of its own leaves in its run directory
+PRODUCTS = ("compare.json", "tune.json", "reproduce.json")
 
 
 @dataclass
@@ -77,7 +83,8 @@ def aggregate(root: str | Path) -> Aggregate:
         f = run / "results.json"
         name = str(run.relative_to(root)) if run != root else "."
         if not f.is_file():
-            problems.append(f"{name}: no results.json (the run did not finish)")
+            if not any((run / p).is_file() for p in PRODUCTS):
+                problems.append(f"{name}: no results.json (the run did not finish)")
             continue
         try:
             res = json.loads(f.read_text())

@@ -9,6 +9,7 @@ Columns used: ``decode_ms_per_token.mean``, ``system``, ``system_config.precisio
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -53,7 +54,7 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
     knob swept), and the precision-rule mix over the same grid."""
     mode = "system_config.precision.mode"
     if mode in df:
-        df = df[df[mode] == "hobbit"]
+        df = df.loc[df[mode] == "hobbit"]
     if not _varies(df, T1, T2):
         return []
     plt = pyplot()
@@ -84,17 +85,22 @@ def t1_t2_heatmaps(df: pd.DataFrame, out: Path) -> list[Path]:
     return save(fig, out, "t1_t2")
 
 
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    """``df[name]``, or zeros where the runs have no such column."""
+    return df[name] if name in df else pd.Series(0, index=df.index)
+
+
 def cache_size_lines(df: pd.DataFrame, out: Path) -> list[Path]:
     """Decode ms/token against cache size, one line per system."""
-    size = (df.get("cache.high_bytes", 0) + df.get("cache.low_bytes", 0)) / 1e9
+    size = (_column(df, "cache.high_bytes") + _column(df, "cache.low_bytes")) / 1e9
     if size.nunique() < 2:
         return []
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     d = df.assign(cache_gb=size)
     for system, g in d.groupby("system"):
-        g = g.groupby("cache_gb")[LAT].mean().sort_index()
-        ax.plot(g.index, g.values, "o-", label=system)
+        lat = cast(pd.Series, g.groupby("cache_gb")[LAT].mean()).sort_index()  # one column: a Series
+        ax.plot(lat.index, lat.to_numpy(), "o-", label=system)
     ax.set_xlabel("expert cache (GB, both pools)")
     ax.set_ylabel("decode latency (ms / token)")
     ax.set_title("latency against cache size")

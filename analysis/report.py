@@ -27,12 +27,12 @@ def join_quality(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """Simulated runs, with the measured quality of the run that used the same rule joined on.
 
     Returns (the simulated runs, how many got a measured quality)."""
-    sim = df[df[plots.LAT].notna()] if plots.LAT in df else df.iloc[0:0]
+    sim = df.loc[df[plots.LAT].notna()] if plots.LAT in df else df.iloc[0:0]
     if "quality.ppl" not in df or not all(k in df for k in KEY):
         return sim, 0
-    q = df[df["quality.ppl"].notna()]
-    qcols = [c for c in q.columns if c.startswith("quality.")]
-    q = q[KEY + qcols].drop_duplicates(subset=KEY)
+    measured = df.loc[df["quality.ppl"].notna()]
+    qcols = [str(c) for c in measured.columns if str(c).startswith("quality.")]
+    q = measured.loc[:, KEY + qcols].drop_duplicates(subset=KEY)
     merged = sim.drop(columns=[c for c in qcols if c in sim]).merge(q, on=KEY, how="left")
     return merged, int(merged["quality.ppl"].notna().sum())
 

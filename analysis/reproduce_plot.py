@@ -14,6 +14,8 @@ def plot_reproduce(rows: list[dict[str, Any]], out: Path, tolerance: float) -> l
     """One point per set-up x baseline x model: x the paper's speed-up, y ours; the diagonal and the
     band of ``tolerance`` around it."""
     plt = pyplot()
+    from matplotlib.lines import Line2D  # after pyplot(), which picks the backend
+
     pts = [r for r in rows if r["decode_speedup"] and r["paper_decode_speedup"]]
     fig, ax = plt.subplots(figsize=(6.5, 5.5))
     lo = min([0.5] + [min(r["decode_speedup"], r["paper_decode_speedup"]) for r in pts]) / 1.3
@@ -44,7 +46,7 @@ def plot_reproduce(rows: list[dict[str, Any]], out: Path, tolerance: float) -> l
         )
     handles, _ = ax.get_legend_handles_labels()
     for model, m in MARKERS.items():
-        handles.append(plt.Line2D([], [], color="0.4", marker=m, ls="", label=model))
+        handles.append(Line2D([], [], color="0.4", marker=m, ls="", label=model))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import cast
 
 from joblib import Parallel, delayed
 from real_traces import flame_and_qwen
@@ -39,8 +40,11 @@ def cases() -> list[tuple[str, object, str, list[str]]]:
 
 def table(system: str, title: str, jobs: int) -> None:
     cs = cases()
-    got = Parallel(n_jobs=jobs)(
-        delayed(_run)(tr, model, system, p, *extra) for p in POLICIES for _, tr, model, extra in cs
+    got = cast(  # joblib's default return_as="list"
+        list[tuple[float, float]],
+        Parallel(n_jobs=jobs)(
+            delayed(_run)(tr, model, system, p, *extra) for p in POLICIES for _, tr, model, extra in cs
+        ),
     )
     res = {(p, c[0]): got[i * len(cs) + j] for i, p in enumerate(POLICIES) for j, c in enumerate(cs)}
     print(f"\n{title}: decode ms/token (hit rate); x: over the best non-oracle policy of the column\n")

@@ -20,7 +20,7 @@ import torch
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--mib", type=int, default=384, help="weights cycled through (MiB)")
     args = ap.parse_args()
@@ -37,7 +37,7 @@ def main() -> None:
         while time.perf_counter() < end:
             t0 = time.perf_counter()
             for w in ws:
-                x @ w.t()
+                _ = x @ w.t()
             samples.append(time.perf_counter() - t0)
     s = np.array(samples[1:] or samples)
     rel = s / np.median(s)

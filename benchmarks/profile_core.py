@@ -4,9 +4,9 @@
 
 numba loads compiled code into anonymous memory, which ``perf`` cannot name. This script reads each
 function's object code where numba keeps it (its on-disk cache, which the core loads from; or, for
-code compiled in this process, the library's own copy; ``--fresh`` compiles the core afresh into a
-temporary cache, about 90 s), writes ``/tmp/perf-<pid>.map`` with the address and size of every
-function of ``hobbit.sim.fast`` (the functions a caller inlined appear inside it) and of numba's
+code compiled in this process, the library's own copy; ``--fresh`` compiles every function of the core
+afresh into a temporary cache, which takes a while), writes ``/tmp/perf-<pid>.map`` with the address and size
+of every function of ``hobbit.sim.fast`` (the functions a caller inlined appear inside it) and of numba's
 reference counting (``NRT_incref``/``NRT_decref``: every array a call or an inlined call takes, and
 every array taken out of a tuple, counts up and down atomically), then records ``perf record -p``
 while it simulates ``system=hobbit`` (``--system``) over and over (the Qwen3.5-397B topology of
@@ -41,6 +41,7 @@ def short(symbol: str) -> str:
     i, parts = i + 3, []
     while i < len(symbol) and symbol[i].isdigit():
         m = re.match(r"\d+", symbol[i:])
+        assert m is not None  # symbol[i] is a digit
         n, i = int(m.group()), i + len(m.group())
         parts.append(symbol[i : i + n])
         i += n
@@ -65,7 +66,7 @@ def objects(disp) -> list[tuple[bytes, list]]:
 
 def symbols() -> list[str]:
     """``perf`` map lines: address, size and name of every compiled function of the core."""
-    import numba
+    from numba.core.registry import CPUDispatcher
     from numba.core.runtime import nrt
 
     from hobbit.sim.fast import bound, timing, walk
@@ -74,7 +75,7 @@ def symbols() -> list[str]:
     with tempfile.TemporaryDirectory() as d:
         for mod in (walk, timing, bound):
             for disp in vars(mod).values():
-                if not isinstance(disp, numba.core.registry.CPUDispatcher):
+                if not isinstance(disp, CPUDispatcher):
                     continue
                 for obj, libs in objects(disp):
                     path = Path(d) / "o.o"
@@ -113,7 +114,7 @@ def main() -> None:
     ap.add_argument(
         "--fresh",
         action="store_true",
-        help="compile the core afresh (about 90 s) instead of reading the object code numba's cache holds",
+        help="compile the core afresh (every function: a while) instead of reading the object code numba's cache holds",
     )
     ap.add_argument(
         "--profile-share",
@@ -136,7 +137,7 @@ def main() -> None:
     cfg = compose("sim", SimConfig, ["out_dir=.", f"system={args.system}", *extra])
     trace = qwen_trace(args.tokens or 1920) if args.topology == "qwen" else repeated_trace(args.tokens or 10_000)
     if CACHE:
-        print(f"compiling the core afresh into {CACHE} (about 90 s) ...", flush=True)
+        print(f"compiling the core afresh into {CACHE} (every function: a while) ...", flush=True)
     simulate(trace, cfg.model, cfg.hardware, cfg.system, profile_share=args.profile_share)
     Path(f"/tmp/perf-{os.getpid()}.map").write_text("\n".join(symbols()) + "\n")
     perf = subprocess.Popen(["perf", "record", "-q", "-o", "core.perf.data", "-p", str(os.getpid())])

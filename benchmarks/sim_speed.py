@@ -10,7 +10,7 @@
    same times.
 2. Qwen3.5-397B topology (60 layers, 512 experts, top-10): a synthetic trace
    (``traces.synthetic``) on h200-pcie5; the reference runs on its first 160 tokens only
-   (it takes ~30 s for those), the compiled core on all --qwen-tokens. Under multidim, the compiled core
+   (its Python walk is too slow for more), the compiled core on all --qwen-tokens. Under multidim, the compiled core
    again without the FLD term (``w_fld=0``): the layers' bounds then tie, and an eviction visits a third of
    the layers (most through the victim each layer keeps while it does not change).
 3. Scale: the compiled core on 10^4, 10^5 and 10^6 tokens of the repeated Mixtral trace, each
@@ -26,8 +26,8 @@
 Each rate is the median of --repeats runs after a warm-up (numba loads its compiled code
 from its on-disk cache, or compiles it once), each laying its trace out afresh (the rate with
 the layout already prepared, as a sweep's later points find it, is printed beside). Ends with one line
-``token_layers_per_s=<f> ratio_vs_reference=<f>`` for part 1 (targets: 1,000,000 on one
-core; the reference is ~30,000), after one ``qwen_token_layers_per_s=<f>`` line (target 300,000).
+``token_layers_per_s=<f> ratio_vs_reference=<f>`` for part 1 (target: 1,000,000 on one
+core), after one ``qwen_token_layers_per_s=<f>`` line (target 300,000).
 """
 
 from __future__ import annotations
@@ -36,8 +36,12 @@ import argparse
 import statistics
 import time
 import tracemalloc
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hobbit.sim.results import Results
 
 
 def repeated_trace(tokens: int):
@@ -102,7 +106,7 @@ def forget() -> None:
     run._PREPARED.clear()
 
 
-def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, float, object]:
+def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, float, Results]:
     """Median token-layers/s of ``simulate`` after one warm-up run: (each run laying the trace out afresh, the
     layout already prepared, as a sweep's later points find it; the last run's results)."""
     from hobbit.sim.run import simulate

@@ -10,8 +10,8 @@ sweeper (hobbit/sweeper.py) launches chunks of configurations, each composed onc
 per worker count measures the fixed part (the process, imports, Hydra, the workers' start, the
 trace read); the rate beyond it is printed too. The sweep's launcher is ``hobbit sim``'s default (``hobbit``:
 workers forked from the launching process, hobbit/launcher.py) unless ``--launcher`` names another
-(``joblib``: fresh worker processes through loky, as before the fork launcher). Ends with ``configs_per_min=<f>
-ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
+(``joblib``: fresh worker processes through loky, which inherit nothing the launching process read). Ends with
+``configs_per_min=<f> ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
 (targets: 300 / min and 1.9x). The line before it gives what two workers could reach in this run if the
 one-worker command's start (its 4-point sweep less those points) stayed as it is and the points took exactly half
 the time. ``--tokens N`` sweeps the bundled trace's requests repeated to N tokens instead (written to a temporary

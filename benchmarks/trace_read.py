@@ -76,7 +76,7 @@ def read_line(mode: str, g: dict[str, float]) -> str:
     )
 
 
-def arguments(doc: str, tokens: int, child_of) -> argparse.Namespace | None:
+def arguments(doc: str | None, tokens: int, child_of) -> argparse.Namespace | None:
     """A benchmark's arguments (--tokens, --repeats); None after running ``child_of(mode, path)`` when this
     process is one of its children (--child MODE PATH)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

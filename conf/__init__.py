@@ -1,4 +1,4 @@
-"""Hydra configuration groups of hobbit (YAML package data; see DESIGN.md "Entry points")."""
+"""Hydra configuration groups of hobbit (YAML package data; see docs/design.md, "Entry points")."""
 
 from pathlib import Path
 

@@ -297,7 +297,9 @@ def calibrate(
             rough = link.sizes[-1] / min(link.round()[0][-1] for _ in range(2)) / 1e9  # GB/s, to size the probe
             contention = ContentionProbe(store, rough, copy_cpu)
             try:
-                experts.round(), dense.round(), contention.round()
+                experts.round()  # warm-up, as the link's above
+                dense.round()
+                contention.round()
                 samples = []
                 for r in tqdm(range(rounds), desc="calibrate", unit="round", leave=False):
                     samples.append((link.round(), experts.round(), dense.round(), contention.round()))

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -55,7 +56,8 @@ class MixedExperts(nn.Module):
         self.mode, self.t1, self.t2, self.renormalize = mode, t1, t2, renormalize
         self.enabled = True
         self.mass = torch.zeros(3, dtype=torch.float64)  # gate mass served [high, low, skipped]
-        gu, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
+        # transformers' experts module: stacked parameters, read through nn.Module's attribute lookup
+        gu, down = cast(torch.Tensor, experts.gate_up_proj).detach(), cast(torch.Tensor, experts.down_proj).detach()
         self.weights = {}  # class -> (gate_up [E, 2F, H], down [E, H, F])
         for cls, precision in ((HIGH, pair[0]), (LOW, pair[1])):
             if precision == "fp16" and cls == HIGH:
@@ -78,7 +80,7 @@ class MixedExperts(nn.Module):
             kept = w * (cls != SKIP)
             w = kept * (w.sum(-1, keepdim=True) / kept.sum(-1, keepdim=True).clamp(min=1e-30))
         out = torch.zeros_like(hidden_states)
-        act = self.inner.act_fn
+        act = cast("Callable[[torch.Tensor], torch.Tensor]", self.inner.act_fn)
         for e in torch.unique(top_k_index).tolist():
             for c in (HIGH, LOW):
                 tok, slot = torch.where((top_k_index == e) & (cls == c))
@@ -177,7 +179,7 @@ def measure(model: Any, mixed: list[MixedExperts], batches: torch.Tensor, batch_
             for mod in mixed:
                 mod.enabled = True
             m.add(ref, model(input_ids=inputs).logits, labels)
-    return m.result(sum(mod.mass for mod in mixed))
+    return m.result(sum((mod.mass for mod in mixed), torch.zeros(3, dtype=torch.float64)))
 
 
 def run_quality(cfg: QualityConfig) -> dict:

@@ -100,7 +100,7 @@ class Replayer:
         self.views = {cls: {} for cls in store.kernels}  # id(buffer) -> typed views
         g = torch.Generator().manual_seed(0)
         self.x = (
-            (torch.randn(max(np.diff([0, *wl.pass_end])), store.model.hidden_size, generator=g) * 0.1)
+            (torch.randn(int(max(np.diff([0, *wl.pass_end]))), store.model.hidden_size, generator=g) * 0.1)
             .to(torch.bfloat16)
             .to(self.device)
         )

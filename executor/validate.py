@@ -157,7 +157,7 @@ def full_profile(
     alternating rounds: ``samples`` times, spread evenly over the calibration's rounds, a replay with
     every expert resident, a copy probe's replay and, when given, ``replay(rough)`` (validate's replays
     of the measured decisions) run between two rounds, so that all of them meet the machine in the
-    states the calibration meets (this VM's speed moves between states seconds apart). A minimum is
+    states the calibration meets (a shared machine's speed can move between states seconds apart). A minimum is
     taken over ``samples`` samples (``pick``), as many as a replayed token's. The replays' decisions
     come from ``rough``, a one-round profile: without CPU misses they do not depend on the profile
     (``validate`` checks)."""
@@ -343,6 +343,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
         window = parse_window(cfg.timeline_tokens, len(wl.pass_start))
         order = np.argsort([float(np.sum(r.pass_end - r.pass_start)) for r in runs])
         k = int(order[len(order) // 2])
+        assert res.workload is not None  # the simulation keeps the workload it timed
         schedules = [
             ("simulated", simulated(res.workload, res.decisions, res.cost, system.demand_first, window)),
             (
@@ -351,7 +352,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
             ),
         ]
     real = _combine_runs(runs, cfg.statistic)
-    replay = summarise(
+    replayed = summarise(
         measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]), "replay", spent[0]
     )
     e = errors(wl, res.timeline, real)
@@ -373,6 +374,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
     v["noise_mape"] = spread
     v["replays"], v["statistic"] = cfg.replays, cfg.statistic
     v["device"] = f"{device.type}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    assert hw.profile is not None  # calibrated above, or a measured profile given
     summary = {
         "validation": v,
         "model": model.name,
@@ -380,9 +382,9 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
         "hardware": hw.name,
         "profile": dataclasses.asdict(hw.profile),
         "precision_pair": cfg.precision_pair,
-        "copies_measured_gbps": replay.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9,
+        "copies_measured_gbps": replayed.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9,
     }
-    return Validation(res, replay, e, summary, hw, model, schedules)
+    return Validation(res, replayed, e, summary, hw, model, schedules)
 
 
 def _combine_runs(runs: list[Any], statistic: str) -> Any:

@@ -120,7 +120,7 @@ def build_store(
                 f"checkpoint {checkpoint_dir} has hidden {cfg.hidden_size}, expert FFN "
                 f"{cfg.intermediate_size}; model={model.name} wants {model.hidden_size}, {model.expert_ffn}"
             )
-    kernels = {
+    kernels: dict[int, ExpertKernel] = {
         cls: ExpertKernel(prec, model.hidden_size, model.expert_ffn, device, group)
         for cls, prec in ((HIGH, pair[0]), (LOW, pair[1]))
     }

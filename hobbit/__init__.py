@@ -6,6 +6,11 @@ The Python API (``hobbit.api``): ``read_trace``, ``simulate``, ``sweep``, ``capt
 
 The API's names load on first use (PEP 562), so ``hobbit --help``, the command line's dispatch and a
 sweep's launching process do not import numba, pandas or pyarrow before they need them.
+
+Importing ``hobbit`` (or any of its libraries) changes nothing outside it. ``configure_runtime()`` makes the
+process-wide settings the command line makes at its start: pyarrow's memory pool (jemalloc on Linux, unless
+``ARROW_DEFAULT_MEMORY_POOL`` chooses; ``hobbit.traces.schema.use_jemalloc_pool``) and a shortcut in Hydra's
+start of an app (``hobbit.glue.patch_hydra``). Call it once, early, in a program that reads many traces.
 """
 
 from __future__ import annotations
@@ -16,8 +21,16 @@ if TYPE_CHECKING:
     from hobbit.api import capture, configure, read_trace, simulate, simulate_config, sweep
     from hobbit.sim.results import Results
 
-__all__ = ["Results", "capture", "configure", "read_trace", "simulate", "simulate_config", "sweep"]
+__all__ = ["Results", "capture", "configure", "configure_runtime", "read_trace", "simulate", "simulate_config", "sweep"]
 __version__ = "0.1.0"
+
+
+def configure_runtime() -> None:
+    """What the command line sets for its whole process before it runs a command (module docstring): pyarrow's
+    memory pool and Hydra's mode shortcut. Idempotent."""
+    from hobbit.glue import configure_runtime as configure
+
+    configure()
 
 
 def __getattr__(name: str) -> Any:

@@ -17,9 +17,9 @@ import dataclasses
 import itertools
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from tqdm import tqdm
@@ -28,10 +28,11 @@ from hobbit.analysis.aggregate import flatten
 from hobbit.glue import compose, with_overrides
 from hobbit.guard import guard
 from hobbit.results_io import write_results
-from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, check_system
 from hobbit.sim.results import Results
-from hobbit.sim.run import lay_out
+from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
+from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
 from hobbit.traces.capture import capture as capture_trace
@@ -149,6 +150,33 @@ def simulate_config(
     )
 
 
+def check(
+    trace: Trace,
+    model: ModelConfig,
+    hardware: HardwareConfig,
+    system: SystemConfig,
+    profile: Trace | None = None,
+    profile_share: float = 0.25,
+) -> None:
+    """The checks ``simulate`` makes of its inputs (``hobbit.sim.run.simulate``'s arguments), without the run: the
+    knobs, the trace's topology against the model's, gate weights where the system's rule reads them, a calibrated
+    profile's tables, and whether the model fits the machine's memory. Raises ``ConfigError`` naming the first
+    problem and its fix. A command that runs many simulations (``hobbit compare``, ``hobbit tune``) checks each
+    configuration here before the first starts, so bad input stops it before any work."""
+    for prefix, cfg in (("model.", model), ("hardware.", hardware), ("system.", system)):
+        check_knobs(cfg, prefix)
+    check_system(system)
+    check_topology(trace, model)
+    if profile is not None:
+        check_topology(profile, model)
+    check_weights(trace, system)
+    check_profile(model, hardware)
+    timed = trace if profile is not None else split_requests(trace, profile_share)[1]
+    position = timed.arrays.position
+    context = int(position.max()) + 1 if len(position) else 1
+    size_cache(model, hardware, system, context, len(trace.meta.layers) / max(trace.meta.model.num_layers, 1))
+
+
 def preload(cfg: SimConfig) -> None:
     """What ``simulate_config(read_trace(cfg.trace), cfg)`` loads, without the run: the trace (and ``cfg.profile_trace``)
     read, laid out for replay as the run lays it out, and the engine's compiled code loaded by a run of ``cfg`` over the
@@ -211,10 +239,11 @@ def sweep(
     workers = max(n_jobs if n_jobs > 0 else (os.cpu_count() or 1), 1)
     size = max(1, -(-len(items) // (4 * workers)))  # four chunks per worker: one trace layout per chunk
     chunks = [items[i : i + size] for i in range(0, len(items), size)]
-    from joblib import Parallel, delayed  # here: 0.03 s that a command which runs no sweep would pay at its start
+    from joblib import Parallel, delayed  # here: a command that runs no sweep does not pay for its import
 
-    done = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
-    summaries = []
+    jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
+    done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
+    summaries: list[dict[str, Any]] = []
     with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:
         for part in done:
             summaries += part

@@ -2,6 +2,10 @@
 
 Each command is a Hydra app over ``conf/`` (``-m`` sweeps, ``--help`` lists its knobs,
 ``--cfg job`` prints the composed config). Exit codes: 0 ok, 2 bad input, 1 a bug.
+
+``main`` makes the process-wide settings a command runs with (``hobbit.glue.configure_runtime``:
+pyarrow's memory pool, Hydra's mode shortcut) before anything else; the library, imported,
+changes neither.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from hobbit.glue import STATE, fail, pipe_closed, quick_exit
+from hobbit.glue import STATE, configure_runtime, fail, pipe_closed, quick_exit
 from hobbit.guard import PathError, check_output
 
 # name -> (module, function, one-line description). A command's module is imported only to run
@@ -112,6 +116,7 @@ def rewrite(command: str, args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    configure_runtime()  # before any trace is read, and before a sweep forks its workers (they inherit it)
     try:
         _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:  # `hobbit sim --help | head`: Hydra prints the help outside the task

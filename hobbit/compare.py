@@ -7,6 +7,9 @@ prefill latency, hit rate, bytes moved, the system's own latency bound (``sim.bo
 already where its rules run it) and the gap to the lowest bound of all (the oracle bound: no system
 on this machine and trace can be faster). Writes compare.json, compare.md, compare.png/.svg and each
 system's results under systems/<name>/; the tuning study resumes where it stopped.
+
+Every configuration it will run (each system, and the base the tuning varies) is checked first
+(``hobbit.api.check``): bad input stops the command before the tuning or any simulation starts.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import numpy as np
 from tqdm import tqdm
 
 from hobbit.analysis.system_plots import compare_table, cpu_assisted, plot_compare
+from hobbit.api import check
 from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
-from hobbit.results_io import write_results
+from hobbit.results_io import decode_text, tok_s, tok_s_text, write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.run import needs_weights, simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
@@ -49,21 +53,43 @@ class CompareConfig:
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "out_dir": "outdir"}
 
-    trace: str | None = None  # None: the bundled model's trace
+    trace: str | None = None
+    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The model whose size the trace is replayed at (config group ``model=NAME``, conf/model/)."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    system: SystemConfig = field(default_factory=SystemConfig)  # the base HOBBIT's tuning varies
-    profile: str | None = None  # a calibrated hardware YAML (hobbit calibrate) instead of hardware=
-    systems: list[str] = field(default_factory=list)  # [] = every preset of conf/system
-    profile_share: float = 0.25  # requests held apart for profiling and tuning
-    tune_trials: int = 20  # 0: no tuned HOBBIT
-    quality_budget: float = 0.25  # tuning: most gate mass served low or skipped
+    """The machine (config group ``hardware=NAME``, conf/hardware/); ``profile`` replaces it."""
+    system: SystemConfig = field(default_factory=SystemConfig)
+    """The base HOBBIT's tuning varies: T1, T2, the cache split and the cache weights (config group
+    ``system=NAME``, conf/system/); the systems ranked are ``systems``."""
+    profile: str | None = None
+    """A calibrated hardware YAML (written by ``hobbit calibrate``) used instead of ``hardware``; null: ``hardware``."""
+    systems: list[str] = field(default_factory=list)
+    """The presets of conf/system ranked, e.g. [hobbit,on-demand,tec]; []: every preset."""
+    profile_share: float = 0.25
+    """This share of the trace's first requests is held apart: what systems learn offline comes from it and HOBBIT
+    is tuned on it; every system is timed on the remaining requests."""
+    tune_trials: int = 20
+    """Optuna trials tuning HOBBIT on the requests held apart (``hobbit tune``'s search); 0: no tuned HOBBIT."""
+    quality_budget: float = 0.25
+    """The tuning's limit on the gate mass served in low precision or skipped (quality_proxy.degraded_mass)."""
     seed: int = 0
+    """Seed of the fallback predictions when the trace has none, and of the tuning's sampler."""
     out_dir: str = "."
+    """Where results go (the command's run directory)."""
 
 
 def _system(name: str) -> SystemConfig:
     return compose("sim", SimConfig, ["out_dir=.", f"system={name}"]).system
+
+
+def tuning_base(system: SystemConfig) -> SystemConfig:
+    """What the tuning varies ``system`` into (``sim.tune.suggest``): HOBBIT's T1/T2 rule over the multidim cache."""
+    return dataclasses.replace(
+        system,
+        precision=dataclasses.replace(system.precision, mode="hobbit"),
+        cache=dataclasses.replace(system.cache, policy="multidim"),
+    )
 
 
 def _tuned(profile: Trace, cfg: CompareConfig, hw: HardwareConfig, out: Path) -> tuple[SystemConfig | None, str]:
@@ -102,6 +128,35 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def with_tok_s(table: str, rows: list[dict[str, Any]]) -> str:
+    """The compare table (``compare_table``) with a decode tok/s column after decode ms/token: row ``i`` of the
+    table is ``rows[i]``."""
+    lines = table.split("\n")
+    cells = [line.split("|") for line in lines]
+    at = next(i for i, c in enumerate(cells[0]) if c.strip() == "decode ms/token") + 1
+    cells[0].insert(at, " decode tok/s ")
+    cells[1].insert(at, "---")
+    for c, r in zip(cells[2:], rows):
+        c.insert(at, f" {tok_s_text(r['decode_ms_per_token']['mean'])} ")
+    return "\n".join("|".join(c) for c in cells)
+
+
+def check_all(
+    trace: Trace,
+    timed: Trace,
+    profile: Trace | None,
+    cfg: CompareConfig,
+    hw: HardwareConfig,
+    systems: list[SystemConfig],
+) -> None:
+    """Every configuration ``compare`` will run, checked before it runs any (``hobbit.api.check``): each system on
+    the timed requests, and the tuning's base on the profiling requests (when it tunes)."""
+    for system in systems:
+        check(timed, cfg.model, hw, system, profile=profile, profile_share=0.0)
+    if profile is not None and cfg.tune_trials > 0 and not weights_absent(trace.meta):
+        check(profile, cfg.model, hw, tuning_base(cfg.system))
+
+
 def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     """Run every system (and the tuned HOBBIT) on ``trace``; write the table, plot and JSON under ``out``."""
     hw = load_hardware(cfg.profile) if cfg.profile else cfg.hardware
@@ -127,6 +182,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
             )
         if skipped:
             notes.append(f"the trace has no gate weights: {', '.join(skipped)} not run (the T1/T2 rule needs them)")
+    check_all(trace, timed, profile, cfg, hw, systems)
     if profile is None or blind or cfg.tune_trials == 0:
         notes.append("HOBBIT not tuned")
     else:
@@ -156,7 +212,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
         f"{trace.meta.model.name} routing as {cfg.model.name} on {hw.name}: "
         f"{rows[0]['tokens']['decode']} decode tokens, {rows[0]['requests']} requests"
     )
-    table = compare_table(rows)
+    table = with_tok_s(compare_table(rows), rows)
     plots = plot_compare(rows, out, title)
     md = (
         f"# {title}\n\n{note}.\n\nRanked by decode latency. *degraded mass*: the gate mass served in low precision "
@@ -169,6 +225,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
         "rank",
         "system",
         "decode_ms_per_token",
+        "decode_tok_s",
         "prefill_ms_per_request",
         "hit_rate",
         "bytes_loaded",
@@ -182,6 +239,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     )
     for r in rows:
         r["cpu_assisted"] = cpu_assisted(r)
+        r["decode_tok_s"] = tok_s(r["decode_ms_per_token"]["mean"])
     summary = {
         "title": title,
         "trace": str(trace.path),
@@ -206,6 +264,8 @@ def compare_main(cfg: CompareConfig) -> None:
     out = Path(cfg.out_dir)
     s = compare(trace, cfg, out)
     print(s["table"])
-    print(f"\n{s['note']}; done in {time.perf_counter() - t0:.0f} s")
+    best = s["systems"][0]
+    print(f"\nfastest: {best['system']}, decode {decode_text(best['decode_ms_per_token']['mean'])}")
+    print(f"{s['note']}; done in {time.perf_counter() - t0:.0f} s")
     for p in s["files"]:
         print(f"  {Path(p).resolve()}")

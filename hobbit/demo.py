@@ -22,6 +22,7 @@ from hobbit.compare import CompareConfig, compare
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor_commands import summary_line, validate_to
 from hobbit.glue import CONF, compose, hydra_command
+from hobbit.results_io import decode_text
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
 from hobbit.traces.stats import render, summarize
@@ -52,22 +53,43 @@ class DemoConfig:
     PATHS: ClassVar[dict[str, str]] = {"out_dir": "outdir"}
 
     out_dir: str = "outputs/demo"
+    """Where everything goes (the command's run directory)."""
     max_prompts: int = 16
+    """Prompts captured from the bundled tiny model's held-out prompts."""
     max_new_tokens: int = 32
+    """Tokens the capture generates per prompt."""
     lookahead: int = 3
+    """D: the capture records layer l+d's router applied to layer l's router input, d = 1..D (the trace's
+    predictions)."""
     batch_size: int = 4
-    model: str = "mixtral-8x7b"  # the trace's routing replayed at this model's size
+    """Prompts per forward pass of the capture."""
+    model: str = "mixtral-8x7b"
+    """The preset of conf/model whose size the captured routing is replayed at (same topology), in the comparison,
+    the sweep and the validation."""
     hardware: str = "rtx4090-pcie4"
+    """The preset of conf/hardware the comparison and the sweep run on."""
     sweep_t1: list[float] = field(default_factory=lambda: [0.4, 0.6, 0.8])
+    """The T1 values swept (system.precision.t1)."""
     sweep_t2: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    sweep_high_gb: list[float] = field(default_factory=lambda: [8.0, 16.0])  # high pool; the low pool is 4 GB
+    """The T2 values swept (system.precision.t2)."""
+    sweep_high_gb: list[float] = field(default_factory=lambda: [8.0, 16.0])
+    """The high-precision pool sizes swept, GB (1e9 bytes); the low pool is 4 GB."""
     sweep_jobs: int = 2
-    validate_scale: int = 16  # the executor's model: mixtral-8x7b at 1/16 width
+    """Simulations of the sweep run in parallel."""
+    validate_scale: int = 16
+    """The validation calibrates and runs the executor on ``model`` with its hidden and expert widths divided by N
+    (hobbit validate scale=)."""
     validate_requests: int = 2
-    validate_replays: int = 5  # replays of the validated decisions (hobbit validate replays=)
-    validate_rounds: int = 15  # calibration rounds, at least 3 per replay (hobbit validate rounds=)
-    systems: list[str] = field(default_factory=list)  # [] = every preset of conf/system (hobbit compare)
-    compare_trials: int = 10  # Optuna trials tuning HOBBIT on the requests held apart (0: no tuned HOBBIT)
+    """The validation replays the trace's first N requests, after one more as warm-up (hobbit validate requests=)."""
+    validate_replays: int = 5
+    """Replays of the validated decisions (hobbit validate replays=)."""
+    validate_rounds: int = 15
+    """Calibration rounds, at least 3 per replay (hobbit validate rounds=)."""
+    systems: list[str] = field(default_factory=list)
+    """The presets of conf/system compared (hobbit compare systems=); []: every preset."""
+    compare_trials: int = 10
+    """Optuna trials tuning HOBBIT on the requests held apart for the comparison (hobbit compare tune_trials=); 0:
+    no tuned HOBBIT."""
 
 
 @hydra_command(CONF, "demo", DemoConfig)
@@ -141,7 +163,7 @@ def _sweep(cfg: DemoConfig, out: Path) -> list[Path]:
     report, agg = build_report(out)
     best = agg.runs.sort_values("decode_ms_per_token.mean").iloc[0]
     print(
-        f"sweep: {len(agg.runs)} runs; fastest {best['decode_ms_per_token.mean']:.1f} ms/token at T1="
+        f"sweep: {len(agg.runs)} runs; fastest {decode_text(best['decode_ms_per_token.mean'], 1)} at T1="
         f"{best['system_config.precision.t1']}, T2={best['system_config.precision.t2']}, high pool "
         f"{best['cache.high_bytes'] / 1e9:.0f} GB"
     )

@@ -7,6 +7,7 @@ simulator's commands never do.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,11 @@ from hobbit.executor.config import CalibrateConfig, QualityConfig, ValidateConfi
 from hobbit.executor.quality import run_quality
 from hobbit.executor.setup import pinned, prepare
 from hobbit.executor.validate import Validation, full_profile, validate
-from hobbit.executor.weights import reduce_model
-from hobbit.glue import CONF, hydra_command, load_hardware, load_tuned, write_yaml
-from hobbit.results_io import write_results
+from hobbit.executor.weights import first_layers, reduce_model
+from hobbit.glue import CONF, hydra_command, hydra_quote, load_hardware, load_tuned, searchpath, write_yaml
+from hobbit.results_io import decode_text, write_results
 from hobbit.sim.config import HardwareConfig, ModelConfig
-from hobbit.sim.run import check_profile
+from hobbit.sim.run import check_profile, check_topology, check_weights
 from hobbit.timelines import GANTT_PASSES
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, read_trace
 from hobbit.traces.tiny import bundled_trace
@@ -70,9 +71,16 @@ def calibrate_main(cfg: CalibrateConfig) -> None:
     if cfg.name:
         hw = dataclasses.replace(hw, name=cfg.name)
     hw_file, model_file = write_profile(hw, model, Path(cfg.out_dir))
-    root = Path(cfg.out_dir).resolve()
     print(f"profile: {hw_file.resolve()}\nmodel:   {model_file.resolve()}")
-    print(f"use: hobbit sim hydra.searchpath=[file://{root}] hardware={hw.name} model={model_file.stem}")
+    print(f"use: {calibrated_sim_command(Path(cfg.out_dir), hw.name, model_file.stem)}")
+
+
+def calibrated_sim_command(root: Path, hardware: str, model: str) -> str:
+    """The ``hobbit sim`` command line (for a POSIX shell) that simulates on the profile ``hobbit calibrate`` wrote
+    under ``root``: its hardware/ and model/ groups on Hydra's search path, its hardware and (reduced) model chosen."""
+    return shlex.join(
+        ["hobbit", "sim", searchpath(root), f"hardware={hydra_quote(hardware)}", f"model={hydra_quote(model)}"]
+    )
 
 
 def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
@@ -80,9 +88,14 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     hw = load_hardware(cfg.profile) if cfg.profile else None
     if cfg.tuned:
         cfg = dataclasses.replace(cfg, system=load_tuned(cfg.tuned, cfg.system))
+    model = reduce_model(cfg.model, cfg.scale, cfg.layers)
+    trace = read_trace(cfg.trace or bundled_trace())
+    # before any work (the calibration takes a while): what the simulation would refuse after it
+    check_topology(first_layers(trace, model.num_layers), model)  # the layers it replays: the model's first
+    check_weights(trace, cfg.system)
     if hw is not None:
-        check_profile(reduce_model(cfg.model, cfg.scale, cfg.layers), hw)  # before any work
-    v = validate(cfg, read_trace(cfg.trace or bundled_trace()), hw)
+        check_profile(model, hw)
+    v = validate(cfg, trace, hw)
     write_profile(v.hardware, v.model, out)
     write_results(v.sim, out / "sim")
     write_results(v.replay, out / "replay")
@@ -113,8 +126,8 @@ def summary_line(v: dict[str, Any]) -> str:
     return (
         f"validation on {v['device']}: {v['tokens']} decode tokens, per-token MAPE {100 * v['mape']:.1f} %, bias "
         f"{100 * v['bias']:+.1f} % (replays' own spread {100 * v['noise_mape']:.1f} %), |error| P50 "
-        f"{v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms (simulated {v['mean_simulated_ms']:.1f} vs measured "
-        f"{v['mean_measured_ms']:.1f} ms/token){pf}"
+        f"{v['p50_abs_ms']:.2f} ms, P95 {v['p95_abs_ms']:.2f} ms (simulated {decode_text(v['mean_simulated_ms'], 1)} "
+        f"vs measured {decode_text(v['mean_measured_ms'], 1)}){pf}"
     )
 
 

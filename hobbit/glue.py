@@ -5,39 +5,56 @@ the schema (a frozen dataclass) is registered in the ConfigStore and the YAML ex
 it; the task receives a typed object, never a ``DictConfig``. Bad input (any
 ``InputError``) prints one line naming the file, field and fix, and exits with 2.
 ``compose`` gives the same typed object outside a Hydra app (notebooks, the demo).
+
+Overrides are checked against the command's schema before Hydra composes anything
+(``override_problem``): a knob the schema lacks is named, with the nearest one it has
+("did you mean system.precision.t1?"), and exits 2; a typed config takes no ``+key``.
+
+Importing this module changes nothing outside it. What a process running commands sets once
+(``configure_runtime``: pyarrow's memory pool, Hydra's mode shortcut ``patch_hydra``) is set
+by the command line's entry point, by each Hydra command as it starts, and by ``compose``.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import difflib
 import gc
+import importlib
 import os
+import re
 import signal
 import sys
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import hydra
 import yaml
 from hydra import initialize_config_module
 from hydra._internal.hydra import Hydra
+from hydra._internal.utils import get_args_parser
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-import hobbit.launcher  # registers hydra/launcher=hobbit, which conf/sim.yaml names
-import hobbit.sweeper  # registers hydra/sweeper=hobbit, which conf/sim.yaml names
+import hobbit.launcher  # hydra/launcher=hobbit, which conf/sim.yaml names (registered as a command starts)
+import hobbit.sweeper  # hydra/sweeper=hobbit, which conf/sim.yaml names (registered as a command starts)
 from hobbit.guard import guard
+from hobbit.knob_docs import knobs, render_help
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
 from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
-from hobbit.traces.schema import InputError
+from hobbit.traces.schema import InputError, use_jemalloc_pool
 
 EXIT_BAD_INPUT = 2
 CONF = "pkg://hobbit.conf"  # conf/: model, hardware, system groups and one YAML per command
@@ -58,8 +75,9 @@ STATE = _State()
 def quick_exit() -> None:
     """At this process's exit, after the atexit handlers registered before this call, freeze what the garbage
     collector tracks: the interpreter's final collections would otherwise walk the ~170,000 objects numba, pandas
-    and Hydra leave, 0.7-0.9 s of every command and of every sweep worker's exit on this VM, against 0.1 s.
-    Nothing else changes: reference counts free what they free, files close, the other atexit handlers run."""
+    and Hydra leave, which costs every command, and every sweep worker, most of a second at exit for no gain: the
+    process is ending. Nothing else changes: reference counts free what they free, files close, the other atexit
+    handlers run."""
     if not STATE.quick_exit:
         atexit.register(gc.freeze)
         STATE.quick_exit = True
@@ -100,10 +118,10 @@ OWN_SEARCH_PATH = {"hydra", "main", "schema"}  # Hydra's own configs, conf/ and 
 
 def _get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
     """``Hydra.get_mode`` without composing the config when nothing can set ``hydra.mode``. Hydra composes the
-    whole config (0.1-0.25 s here) only to read ``hydra.mode`` before every run, then composes it again for the
-    run itself. conf/ never sets it (tests/test_sim_cli.py checks), so the mode is unset (None: ``-m`` or not decides)
-    unless an override names ``hydra.mode`` or ``hydra.searchpath``, or ``--config-dir`` adds a directory whose
-    configs might: those go through Hydra's own."""
+    whole config only to read ``hydra.mode`` before every run, then composes it again for the run itself: a
+    composition too many at the start of every command and sweep job. conf/ never sets it (tests/test_sim_cli.py
+    checks), so the mode is unset (None: ``-m`` or not decides) unless an override names ``hydra.mode`` or
+    ``hydra.searchpath``, or ``--config-dir`` adds a directory whose configs might: those go through Hydra's own."""
     if (
         any("hydra.mode" in o or "hydra.searchpath" in o for o in overrides)
         or {p.provider for p in self.config_loader.get_search_path().get_path()} - OWN_SEARCH_PATH
@@ -112,28 +130,67 @@ def _get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any
     return None
 
 
-Hydra.get_mode = _get_mode
+def patch_hydra() -> None:
+    """Install ``_get_mode`` as ``Hydra.get_mode`` (a private method of Hydra 1.3) for this process, once. Called
+    where a Hydra app is about to run or compose (``hydra_command``'s entry, ``compose``, ``configure_runtime``),
+    never at import, so importing ``hobbit`` leaves Hydra as it is for an application of the user's own."""
+    if Hydra.get_mode is not _get_mode:
+        Hydra.get_mode = _get_mode
+
+
+def configure_runtime() -> None:
+    """The process-wide settings the command line makes at its entry point: pyarrow's memory pool
+    (``hobbit.traces.schema.use_jemalloc_pool``; ``ARROW_DEFAULT_MEMORY_POOL`` still wins) and Hydra's mode
+    shortcut (``patch_hydra``). Idempotent; ``hobbit.configure_runtime`` for library users."""
+    use_jemalloc_pool()
+    patch_hydra()
+
+
+def register_plugins() -> None:
+    """``hydra/launcher=hobbit`` and ``hydra/sweeper=hobbit`` known to Hydra: before each command and composition,
+    as Hydra builds its plugin registry anew after a run."""
+    hobbit.sweeper.register()
+    hobbit.launcher.register()
 
 
 def register_schema(config_name: str, schema: type) -> None:
     """``<config_name>_schema`` in the ConfigStore: what conf/<config_name>.yaml extends."""
     ConfigStore.instance().store(name=f"{config_name}_schema", node=_writable(OmegaConf.structured(schema)))
+    HELP_SCHEMAS[config_name] = schema
+
+
+HELP_SCHEMAS: dict[str, type] = {}  # config name -> schema, for its --help (knobs_help)
+COMMAND_CONFIGS: dict[str, tuple[str, type]] = {}  # config name -> (config path, schema) of each command built
+
+
+def knobs_help(config_name: str, *, _root_: DictConfig) -> str:
+    """``${hobbit_knobs:NAME}`` in a command's help template (conf/NAME.yaml): every knob with its default as
+    composed (config groups and overrides applied, interpolations as written) and its text from the schema's
+    attribute docstrings (hobbit.knob_docs), the same text as the docs' knob reference."""
+    values = OmegaConf.to_container(_root_, resolve=False)
+    assert isinstance(values, dict)
+    values.pop("hydra", None)
+    return render_help(knobs(HELP_SCHEMAS[config_name], values)).replace("$", "$$")  # Hydra's string.Template next
 
 
 def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
-    """Decorator making ``task(cfg: schema)`` a Hydra main over ``config_path`` (a ``pkg://`` path)."""
+    """Decorator making ``task(cfg: schema)`` a Hydra main over ``config_path`` (a ``pkg://`` path). Its overrides
+    are checked against ``schema`` before Hydra composes (``check_command_line``)."""
 
     def deco(task: Callable[[Any], Any]) -> Callable[[], None]:
+        COMMAND_CONFIGS[config_name] = (config_path, schema)
         register_schema(config_name, schema)
+        register_plugins()
 
         @hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         def main(cfg: DictConfig) -> None:
             STATE.started = True
             quick_exit()  # here, so that a launcher's worker processes exit quickly too
+            use_jemalloc_pool()  # here too: a launcher's workers started afresh (joblib, Ray) read traces as well
             signal.signal(signal.SIGTERM, _raise_interrupt)  # so writers clean up on `kill`
             try:
                 obj = OmegaConf.to_object(cfg)
-            except OmegaConfBaseException as exc:
+            except (OmegaConfBaseException, dataclasses.FrozenInstanceError) as exc:
                 fail(f"{config_name}: {exc}".replace("\n", " "))
             try:
                 check_knobs(obj)
@@ -146,8 +203,10 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
                 fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
         def entry() -> None:
-            hobbit.sweeper.register()  # Hydra builds its plugin registry anew after a run: the sweeper joins it again
-            hobbit.launcher.register()  # and so does the launcher
+            patch_hydra()
+            OmegaConf.register_new_resolver("hobbit_knobs", knobs_help, replace=True)
+            register_plugins()  # Hydra builds its plugin registry anew after a run: the sweeper and launcher join it again
+            check_command_line(config_path, config_name, schema, sys.argv[1:])
             main()
 
         entry.__doc__ = task.__doc__
@@ -156,30 +215,215 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
     return deco
 
 
+# ---------------------------------------------------------------------------------------------- overrides
+
+
+OPEN = "*"  # a knob tree's node under which any key may follow (a mapping, a list, Any)
+
+
+def knob_tree(schema: type) -> dict[str, Any]:
+    """A frozen-dataclass schema's knobs as a tree: name -> its subtree (a dict), ``OPEN``, or None (a leaf). What
+    Hydra composes for the schema has these keys and no others: the YAML of conf/ extends the schema, never adds."""
+    try:
+        hints = typing.get_type_hints(schema)
+    except (NameError, TypeError):  # an annotation only a type checker resolves: its knobs are not checked here
+        hints = {}
+    return {f.name: _subtree(hints.get(f.name, Any)) for f in dataclasses.fields(schema)}
+
+
+def _subtree(hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        subs = [_subtree(a) for a in typing.get_args(hint) if a is not type(None)]
+        return subs[0] if len(subs) == 1 else OPEN if any(s is not None for s in subs) else None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return knob_tree(hint)
+    if hint is Any or origin in (dict, list, tuple, Mapping) or hint in (dict, list, tuple):
+        return OPEN
+    return None
+
+
+def knob_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted path of a knob tree, nodes and leaves."""
+    out = []
+    for k, v in tree.items():
+        out.append(prefix + k)
+        if isinstance(v, dict):
+            out += knob_paths(v, f"{prefix}{k}.")
+    return out
+
+
+def has_knob(tree: dict[str, Any], path: str) -> bool:
+    node: Any = tree
+    for part in path.split("."):
+        if node == OPEN:
+            return True
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def nearest_knob(tree: dict[str, Any], path: str) -> str | None:
+    """The knob ``path`` most likely meant: each misspelt part replaced by the closest name at its level
+    (``system.precison.t1`` -> ``system.precision.t1``); else a knob that ends as ``path`` does (``precision.t1``);
+    else the closest whole path; None when nothing is close."""
+    parts, node, fixed = path.split("."), tree, []
+    for part in parts:
+        if node == OPEN:
+            fixed.append(part)
+            continue
+        if not isinstance(node, dict):
+            break
+        close = [part] if part in node else difflib.get_close_matches(part, list(node), n=1, cutoff=0.6)
+        if not close:
+            break
+        fixed.append(close[0])
+        node = node[close[0]]
+    else:
+        return ".".join(fixed)
+    paths = knob_paths(tree)
+    tails = [p for p in paths if p.endswith("." + path)]
+    if len(tails) == 1:
+        return tails[0]
+    close = difflib.get_close_matches(path, paths, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _conf_dir(config_path: str) -> Path:
+    """The directory of a ``pkg://`` config path."""
+    module = importlib.import_module(config_path.removeprefix("pkg://"))
+    return Path(cast(str, module.__file__)).parent
+
+
+def _command(config_name: str) -> str:
+    """The command's name as a user types it: ``hobbit sim``."""
+    prog = Path(sys.argv[0]).name if sys.argv else ""
+    return "hobbit " + (prog.removeprefix("hobbit-") if prog.startswith("hobbit-") else config_name.replace("_", "-"))
+
+
+def override_problem(
+    o: Override, tree: dict[str, Any], groups: dict[str, list[str]], command: str, extended: bool
+) -> str | None:
+    """What is wrong with one override for a schema's knob ``tree`` (None: nothing this check can see). ``groups``:
+    the config groups of the command's conf/ and their options; ``extended``: a search path or config directory
+    adds configs (an unknown group or option may live there)."""
+    key = o.key_or_group
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")) or o.package:
+        return None
+    add = o.is_add()
+    sign = "+" if add else "++" if o.is_force_add() else "~" if o.is_delete() else ""
+    line = o.input_line or f"{sign}{key}"
+    if key in groups and not add and not o.is_delete():
+        v = o.value()
+        if extended or o.is_sweep_override() or not isinstance(v, str) or v in groups[key]:
+            return None  # a sweep's options: the launcher names the job whose option is missing
+        near = difflib.get_close_matches(v, groups[key], n=1, cutoff=0.6)
+        return (
+            f"{line}: conf/{key} has no {v}"
+            + (f" (did you mean {key}={near[0]}?)" if near else "")
+            + f"; the choices: {', '.join(groups[key])}"
+        )
+    if has_knob(tree, key):
+        if add:
+            value = line.partition("=")[2]
+            return f"{line}: {key} is a knob of {command} already; set it without '+' ({key}={value})"
+        return None
+    if extended and "." not in key:  # +experiment=NAME: a group of the added search path
+        return None
+    near = nearest_knob(tree, key)
+    return (
+        f"{line}: {command} has no knob {key}"
+        + (f" (did you mean {near}?)" if near else "")
+        + ("; '+' adds no knob to a typed config" if add or o.is_force_add() else "")
+        + f"; `{command} --help` lists the knobs"
+    )
+
+
+def overrides_problem(
+    config_path: str, config_name: str, schema: type, overrides: list[str], extended: bool, command: str | None = None
+) -> str | None:
+    """The first problem ``override_problem`` finds in ``overrides`` (Hydra's syntax), or None; ``command``: how
+    the message names the command (default: the one running, ``hobbit sim``)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:  # a syntax error: Hydra names it
+        return None
+    tree = knob_tree(schema)
+    conf = _conf_dir(config_path)
+    groups = {
+        d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in conf.iterdir() if d.is_dir() and any(d.glob("*.yaml"))
+    }
+    command = command or _command(config_name)
+    for o in parsed:
+        problem = override_problem(o, tree, groups, command, extended)
+        if problem is not None:
+            return problem
+    return None
+
+
+def check_command_line(config_path: str, config_name: str, schema: type, argv: list[str]) -> None:
+    """Before Hydra composes anything (or makes a run directory): each override of ``argv`` checked against
+    ``schema`` (``override_problem``); bad input is named on one line, exit code 2. Flags as Hydra reads them; a
+    command line Hydra cannot read is left to Hydra to explain."""
+    try:
+        args, rest = get_args_parser().parse_known_args(argv)
+    except (SystemExit, Exception):  # noqa: BLE001 - Hydra parses the same line again and says what is wrong
+        return
+    if args.config_name not in (None, config_name) or args.config_path is not None:
+        return  # another config than the command's: its schema is not this one
+    overrides = [*(args.overrides or []), *(a for a in rest if not a.startswith("-"))]
+    extended = args.config_dir is not None or any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides)
+    problem = overrides_problem(config_path, config_name, schema, overrides, extended)
+    if problem is not None:
+        fail(problem)
+
+
+def hydra_quote(value: str) -> str:
+    """``value`` as Hydra's override grammar takes it: as is where it is plain, else quoted."""
+    if value and all(c.isalnum() or c in "/._-:~+" for c in value):
+        return value
+    # in a quoted value a quote is escaped, and so is each backslash of a run that ends at a quote or at the end
+    return "'" + re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), value) + "'"
+
+
+def searchpath(*entries: str | Path) -> str:
+    """The override that adds ``entries`` to Hydra's search path (their config groups join conf/'s), for a printed
+    command line: a directory (``hydra.searchpath=[file:///abs/dir]``) or a search path entry as Hydra writes one
+    (``file://...``, ``pkg://...``)."""
+    items = [e if isinstance(e, str) else "file://" + str(e.resolve()) for e in entries]
+    return f"hydra.searchpath=[{','.join(hydra_quote(i) for i in items)}]"
+
+
 def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
     """The typed config Hydra composes from conf/<config_name>.yaml and ``overrides``, inside a
     running Hydra app or outside one; a bad override raises ``ConfigError`` naming it."""
+    patch_hydra()
     register_schema(config_name, schema)
-    hobbit.sweeper.register()
-    hobbit.launcher.register()
+    register_plugins()
+    extended = any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides)
+    problem = overrides_problem(CONF, config_name, schema, overrides, extended, f"hobbit {config_name}")
+    if problem is not None:
+        raise ConfigError(problem)
     try:
         if GlobalHydra.instance().is_initialized():
-            return OmegaConf.to_object(hydra.compose(config_name, overrides=overrides))
+            return cast(T, OmegaConf.to_object(hydra.compose(config_name, overrides=overrides)))
         with initialize_config_module(config_module="hobbit.conf", version_base="1.3"):
-            return OmegaConf.to_object(hydra.compose(config_name, overrides=overrides))
-    except (OmegaConfBaseException, HydraException) as exc:
+            return cast(T, OmegaConf.to_object(hydra.compose(config_name, overrides=overrides)))
+    except (OmegaConfBaseException, HydraException, dataclasses.FrozenInstanceError) as exc:
         raise ConfigError(f"{config_name} {' '.join(overrides)}: {exc}".replace("\n", " ")) from exc
 
 
 def load_typed(schema: type[T], data: Any) -> T:
     """``data`` (a mapping) checked against a frozen dataclass ``schema``."""
-    return OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(schema)), data))
+    return cast(T, OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(schema)), data)))
 
 
 def set_values(config: T, overrides: list[str]) -> T:
     """``with_overrides`` without OmegaConf where every override sets a knob that holds a bool, an int, a
     float or a string, or a path knob that may be unset (``str | None``: ``trace=``, ``cache_dir=``), to a value of
-    that type (what a sweep's points do; ~100x faster); else ``with_overrides``."""
+    that type (what a sweep's points do: OmegaConf's merge and typed conversion cost more than many a point's
+    simulation); else ``with_overrides``."""
     fast: list[tuple[list[str], Any]] = []
     for o in overrides:
         path, sep, text = o.partition("=")
@@ -253,7 +497,7 @@ def _replace_path(node: Any, keys: list[str], value: Any) -> Any:
 def with_overrides(config: T, overrides: list[str]) -> T:
     """A typed config with dotted ``key=value`` overrides applied, checked against its type."""
     node = OmegaConf.merge(_writable(OmegaConf.structured(config)), OmegaConf.from_dotlist(overrides))
-    return OmegaConf.to_object(node)
+    return cast(T, OmegaConf.to_object(node))
 
 
 YAML_ERRORS = (OmegaConfBaseException, yaml.YAMLError, ValueError)  # ValueError: not text (UnicodeDecodeError)
@@ -265,6 +509,10 @@ def load_hardware(path: str) -> HardwareConfig:
         raise ConfigError(f"profile={path} does not exist (fix: the hardware YAML hobbit calibrate wrote)")
     try:
         data = OmegaConf.load(path)
+        if not isinstance(data, DictConfig):
+            raise ConfigError(
+                f"profile={path} is not a mapping of hardware knobs (fix: the YAML hobbit calibrate wrote)"
+            )
         profile = data.pop("profile", None)
         hw = load_typed(HardwareConfig, data)
         return dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
@@ -291,7 +539,7 @@ def load_tuned(path: str, base: Any) -> Any:
 
 def with_node(config: T, node: Any) -> T:
     """A typed config with a mapping merged over it, checked against its type."""
-    return OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(config)), node))
+    return cast(T, OmegaConf.to_object(OmegaConf.merge(_writable(OmegaConf.structured(config)), node)))
 
 
 def write_yaml(node: Any, path: Path) -> Path:

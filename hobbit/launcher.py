@@ -2,15 +2,15 @@
 
 Hydra's joblib launcher starts its workers through loky: each is a fresh interpreter that imports
 Python, Hydra, the project and its libraries again and unpickles the job before it composes
-anything, 1-1.5 s here while the launching process waits; a two-worker sweep of the bundled trace
-spent more time there than the second worker saved. This launcher (``hydra/launcher=hobbit``, the
+anything, over a second while the launching process waits; for a sweep of short runs that start
+costs more than a second worker saves. This launcher (``hydra/launcher=hobbit``, the
 default of ``hobbit sim``) forks its workers instead (``os.fork``: the launching process's
 imports and Hydra's state come with them, a few milliseconds each) and hands them the jobs one
 at a time (a shared counter), so a worker that finishes early takes the next job. Each job runs
 as Hydra's own launchers run one (``hydra.core.utils.run_job``: its composition, run directory,
-log and callbacks); its result comes back to the launching process through a pipe. (The standard
-library's ``ProcessPoolExecutor`` with the fork context was tried: a worker it had to stop while the
-worker ran a job left its shutdown waiting forever, one run in three here.)
+log and callbacks); its result comes back to the launching process through a pipe. (Not the standard
+library's ``ProcessPoolExecutor`` with the fork context: stopping one of its workers while it runs a job
+can leave the pool's shutdown waiting forever.)
 
 - ``n_jobs``: the workers, at most one per job; -1 (the default) or 0: one per CPU, joblib's
   meaning; 1 runs every job in the launching process, as Hydra's basic launcher does.
@@ -87,7 +87,9 @@ class HobbitLauncher(Launcher):
 
     def __init__(self, n_jobs: int = -1) -> None:
         self.n_jobs = n_jobs
-        self.config = self.task_function = self.hydra_context = None
+        self.config: Any = None  # set by setup(), before Hydra launches anything
+        self.task_function: Any = None
+        self.hydra_context: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
@@ -269,5 +271,4 @@ def register() -> None:
     Plugins.instance().class_name_to_class.setdefault(TARGET, HobbitLauncher)
 
 
-register()
 __all__ = ["HobbitLauncher", "HobbitLauncherConf", "fork_pool", "workers"]

@@ -18,6 +18,7 @@ class ReportConfig:
     PATHS: ClassVar[dict[str, str]] = {"dir": "in"}
 
     dir: str = ""
+    """The run or multirun directory to aggregate (the report goes to DIR/report/)."""
 
 
 @hydra_command(TRACES_CONF, "report", ReportConfig)

@@ -36,13 +36,14 @@ from tqdm import tqdm
 from hobbit.analysis.reproduce_plot import plot_reproduce
 from hobbit.api import configure, simulate_config
 from hobbit.glue import CONF, hydra_command
+from hobbit.results_io import decode_text
 from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.timelines import write_sim_timeline
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import atomic_write_json, atomic_write_text, read_meta, read_trace
 from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir, bundled_phimoe_dir
 
-# Table 2 and §5-6 of the paper (REFERENCES.md): (set-up, baseline, model) -> (decode speed-up,
+# Table 2 and §5-6 of the paper (docs/references.md): (set-up, baseline, model) -> (decode speed-up,
 # prefill latency reduction or None where the paper gives none)
 PAPER: dict[tuple[str, str, str], tuple[float, float | None]] = {
     ("4090", "moe-offloading", "mixtral-8x7b"): (3.21, 0.51),
@@ -95,17 +96,34 @@ class ReproduceConfig:
     PATHS: ClassVar[dict[str, str]] = {"out_dir": "outdir", "trace": "in"}
 
     out_dir: str = "outputs/reproduce"
-    trace: str | None = None  # one trace instead of the captured workloads (then ``model`` names its size)
-    model: ModelConfig | None = None  # the conf/model group, chosen with model=NAME
+    """Where the captured workloads, finished runs and the table go (the command's run directory); an interrupted
+    run given the same out_dir resumes."""
+    trace: str | None = None
+    """One schema-v1 trace replayed instead of the captured workloads (needs ``model``); null: the workloads
+    captured from the bundled models."""
+    model: ModelConfig | None = None
+    """With ``trace``: the model whose size the trace is replayed at (config group ``model=NAME``, conf/model/)."""
     models: list[str] = field(default_factory=lambda: ["mixtral-8x7b", "phi-3.5-moe"])
-    prompts: int = 16  # per workload (the paper: 60 Alpaca prompts); the first quarter profiles
+    """The models whose workloads are captured, each from its bundled tiny checkpoint of the same topology:
+    mixtral-8x7b | phi-3.5-moe."""
+    prompts: int = 16
+    """Prompts per workload (the paper: 60 Alpaca prompts); the first quarter is held apart for what systems learn
+    offline, and not timed."""
     prompt_tokens: list[int] = field(default_factory=lambda: [16, 128])
+    """The workloads' prompt lengths, tokens."""
     new_tokens: list[int] = field(default_factory=lambda: [32, 128])
+    """The workloads' output lengths, tokens generated per prompt (no stop at end of text)."""
     batch_size: int = 8
+    """Prompts per forward pass of the capture (the simulator replays batch 1, as the paper runs)."""
     jobs: int = 2
-    tolerance: float = 0.35  # a speed-up within this relative distance of the paper's counts as reproduced
-    timeline: bool = False  # also write each run's timeline, runs/<run>.timeline.json (Chrome Trace Event format)
-    timeline_tokens: str = "0:64"  # the passes each timeline keeps, A:B (':' for all)
+    """Simulations run in parallel."""
+    tolerance: float = 0.35
+    """A decode speed-up within this relative distance of the paper's, abs(ours / paper - 1), counts as
+    reproduced."""
+    timeline: bool = False
+    """Also write each run's timeline, runs/<run>.timeline.json (Chrome Trace Event format: ui.perfetto.dev)."""
+    timeline_tokens: str = "0:64"
+    """The passes each timeline keeps, A:B (':' for all)."""
 
 
 @dataclass(frozen=True)
@@ -243,8 +261,8 @@ def simulate_grid(cfg: ReproduceConfig, workloads: list[Workload], out: Path) ->
 
 
 def _mean(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return float(np.mean(xs)) if xs else None
+    known = [x for x in xs if x is not None]
+    return float(np.mean(known)) if known else None
 
 
 def _speedup(base: dict, ours: dict) -> float | None:
@@ -342,6 +360,13 @@ def tabulate(cfg: ReproduceConfig, workloads: list[Workload], runs: dict[tuple, 
     }
 
 
+def _decode(row: dict[str, Any], key: str) -> str:
+    """A row's decode latency of ``key`` (``hobbit_ms_per_token`` or ``baseline_ms_per_token``), the mean over its
+    workloads, beside its throughput."""
+    ms = _mean([w[key] for w in row.get("workloads", [])])
+    return "n/a" if ms is None else decode_text(ms, 1)
+
+
 def _fmt(x: float | None, pct: bool = False) -> str:
     if x is None:
         return "n/a"
@@ -362,8 +387,9 @@ def render(table: dict[str, Any]) -> str:
         lines += [
             f"## {title}",
             "",
-            "| set-up | HOBBIT | baseline | model | decode speed-up | paper | off | prefill reduction | paper |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| set-up | HOBBIT | baseline | model | HOBBIT decode | baseline decode | decode speed-up | paper | off | "
+            "prefill reduction | paper |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in table["rows"]:
             if r["gpu_only"] != gpu_only:
@@ -371,6 +397,7 @@ def render(table: dict[str, Any]) -> str:
             off = "n/a" if r["off"] is None else f"{100 * r['off']:+.0f} %" + ("" if r["within_tolerance"] else " **")
             lines.append(
                 f"| {r['setup']} | {r['hobbit']} | {r['baseline']} | {r['model']} | "
+                f"{_decode(r, 'hobbit_ms_per_token')} | {_decode(r, 'baseline_ms_per_token')} | "
                 f"{_fmt(r['decode_speedup'])} | {_fmt(r['paper_decode_speedup'])} | {off} | "
                 f"{_fmt(r['prefill_reduction'], True)} | {_fmt(r['paper_prefill_reduction'], True)} |"
             )
@@ -429,7 +456,14 @@ def reproduce(cfg: ReproduceConfig, out: Path) -> dict[str, Any]:
                 "reproduce: trace=PATH needs model=NAME (the model whose size the trace is replayed at: "
                 "a name of conf/model)"
             )
-        read_meta(cfg.trace)  # a bad trace is refused before any work
+        meta = read_meta(cfg.trace)  # a bad trace, or one the model does not fit, is refused before any work
+        m, want = meta.model, cfg.model
+        if (m.num_layers, m.num_experts, m.top_k) != (want.num_layers, want.num_experts, want.top_k):
+            raise ConfigError(
+                f"trace {cfg.trace} ({m.name}: {m.num_layers} MoE layers, {m.num_experts} experts, top-{m.top_k}) "
+                f"does not fit model={want.name} ({want.num_layers} layers, {want.num_experts} experts, "
+                f"top-{want.top_k}); pick a model with the trace's topology"
+            )
         workloads = [Workload(cfg.model.name, Path(cfg.trace).stem, Path(cfg.trace))]
     else:
         workloads = capture_workloads(cfg, out / "workloads")

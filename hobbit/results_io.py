@@ -28,6 +28,23 @@ CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache
 MANIFEST = "sha256.json"  # in a cache entry: result file -> its SHA-256
 
 
+def tok_s(ms_per_token: float) -> float:
+    """Decode throughput, tokens per second, of a decode latency in ms per token (one token per decode pass)."""
+    return 1000.0 / ms_per_token if ms_per_token > 0 else float("inf")
+
+
+def tok_s_text(ms_per_token: float) -> str:
+    """The throughput of a decode latency as the commands print it: ``24.3``; below 10 tok/s with a second decimal."""
+    t = tok_s(ms_per_token)
+    return f"{t:.{2 if t < 10 else 1}f}"
+
+
+def decode_text(ms_per_token: float, digits: int = 2) -> str:
+    """``41.20 ms/token (24.3 tok/s)``: a decode latency beside the throughput it means, as every command prints
+    them."""
+    return f"{ms_per_token:.{digits}f} ms/token ({tok_s_text(ms_per_token)} tok/s)"
+
+
 def write_results(res: Results, out: Path) -> list[Path]:
     """results.json, passes.parquet, layers.parquet under ``out``; results.json is the last path."""
     paths = [

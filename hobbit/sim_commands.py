@@ -28,7 +28,7 @@ from hobbit.traces.tiny import bundled_trace
 
 log = logging.getLogger(__name__)
 PROGRESS_DELAY_S = 2.0  # a run's progress bar shows once it has taken this long
-DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: the same text, 4x faster
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: the same text, in C
 
 
 @hydra_command(CONF, "sim", SimConfig)
@@ -44,8 +44,11 @@ def run_chunk(cfg: SimConfig) -> None:
     """The sweep points of one multirun job (``hobbit.sweeper``), claimed one by one from the queue the job
     shares with the launcher's other workers: each point's values applied to the job's composed config, each
     point's run directory written as a job of its own would be."""
+    if cfg.sweep_chunk is None:
+        raise ValueError("run_chunk: a sweep job's config names its queue of points (sweep_chunk)")
     chunk = Path(cfg.sweep_chunk)
     spec = json.loads(chunk.read_text())
+    total = spec.get("total")
     sweep_dir = chunk.parent.parent
     base = dataclasses.replace(cfg, sweep_chunk=None)
     for point in spec["points"]:
@@ -58,16 +61,33 @@ def run_chunk(cfg: SimConfig) -> None:
             raise ConfigError(f"sweep point {' '.join(point['overrides'])}: {exc}".replace("\n", " ")) from exc
         pcfg = guard(pcfg, Path.cwd(), say=lambda _: None)
         check_knobs(pcfg)
-        run_one(pcfg, progress=False)
+        label = point.get("label") or " ".join(point["overrides"])
+        run_one(pcfg, progress=False, label=f"[{point['index'] + 1}/{total}] {label}" if total else label)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
         atomic_write_text(
             out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER, sort_keys=False)
         )
 
 
-def run_one(cfg: SimConfig, progress: bool = True) -> None:
+def summary_line(s: dict, label: str | None = None) -> str:
+    """The line ``hobbit sim`` prints for a finished run (its results.json ``s``): headed by the system, hardware and
+    model, or by ``label`` (a sweep point: its number and overrides)."""
+    from hobbit.results_io import decode_text
+
+    d = s["decode_ms_per_token"]
+    head = label if label is not None else f"{s['system']} on {s['hardware']}, {s['model']}"
+    return (
+        f"{head}: decode {decode_text(d['mean'])}, p95 {d['p95']:.2f} ms/token, "
+        f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
+        f"link busy {s['link_busy_fraction']:.2f}"
+        + (f"; {s['gap_to_bound']:.2f}x its bound" if s.get("gap_to_bound") else "")
+    )
+
+
+def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> None:
     """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``. ``progress``: a
-    bar on stderr for a run that takes more than a couple of seconds (passes timed; a sweep's points have none)."""
+    bar on stderr for a run that takes more than a couple of seconds (passes timed; a sweep's points have none).
+    ``label``: what heads its printed line in place of the system, hardware and model (a sweep point's overrides)."""
     from tqdm import tqdm
 
     from hobbit.api import read_trace, simulate_config
@@ -80,7 +100,8 @@ def run_one(cfg: SimConfig, progress: bool = True) -> None:
     entry = root / config_key(cfg, trace_path) if root is not None else None
     if entry is not None and not cfg.timeline and from_cache(entry, out):  # a timeline needs the run itself
         s = json.loads((out / "results.json").read_text())
-        print(f"{s['system']}: already simulated (result cache {entry}); results in {out.resolve()}")
+        print(summary_line(s, label) + f" (already simulated: result cache {entry})")
+        print(f"results in {out.resolve()}")
         return
     tqdm.monitor_interval = 0  # no monitor thread: a process that later sweeps forks its workers (hobbit.launcher)
     with tqdm(
@@ -101,14 +122,7 @@ def run_one(cfg: SimConfig, progress: bool = True) -> None:
             print(f"timeline: {p.resolve()}")
     if entry is not None:
         to_cache(out, entry)
-    s = res.summary
-    d = s["decode_ms_per_token"]
-    print(
-        f"{s['system']} on {s['hardware']}, {s['model']}: decode {d['mean']:.2f} ms/token (p95 {d['p95']:.2f}), "
-        f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
-        f"link busy {s['link_busy_fraction']:.2f}"
-        + (f"; {s['gap_to_bound']:.2f}x its bound" if s.get("gap_to_bound") else "")
-    )
+    print(summary_line(res.summary, label))
     print(f"results in {paths[-1].parent.resolve()}")
 
 
@@ -135,7 +149,7 @@ class Preload(Callback):
         from hobbit.api import preload
 
         try:
-            node = OmegaConf.masked_copy(config, [k for k in config if k not in ("hydra", "out_dir")])
+            node = OmegaConf.masked_copy(config, [str(k) for k in config if k not in ("hydra", "out_dir")])
             preload(guard(load_typed(SimConfig, node), Path.cwd(), say=lambda _: None))
         except Exception as exc:  # noqa: BLE001 - a head start only: each job composes, checks and reports its own
             log.debug(f"preload skipped: {type(exc).__name__}: {exc}")

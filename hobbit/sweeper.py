@@ -1,7 +1,7 @@
 """The ``hobbit`` Hydra sweeper: a multirun as chunks of configurations, not one job per configuration.
 
 Hydra's basic sweeper composes every configuration twice (once to check it, once to launch
-it), about half a second each here, longer than the compiled core takes to simulate one.
+it), and one composition takes longer than the compiled core takes to simulate one.
 This sweeper (``hydra/sweeper=hobbit``, the default of ``hobbit sim``) expands the same
 command-line grammar (``a=1,2 b=x,y``: the product), then:
 
@@ -18,7 +18,9 @@ command-line grammar (``a=1,2 b=x,y``: the product), then:
   ``.hydra/overrides.yaml`` and ``.hydra/config.yaml``) as one Hydra job per point would.
 
 In one worker the trace is read and laid out once for all its points (``hobbit.api.read_trace``,
-``sim.run.prepare``). The result cache and resume work per point, as before.
+``sim.run.prepare``). The result cache and resume work per point. Each point's spec also carries its
+number in the sweep (of ``total``) and ``label``, the overrides that vary across the sweep, which its
+printed line names (``[3/12] system=hobbit system.cache.high_fraction=0.5: decode ...``).
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ class HobbitSweeper(Sweeper):
 
     def __init__(self, chunk_size: int = 0) -> None:
         self.chunk_size = chunk_size
-        self.config = self.launcher = self.hydra_context = None
+        self.config: Any = None
+        self.launcher: Any = None
+        self.hydra_context: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.config = hydra_context, config
@@ -103,6 +107,8 @@ class HobbitSweeper(Sweeper):
 
         kinds = [structural(o, groups) for o in overrides]
         points = BasicSweeper.split_arguments(overrides, None)[0]  # every point: its override strings, in order
+        swept = [o.is_sweep_override() for o in overrides]
+        labels = [" ".join(s for s, v in zip(point, swept) if v) or " ".join(point) for point in points]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         (sweep_dir / CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -119,14 +125,16 @@ class HobbitSweeper(Sweeper):
                 parts = [(idx, min(self._workers(), len(idx)))]
             for part, takers in parts:
                 spec = {
+                    "total": len(points),
                     "points": [
                         {
                             "index": i,
                             "values": [s for s, k in zip(points[i], kinds) if not k],
                             "overrides": list(points[i]),
+                            "label": labels[i],
                         }
                         for i in part
-                    ]
+                    ],
                 }
                 path = sweep_dir / CHUNKS_DIR / f"{specs}.json"
                 shutil.rmtree(claims_dir(path), ignore_errors=True)  # a rerun into the same sweep dir claims afresh
@@ -156,5 +164,4 @@ def register() -> None:
     Plugins.instance().class_name_to_class.setdefault(TARGET, HobbitSweeper)
 
 
-register()
 __all__ = ["HobbitSweeper", "HobbitSweeperConf"]

@@ -14,6 +14,8 @@ GANTT_PASSES = 3  # passes in the Gantt plot: enough to see a decode step's copi
 
 def schedule_of(res: Results, demand_first: bool, tokens: str) -> Schedule:
     """The simulated schedule of a run's passes ``tokens``."""
+    if res.workload is None:
+        raise ValueError("a run's timeline needs its workload and decisions: simulate it with keep_decisions=True")
     return simulated(
         res.workload, res.decisions, res.cost, demand_first, parse_window(tokens, len(res.timeline.pass_start))
     )

@@ -56,8 +56,11 @@ class TraceInfoConfig:
     PATHS: ClassVar[dict[str, str]] = {"path": "in"}
 
     path: str = ""
+    """The schema-v1 trace to describe (also given bare: ``hobbit trace-info PATH``)."""
     json: bool = False
+    """Print the statistics as JSON instead of text (also ``--json``)."""
     max_layer_rows: int = 40
+    """Rows of the text's per-layer table, a layer a row (the rest are counted; the JSON has all); 0: no table."""
 
 
 @hydra_command(TRACES_CONF, "trace_info", TraceInfoConfig)

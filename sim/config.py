@@ -8,7 +8,7 @@ names: ``_bytes``, ``_s``, ``_gbps`` (1e9 bytes/s), ``_tflops`` (1e12 flop/s).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hobbit.sim.policies.registry import EVICTION, PREFETCH, knobs_types
 from hobbit.traces.schema import InputError
@@ -64,17 +64,30 @@ class ModelConfig:
     }
 
     name: str = "unnamed"
-    num_layers: int = 1  # MoE layers
+    """The model's name, as results and plots label it."""
+    num_layers: int = 1
+    """MoE layers (dense layers are not counted)."""
     num_experts: int = 8
+    """Routed experts per MoE layer (shared experts are counted in ``dense_params_per_layer``)."""
     top_k: int = 2
+    """Experts each token is routed to in each MoE layer."""
     hidden_size: int = 4096
+    """The model's hidden width: an expert's input and output."""
     expert_ffn: int = 14336
+    """An expert's intermediate (FFN) width; an expert holds 3 * hidden_size * expert_ffn weights."""
     dense_params_per_layer: int = 0
+    """Parameters every MoE layer runs on every token besides its routed experts: attention, router, norms,
+    shared experts."""
     other_params: int = 0
-    kv_bytes_per_token: int = 0  # all layers, at 16 bit
+    """Parameters that stay resident and run once per token: embeddings, LM head, dense FFN layers."""
+    kv_bytes_per_token: int = 0
+    """KV cache bytes one token adds, all layers together, at 16 bit."""
     quant_group_size: int = 128
-    quant_meta_bytes_per_group: int = 4  # an fp16 scale and an fp16 zero per group
+    """Inputs per quantisation group of a low-bit expert (each group adds ``quant_meta_bytes_per_group``)."""
+    quant_meta_bytes_per_group: int = 4
+    """Bytes of scale and zero per quantisation group: an fp16 scale and an fp16 zero."""
     source: str = ""
+    """Where these shapes come from (a config.json, a paper table)."""
 
     @property
     def expert_params(self) -> int:
@@ -135,32 +148,52 @@ class ProfileConfig:
         "step_expert_low_s": ">=0",  # dense_s and other_s are fitted coefficients: finite, of either sign
     }
 
-    model: str = ""  # what it was measured for: name and the two widths that set every size
+    model: str = ""
+    """The model the profile was measured for (with the two widths below, which set every size)."""
     hidden_size: int = 0
+    """The measured model's hidden width."""
     expert_ffn: int = 0
+    """The measured model's expert FFN width."""
     device: str = ""
+    """The device measured (cpu, or cuda with its name)."""
     link_t0_s: float = 0.0
+    """A copy's fixed cost: copies take link_t0_s + bytes / link_gbps."""
     link_gbps: float = 0.0
-    dense_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # a, b, c
-    other_s: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a, b
-    head_s: list[float] = field(default_factory=list)  # the LM head per expert_tokens count (replaces other_s)
-    layer_overhead_s: float = 0.0  # the replay loop per layer beyond its measured parts
-    copy_issue_s: float = 0.0  # the compute stream's time per copy: issuing it and the cache's bookkeeping for it
+    """The link's measured bandwidth, GB/s (1e9 bytes/s)."""
+    dense_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    """The dense part of a layer, a + b*T + c*T*C seconds (T tokens, C context)."""
+    other_s: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """What runs once per pass outside the layers (the LM head), a + b*T seconds; profiles with ``head_s``
+    use that instead."""
+    head_s: list[float] = field(default_factory=list)
+    """The LM head's seconds at each of ``expert_tokens`` token counts (replaces ``other_s``)."""
+    layer_overhead_s: float = 0.0
+    """The replay loop's own time per layer beyond its measured parts."""
+    copy_issue_s: float = 0.0
+    """The compute stream's time per copy: issuing it and the cache's bookkeeping for it."""
     expert_tokens: list[int] = field(default_factory=list)
+    """The token counts the expert times were measured at (interpolated between)."""
     expert_high_s: list[float] = field(default_factory=list)
+    """A high-precision expert's seconds at each of ``expert_tokens``."""
     expert_low_s: list[float] = field(default_factory=list)
+    """A low-precision expert's seconds at each of ``expert_tokens``."""
     cpu_expert_s: list[float] = field(default_factory=list)
-    # contention, measured with copies and compute running together (0 / 1: not measured, none charged)
-    busy_link_gbps: float = 0.0  # the link's bandwidth while experts compute
-    busy_dense_factor: float = 1.0  # the dense part's time while a copy runs, over its time alone
-    busy_expert_high_factor: float = 1.0  # a high-precision expert's, likewise
-    busy_expert_low_factor: float = 1.0  # a low-precision expert's, likewise
-    # what a part costs more per call inside a decode step (dense, a high and a low expert in turn, as the replay
-    # runs them) than its own probe measures back to back: caches, predictors and TLBs as the other parts leave
-    # them; added to every call of the part (0: not measured)
+    """An expert computed on the host CPU, seconds at each of ``expert_tokens``."""
+    busy_link_gbps: float = 0.0
+    """The link's bandwidth while experts compute (0: not measured, no contention charged)."""
+    busy_dense_factor: float = 1.0
+    """The dense part's time while a copy runs, over its time alone (1: none)."""
+    busy_expert_high_factor: float = 1.0
+    """A high-precision expert's time while a copy runs, over its time alone (1: none)."""
+    busy_expert_low_factor: float = 1.0
+    """A low-precision expert's time while a copy runs, over its time alone (1: none)."""
     step_dense_s: float = 0.0
+    """What the dense part costs more per call inside a decode step than its own probe measures back to back
+    (caches, predictors and TLBs as the other parts leave them); added to every call (0: not measured)."""
     step_expert_high_s: float = 0.0
+    """Likewise for a high-precision expert."""
     step_expert_low_s: float = 0.0
+    """Likewise for a low-precision expert."""
 
 
 @dataclass(frozen=True)
@@ -193,27 +226,50 @@ class HardwareConfig:
     }
 
     name: str = "unnamed"
+    """The machine's name, as results and plots label it."""
     device_memory_bytes: int = 24 * 2**30
+    """The accelerator's memory, bytes."""
     device_mem_gbps: float = 1008.0
-    device_tflops: float = 165.0  # dense 16-bit
-    kernel_overhead_s: float = 10e-6  # per kernel launch
-    compute_efficiency: float = 0.8  # fraction of peak bandwidth / flops that batch-1 kernels reach
-    link_gbps: float = 25.0  # host -> device, pinned, achieved
-    link_t0_s: float = 6e-6  # per copy
-    expert_source: str = "host"  # host | ssd
+    """The accelerator's memory bandwidth, GB/s (1e9 bytes/s)."""
+    device_tflops: float = 165.0
+    """The accelerator's dense 16-bit throughput, TFLOP/s."""
+    kernel_overhead_s: float = 10e-6
+    """Seconds per kernel launch."""
+    compute_efficiency: float = 0.8
+    """The fraction of peak bandwidth and flops that batch-1 kernels reach."""
+    link_gbps: float = 25.0
+    """Host-to-device bandwidth a pinned copy achieves, GB/s."""
+    link_t0_s: float = 6e-6
+    """A copy's fixed cost, seconds: a copy takes link_t0_s + bytes / link_gbps."""
+    expert_source: str = "host"
+    """Where experts that are not on the device live: host (RAM, over the link) | ssd."""
     ssd_gbps: float = 3.0
+    """The SSD's read bandwidth, GB/s (with ``expert_source=ssd`` or unified memory)."""
     ssd_t0_s: float = 80e-6
+    """An SSD read's fixed cost, seconds."""
     unified_memory: bool = False
-    cpu_tflops: float = 1.0  # host CPU, 16-bit GEMV-bound work
+    """Device and host share one DRAM (Jetson): experts come from the SSD and every byte moved also spends the
+    shared DRAM bandwidth."""
+    cpu_tflops: float = 1.0
+    """The host CPU's throughput on 16-bit GEMV-bound work, TFLOP/s."""
     cpu_mem_gbps: float = 60.0
+    """The host CPU's memory bandwidth, GB/s."""
     high_precision: str = "fp16"
+    """The format of a high-precision expert: fp16 | bf16 | int8 | int4 | int2 or a GGUF type (q8_0, q4_0, q2_k)."""
     low_precision: str = "int4"
-    low_precision_efficiency: float = 0.8  # a low-bit kernel's bandwidth relative to a 16-bit one (dequant)
-    reserve_bytes: int = 2 * 2**30  # runtime, activations, fragmentation
-    contention_compute: float = 1.0  # compute time while a copy runs, over its time alone (1.0: none)
-    contention_link: float = 1.0  # a copy's time while the device computes, over its time alone (1.0: none)
+    """The format of a low-precision expert (same choices)."""
+    low_precision_efficiency: float = 0.8
+    """A low-bit kernel's bandwidth relative to a 16-bit one (its dequantisation's cost)."""
+    reserve_bytes: int = 2 * 2**30
+    """Device memory held back for the runtime, activations and fragmentation."""
+    contention_compute: float = 1.0
+    """Compute time while a copy runs, over its time alone (1.0: they do not meet)."""
+    contention_link: float = 1.0
+    """A copy's time while the device computes, over its time alone (1.0: they do not meet)."""
     source: str = ""
-    profile: ProfileConfig | None = None  # measured costs (hobbit calibrate) replace the roofline
+    """Where these numbers come from (data sheets, measurements; docs/references.md)."""
+    profile: ProfileConfig | None = None
+    """Costs measured by ``hobbit calibrate`` (a profile YAML): they replace the roofline."""
 
 
 @dataclass(frozen=True)
@@ -223,11 +279,17 @@ class PrecisionConfig:
     LIMITS: ClassVar[dict[str, str]] = {"t1": "[0,1]", "t2": "[0,1]"}
 
     mode: str = "hobbit"
-    t1: float = 0.6  # paper default (Mixtral)
+    """hobbit (the T1/T2 rule) | high (every miss at high precision) | low (every miss at low precision)."""
+    t1: float = 0.6
+    """A selected expert whose score (the normalised weight ranked above it) is at most t1 loads at high
+    precision; top-1 always does (paper §3.2; 0.6 its default for Mixtral)."""
     t2: float = 0.9
-    serve_any_cached: bool = True  # a cached copy of either precision serves a hit
-    multi_token: str = "max"  # a pass with many tokens loads an expert at the highest precision any needs;
-    # high: at high precision (with mode hobbit: a uniform mode serves every token at its precision)
+    """Scores in (t1, t2] load at low precision; above t2 the expert is skipped (paper §3.2)."""
+    serve_any_cached: bool = True
+    """A cached copy of either precision serves a hit, even where the rule would skip the expert."""
+    multi_token: str = "max"
+    """A pass with many tokens (prefill): max (an expert loads at the highest precision any token needs) | high
+    (at high precision)."""
 
 
 def with_policy_nodes(base: type, name: str, registry: dict[str, str]) -> type:
@@ -248,14 +310,20 @@ class PrefetchBase:
     LIMITS: ClassVar[dict[str, str]] = {"max_depth": ">=1", "fallback_accuracy": "[0,1]", "staging_slots": ">=0"}
 
     kind: str = "hobbit"
-    max_depth: int = 2  # p: layers looked ahead (paper: adaptive in [1, 3], default 2)
-    fallback: str = "oracle"  # predictor when the trace has no predictions: oracle | history | none
-    fallback_accuracy: float = 0.9  # top-1 accuracy of the oracle fallback
-    precision: str = "rule"  # a prefetch's precision: rule (T1/T2 on the predicted weights, paper §3.3) | high | low
-    # 0: a prefetched expert enters its pool, pinned until its layer has run (paper §3.3-3.4); N > 0: it waits in
-    # one of N staging slots carved from the high pool's memory and enters the cache only when used (prefetches
-    # beyond N free staging slots are not issued)
+    """The prefetcher, a name of the prefetch registry (hobbit, next-layer, eam, none, ...)."""
+    max_depth: int = 2
+    """p: layers looked ahead while the predicted experts are all cached (paper §3.3: adaptive in [1, 3])."""
+    fallback: str = "oracle"
+    """The predictor when the trace holds no predictions: oracle (right with ``fallback_accuracy``) | history |
+    none."""
+    fallback_accuracy: float = 0.9
+    """The oracle fallback's top-1 accuracy."""
+    precision: str = "rule"
+    """A prefetch's precision: rule (T1/T2 on the predicted weights, paper §3.3) | high | low."""
     staging_slots: int = 0
+    """0: a prefetched expert enters its pool, pinned until its layer has run (paper §3.3-3.4); N > 0: it waits in
+    one of N staging slots carved from the high pool's memory and enters the cache only when used (prefetches
+    beyond N free staging slots are not issued)."""
 
 
 @dataclass(frozen=True)
@@ -277,22 +345,32 @@ class CacheBase:
     }
 
     policy: str = "multidim"
+    """The eviction policy, a name of the eviction registry (multidim, lru, lfu, s3fifo, belady, ...)."""
     high_bytes: int = -1
+    """The high-precision pool's bytes; -1: ``high_fraction`` of the device memory left after resident weights,
+    KV cache and the reserve."""
     low_bytes: int = -1
-    high_fraction: float = 0.75  # the paper keeps the high-precision pool larger
-    per_layer: bool = False  # split each pool evenly across layers (MoE-Offloading)
-    # caps on a pool's slots per layer, the memory permitting (0: none): a count (llama.cpp's --moe-expert-cache N),
-    # or a share of a layer's experts, at least 4 x top-k (TEC's capacity rule, -c)
+    """The low-precision pool's bytes; -1: the rest of that memory."""
+    high_fraction: float = 0.75
+    """The high-precision pool's share of the cache memory (the paper keeps it the larger)."""
+    per_layer: bool = False
+    """Split each pool evenly across layers (MoE-Offloading's per-layer LRU)."""
     layer_slots: int = 0
+    """A cap on a pool's slots per layer, the memory permitting (llama.cpp's --moe-expert-cache N); 0: none."""
     layer_share: float = 0.0
-    # this share of each layer's high-precision slots holds the layer's most used experts in the profiling
-    # requests, pinned for good; the rest are the cache (TEC's pin list: -P, default half its slots, which it
-    # applies in its unified-memory mode); 0: none
+    """A cap on a pool's slots per layer as a share of the layer's experts, at least 4 x top-k (TEC's capacity
+    rule, -c); 0: none."""
     layer_pinned: float = 0.0
+    """This share of each layer's high-precision slots holds the layer's most used experts in the profiling
+    requests, pinned for good; the rest are the cache (TEC's pin list, -P); 0: none."""
 
 
-PrefetchConfig = with_policy_nodes(PrefetchBase, "PrefetchConfig", PREFETCH)
-CacheConfig = with_policy_nodes(CacheBase, "CacheConfig", EVICTION)
+if TYPE_CHECKING:  # a checker sees the bases; a policy's node is reached by name (policy_knobs)
+    PrefetchConfig = PrefetchBase
+    CacheConfig = CacheBase
+else:
+    PrefetchConfig = with_policy_nodes(PrefetchBase, "PrefetchConfig", PREFETCH)
+    CacheConfig = with_policy_nodes(CacheBase, "CacheConfig", EVICTION)
 
 
 def policy_knobs(node: Any, name: str) -> Any:
@@ -313,27 +391,36 @@ class SystemConfig:
     }
 
     name: str = "hobbit"
+    """The system's name, as results and plots label it."""
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    """How a missing expert is loaded: at high or low precision, or skipped (paper §3.2)."""
     prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
+    """What is loaded ahead of its layer (paper §3.3)."""
     cache: CacheConfig = field(default_factory=CacheConfig)
-    demand_first: bool = True  # a demand load goes ahead of queued (not in-flight) prefetches
-    # a miss not skipped: never (loaded) | always (computed on the CPU from host memory) | faster (on the CPU when
-    # that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode) | split
-    # (FreeToken's hybrid backend: a layer's misses split between copies and the CPU by the two bandwidths)
+    """The device's expert cache: pools, sizes, eviction (paper §3.4)."""
+    demand_first: bool = True
+    """A demand load goes ahead of queued (not in-flight) prefetches."""
     cpu_misses: str = "never"
-    # a miss computed on the CPU is also copied into the cache behind it, evicting, up to this many per layer and
-    # forward pass (llama.cpp's --moe-expert-cache-inserts); 0: none (cpu_misses=faster still fills empty slots)
+    """A miss not skipped: never (loaded) | always (computed on the CPU from host memory) | faster (on the CPU when
+    that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode) | split
+    (FreeToken's hybrid backend: a layer's misses split between copies and the CPU by the two bandwidths)."""
     cpu_insert: int = 0
-    # split: the CPU takes misses only where a copy takes at least this many times as long as the CPU's computation
-    # of the expert (FreeToken's auto backend: CPU bandwidth over twice the link's); split_max_fetch caps the copies per
-    # layer and pass (-1: none, its --moe-hybrid-max-fetch)
+    """A miss computed on the CPU is also copied into the cache behind it, evicting, up to this many per layer and
+    forward pass (llama.cpp's --moe-expert-cache-inserts); 0: none (cpu_misses=faster still fills empty slots)."""
     split_threshold: float = 2.0
+    """cpu_misses=split: the CPU takes misses only where a copy takes at least this many times as long as the
+    CPU's computation of the expert (FreeToken's auto backend: CPU bandwidth over twice the link's)."""
     split_max_fetch: int = -1
-    # this system's CPU expert kernel relative to the hardware's cpu_* figures (which describe Fiddler's
-    # AVX512 kernel: HOBBIT quotes ~3 ms per Mixtral expert for Fiddler and ~5 ms for llama.cpp)
+    """cpu_misses=split: a cap on the copies per layer and pass (FreeToken's --moe-hybrid-max-fetch); -1: none."""
     cpu_kernel_efficiency: float = 1.0
-    placement: str = "cache"  # cache | static (llama.cpp) | popular (Fiddler: the most used experts, for good)
-    n_cpu_moe: int = -1  # static: experts of the first N MoE layers stay on the CPU; -1 = as few as fit
+    """This system's CPU expert kernel relative to the hardware's cpu_* figures, which describe Fiddler's AVX512
+    kernel (HOBBIT quotes ~3 ms per Mixtral expert for Fiddler and ~5 ms for llama.cpp)."""
+    placement: str = "cache"
+    """cache (experts come and go) | static (llama.cpp: ``n_cpu_moe`` layers' experts stay on the CPU) | popular
+    (Fiddler: the most used experts stay on the device for good)."""
+    n_cpu_moe: int = -1
+    """placement=static: the experts of the first N MoE layers stay on the CPU (llama.cpp's --n-cpu-moe); -1: as
+    few as fit."""
 
 
 def check_system(s: SystemConfig) -> None:
@@ -376,20 +463,35 @@ class SimConfig:
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile_trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
     LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)"}
 
-    trace: str | None = None  # None: the trace of the bundled model (traces/tiny/trace.parquet)
+    trace: str | None = None
+    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The model's shapes (config group ``model=NAME``, conf/model/)."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    """The machine (config group ``hardware=NAME``, conf/hardware/)."""
     system: SystemConfig = field(default_factory=SystemConfig)
-    engine: str = "fast"  # fast (the compiled core) | plain (the Python reference) | simpy (the discrete-event reference): the same decisions and times
-    seed: int = 0  # for fallback predictions when the trace has none
+    """The offloading system (config group ``system=NAME``, conf/system/)."""
+    engine: str = "fast"
+    """fast (the compiled core) | plain (the Python reference) | simpy (the discrete-event reference): the same
+    decisions and times."""
+    seed: int = 0
+    """Seed of the fallback predictions when the trace has none."""
     out_dir: str = "."
-    # What systems learn offline (Fiddler's popular experts, MoE-Infinity's activation matrices) comes from a
-    # profiling trace, or else from the first ``profile_share`` of the trace's requests; every system is then
-    # timed on the remaining requests only, so ratios always compare the same requests.
+    """Where results go (the command's run directory)."""
     profile_trace: str | None = None
+    """What systems learn offline (Fiddler's popular experts, MoE-Infinity's activation matrices) comes from this
+    trace; null: from the first ``profile_share`` of the trace's requests."""
     profile_share: float = 0.25
-    cache_dir: str | None = None  # finished runs by resolved config; None: $HOBBIT_CACHE or ~/.cache/hobbit/sim
-    use_cache: bool = True  # skip a configuration already simulated (an interrupted sweep resumes)
-    timeline: bool = False  # also write timeline.json (Chrome Trace Event format) and gantt.png/.svg
-    timeline_tokens: str = "0:64"  # the passes the timeline keeps, A:B (a decode token is a pass; ':' for all)
-    sweep_chunk: str | None = None  # set by the hobbit sweeper (hobbit/sweeper.py): a file of sweep points to run
+    """Without a profile_trace: this share of the trace's first requests profiles, and every system is timed on
+    the remaining requests only, so ratios always compare the same requests."""
+    cache_dir: str | None = None
+    """Finished runs by resolved config; null: $HOBBIT_CACHE or ~/.cache/hobbit/sim."""
+    use_cache: bool = True
+    """Skip a configuration already simulated (an interrupted sweep resumes)."""
+    timeline: bool = False
+    """Also write timeline.json (Chrome Trace Event format: ui.perfetto.dev) and gantt.png/.svg."""
+    timeline_tokens: str = "0:64"
+    """The passes the timeline keeps, A:B (a decode token is a pass, a prefill one; ':' for all)."""
+    sweep_chunk: str | None = None
+    """Set by the sweeper (hobbit/sweeper.py): a file of the sweep points this job runs (hydra.sweeper.chunk_size
+    of them)."""

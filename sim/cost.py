@@ -65,8 +65,8 @@ class CostModel:
 
     def __post_init__(self) -> None:
         """One memo for every cost model of the same model, hardware and scales (``MEMOS_KEPT``, the last used): a
-        sweep's points build a cost model each and ask it the same few thousand sizes (1,600 a point of the bundled
-        trace, about 1 % of its time). Every value depends on those four fields (and the class) alone."""
+        sweep's points build a cost model each and ask it the same few thousand sizes. Every value depends on those
+        four fields (and the class) alone."""
         try:
             key = (type(self), self.model, self.hw, self.layer_scale, self.cpu_efficiency)
             hash(key)  # (an empty dict's pop would not hash it)

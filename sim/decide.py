@@ -4,7 +4,7 @@ Decisions do not depend on time, so they are made once here and replayed by the 
 engines (``sim.engine`` with simpy, ``sim.plain`` without) and by the executor, which
 therefore all see the same decisions.
 
-Rules (paper §3.2-3.4, DESIGN.md): an expert whose precision score is above T2 is skipped
+Rules (paper §3.2-3.4, docs/design.md): an expert whose precision score is above T2 is skipped
 only on a miss; a cached copy of either precision serves it. Records (R, F, H) are kept per
 (layer, expert) for the request (``policies.cache``). A prefetched expert enters its pool
 when the prefetch is issued (evicting then), pinned until its target layer has run; with
@@ -147,6 +147,13 @@ class DecisionTables:
         "evicted": ("step", "layer", "expert", "precision"),
         "kept": ("step", "layer", "expert", "precision"),
     }
+    # the tables of COLUMNS, set by name in __init__
+    loads: np.ndarray
+    gpu: np.ndarray
+    cpu: np.ndarray
+    cancel: np.ndarray
+    evicted: np.ndarray
+    kept: np.ndarray
 
     def __init__(self, num_layers: int, n_steps: int, expert_bytes: tuple[int, int], **tables: np.ndarray) -> None:
         self.num_layers, self.n_steps, self.expert_bytes = num_layers, n_steps, expert_bytes
@@ -236,7 +243,7 @@ class Steps(Sequence):
     def __eq__(self, other: object) -> bool:
         return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
 
-    __hash__ = None
+    __hash__: ClassVar[None] = None
 
 
 class NotKept(Sequence):
@@ -348,12 +355,14 @@ class Decider:
         w = wl.weights.astype(np.float64)
         self.wn = (w / np.clip(w.sum(axis=-1, keepdims=True), 1e-30, None)).tolist()  # gate mass per token
         self.cls = classes_for(wl.weights, p.mode, p.t1, p.t2).tolist()
-        self.pred = self.pred_cls = None
+        self.pred: list | None = None  # set together with pred_cls
+        self.pred_cls: list | None = None
         pf, ev = system.prefetch, system.cache
         depth = pf.max_depth
         pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
         needs = pf_cls.needs | ev_cls.needs
         if wl.pred_ids is not None and "predictions" in needs:
+            assert wl.pred_weights is not None  # laid out with the ids
             self.pred = wl.pred_ids[:, :, :depth].tolist()  # [N][L][D][K]
             self.pred_cls = classes_for(
                 np.nan_to_num(wl.pred_weights[:, :, :depth], nan=0.0), p.mode, p.t1, p.t2
@@ -385,8 +394,9 @@ class Decider:
         self.prefetching = pf_cls.loads_ahead and system.cpu_misses != "always"
         # None: the precision the rule gives the predicted weights; else one class for every prefetch
         self.prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision) if self.mixed else self.uniform
+        self.steps: list[LayerStep] = []  # the walk's records, in order (``self.out.steps``)
         self.out = Decisions(
-            steps=[],
+            steps=self.steps,
             served=np.zeros(6, np.int64),
             log=[] if keep_log else None,
             slots=(int(slots[HIGH]), int(slots[LOW])),
@@ -587,12 +597,13 @@ class Decider:
 
     def _predict(self, d: int) -> tuple[list, list]:
         a, b, layer = self._span[0], self._span[1], self.ctx.layer
-        if self.pred is not None and d <= len(self.pred[a][layer]):
+        pred, pred_cls = self.pred, self.pred_cls
+        if pred is not None and pred_cls is not None and d <= len(pred[a][layer]):
             if b - a == 1:
-                return [self.pred[a][layer][d - 1]], [self.pred_cls[a][layer][d - 1]]
+                return [pred[a][layer][d - 1]], [pred_cls[a][layer][d - 1]]
             return (
-                [self.pred[t][layer][d - 1] for t in range(a, b)],
-                [self.pred_cls[t][layer][d - 1] for t in range(a, b)],
+                [pred[t][layer][d - 1] for t in range(a, b)],
+                [pred_cls[t][layer][d - 1] for t in range(a, b)],
             )
         if self.system.prefetch.fallback == "history" and self.counts[layer + d].any():
             top = np.argsort(-self.counts[layer + d], kind="stable")[: self.wl.top_k].tolist()
@@ -653,6 +664,6 @@ class Decider:
                 self._drop_stale(p, layer, step)
                 if self.prefetching:
                     self._prefetch(p, layer, step, a, b)
-                self.out.steps.append(step)
+                self.steps.append(step)
         self.prefetcher.end_request()
         return self.out

@@ -10,6 +10,7 @@ of the copies it needs and on its own compute timeouts. The rules are in
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 import numpy as np
 import simpy
@@ -161,7 +162,7 @@ class Engine:
         for _, prec, n in gpu:
             yield self.shared.work("compute", cost.cached("expert_s", prec, n), self.f.expert(prec))
 
-    def _layer(self, step: LayerStep, dense: float) -> Generator:
+    def _layer(self, step: LayerStep, dense: float) -> Generator[Any, Any, float]:
         env, cost, link = self.env, self.cost, self.link
         if (
             self.shared is None

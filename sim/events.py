@@ -171,7 +171,7 @@ def build(
             args.update(expert=step.cpu_keys[j][1], tokens=step.cpu[j])
             name = f"expert {step.cpu_keys[j][1]} (cpu)"
         else:
-            name = {"wait_cpu": "wait cpu"}.get(kind, kind)
+            name = "wait cpu" if kind == "wait_cpu" else kind
         out.append(Slice("cpu" if kind == "cpu_expert" else "compute", name, kind, float(start), float(end), p, args))
     for tid, (start, end) in copies.items():
         info = copy_info.get(tid)

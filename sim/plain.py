@@ -86,6 +86,7 @@ class _SharedLink:
         self.started: dict[int, float] = {}
 
     def _finish(self) -> None:
+        assert self.cur is not None  # called when the copy in flight lands
         tid, _, start = self.cur
         self.busy += self.now - start
         self.moved += self.nbytes.pop(tid)
@@ -134,6 +135,7 @@ class _SharedLink:
         """The compute stream waits for the first of ``tids``: copies run alone until it lands."""
         want = set(tids)
         while not want & self.done.keys():
+            assert self.cur is not None  # a wanted copy not done yet is in flight or queued behind it
             self.now += self.cur[1]
             self._finish()
         return self.now

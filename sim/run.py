@@ -121,7 +121,7 @@ def size_cache(
                 f"plus KV cache and a {hw.reserve_bytes / GiB:.1f} GiB reserve; hardware={hw.name} has "
                 f"{hw.device_memory_bytes / GiB:.1f} GiB"
             )
-        share = {"high": 1.0, "low": 0.0}.get(mode, c.high_fraction)
+        share = 1.0 if mode == "high" else 0.0 if mode == "low" else c.high_fraction
         budget = int(free * layer_share)
         high = int(budget * share)
         low = budget - high

@@ -13,12 +13,12 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 
-from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, policy_knobs
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
@@ -34,16 +34,30 @@ class TuneConfig:
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "study": "state", "out_dir": "outdir"}
 
     trace: str | None = None
+    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The model's shapes (config group ``model=NAME``, conf/model/)."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    system: SystemConfig = field(default_factory=SystemConfig)  # the base the search varies
+    """The machine (config group ``hardware=NAME``, conf/hardware/)."""
+    system: SystemConfig = field(default_factory=SystemConfig)
+    """The base the search varies (config group ``system=NAME``): each trial sets its T1, T2, cache split and
+    multidim cache weights, with precision.mode=hobbit and cache.policy=multidim."""
     trials: int = 40
+    """Trials in all: a study resumed with the same ``study`` continues up to this many."""
     seed: int = 0
-    objective: str = "budget"  # budget | pareto
-    quality_budget: float = 0.25  # max quality_proxy.degraded_mass in budget mode
-    study: str | None = None  # SQLite file (the command resolves it where it was run); None: out_dir/study.db
+    """Seed of the TPE sampler, and of the fallback predictions when the trace has none."""
+    objective: str = "budget"
+    """budget (the fastest with quality_proxy.degraded_mass at most ``quality_budget``, an Optuna constraint) |
+    pareto (decode latency and degraded mass both minimised; the Pareto set kept)."""
+    quality_budget: float = 0.25
+    """objective=budget: the most gate mass served in low precision or skipped (quality_proxy.degraded_mass)."""
+    study: str | None = None
+    """The Optuna study's SQLite file, relative to where hobbit runs; run again with it to continue the study;
+    null: study.db in the run directory."""
     study_name: str = "hobbit"
+    """The study's name in its SQLite file."""
     out_dir: str = "."
+    """Where results go (the command's run directory)."""
 
 
 def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
@@ -75,10 +89,10 @@ def evaluate(trace: Any, cfg: TuneConfig, system: SystemConfig) -> tuple[float, 
 
 def experiment_yaml(system: SystemConfig, note: str) -> str:
     """A ``# @package _global_`` experiment that reproduces ``system`` over conf/system/hobbit."""
-    p, c, w = system.precision, system.cache, system.cache.multidim
+    p, c, w = system.precision, system.cache, policy_knobs(system.cache, "multidim")
     return f"""# @package _global_
 # {note}
-# use: hobbit sim hydra.searchpath=[file://DIR] +experiment=tuned   (DIR holds experiment/tuned.yaml)
+# the system knobs only: run it with the `use:` line hobbit tune printed, which also names the trace, model, hardware and seed
 defaults:
   - override /system: hobbit
 system:
@@ -109,7 +123,9 @@ def open_study(cfg: TuneConfig, path: Path) -> Any:
     if cfg.objective == "budget" and not hasattr(optuna.trial.Trial, "set_constraint"):  # optuna 4
         constraints = lambda t: [t.user_attrs["degraded_mass"] - cfg.quality_budget]
     sampler = optuna.samplers.TPESampler(seed=cfg.seed, constraints_func=constraints)
-    directions = ["minimize"] if cfg.objective == "budget" else ["minimize", "minimize"]
+    directions: list[Literal["minimize", "maximize"]] = (
+        ["minimize"] if cfg.objective == "budget" else ["minimize", "minimize"]
+    )
     if path.exists() and path.read_bytes()[:16] != SQLITE_MAGIC:
         raise ConfigError(
             f"study={path} is not an Optuna study (an SQLite file); it was left as it is (fix: another study=)"

@@ -97,7 +97,11 @@ def split_requests(trace: Trace, share: float) -> tuple[Trace | None, Trace]:
         parts = slice(0, cut), slice(cut, None)
     else:
         parts = np.flatnonzero(held), np.flatnonzero(~held)
-    return tuple(Trace(trace.meta, trace.arrays.take(rows), trace.path) for rows in parts)
+    held_rows, timed_rows = parts
+    return (
+        Trace(trace.meta, trace.arrays.take(held_rows), trace.path),
+        Trace(trace.meta, trace.arrays.take(timed_rows), trace.path),
+    )
 
 
 def _passes(request: np.ndarray, step: np.ndarray, position: np.ndarray, phase: np.ndarray):
@@ -146,6 +150,7 @@ def build_workload(
     token_in_req = np.arange(len(ids)) - np.repeat(first_of_request, np.diff(np.r_[first_of_request, len(ids)]))
     pred_ids = pred_w = None
     if a.pred_ids is not None:
+        assert a.pred_weights is not None  # a trace's predictions carry both columns
         d = meta.lookahead_depth
         pred_ids = a.pred_ids.reshape(-1, L, d, k)
         pred_w = a.pred_weights.reshape(-1, L, d, k)

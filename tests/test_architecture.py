@@ -1,4 +1,4 @@
-"""The layering DESIGN.md promises, read from the source: who may import whom, no cycles,
+"""The layering docs/design.md promises, read from the source: who may import whom, no cycles,
 project imports at module top (but for the few application modules that load the simulator on
 first use, LAZY, whose inner imports the cycle check still follows).
 

@@ -53,6 +53,7 @@ def test_resident_decisions_reach_the_bound():
     its bound (uniform precision: the bound's cheaper precision is the one used)."""
     cfg = compose_sim("system=on-demand", "hardware.device_memory_bytes=1000000000000000")
     r = simulate(bundled(6), cfg.model, cfg.hardware, cfg.system, engine="plain")
+    assert r.workload is not None
     L = r.workload.num_layers
     quiet = [p for p in range(len(r.passes)) if not any(s.loads for s in r.decisions.steps[p * L : (p + 1) * L])]
     assert len(quiet) > len(r.passes) // 2

@@ -25,9 +25,9 @@ DEPTH = 2
 
 
 def _sort(w: torch.Tensor, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    w, ids = w.detach().float().numpy(), ids.detach().numpy()
-    o = np.argsort(-w, axis=1, kind="stable")
-    return np.take_along_axis(ids, o, 1), np.take_along_axis(w, o, 1)
+    wn, idn = w.detach().float().numpy(), ids.detach().numpy()
+    o = np.argsort(-wn, axis=1, kind="stable")
+    return np.take_along_axis(idn, o, 1), np.take_along_axis(wn, o, 1)
 
 
 def _teacher_forced(model_dir: Path, tokens: list[int]):
@@ -79,6 +79,7 @@ def test_capture_records_what_each_router_returned(model_type, tiny_checkpoints,
         routed, preds = _teacher_forced(d, prompt + gen[:-1])
         ids = a.expert_ids[sel].reshape(n_tok, L, k)
         w = a.gate_weights[sel].reshape(n_tok, L, k)
+        assert a.pred_ids is not None
         pid = a.pred_ids[sel].reshape(n_tok, L, DEPTH, k)
         for layer, (want_ids, want_w) in enumerate(routed):
             assert np.array_equal(ids[:, layer], want_ids), (model_type, req, layer)

@@ -204,6 +204,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(args, tmp_path):
     """``hobbit ... | head``: the pipe closes before the command writes; no traceback, SIGPIPE's exit code."""
     exe = Path(sys.executable).with_name("hobbit")
     p = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert p.stdout is not None and p.stderr is not None
     p.stdout.close()  # the reader is gone before the first write
     err = p.stderr.read()
     assert p.wait(timeout=300) == 141, err

@@ -158,6 +158,7 @@ def test_a_replay_with_copies_differs_from_one_without_as_the_calibrated_factors
             dry.append(_compute_s(Replayer(wl, res.decisions, store, copy_cpu, copies=False).run(), wl.num_layers))
     torch.set_num_threads(threads)
     # predicted: the simulated compute time with contention over the same without (copies that take no time)
+    assert hw.profile is not None
     free = dataclasses.replace(
         hw,
         profile=dataclasses.replace(
@@ -176,6 +177,6 @@ def test_a_replay_with_copies_differs_from_one_without_as_the_calibrated_factors
     measured = min(wet) / min(dry)
     noise = max(max(wet) / min(wet), max(dry) / min(dry)) - 1.0  # the replays' own spread
     assert res.summary["bytes_loaded"] > 0 and predicted >= 1.0
-    # the floor is at least 15 %: on this VM the two differ by up to that much beyond the replays' spread,
+    # the floor is at least 15 %: on a shared machine the two can differ by that much beyond the replays' spread,
     # the open bias of the validation (README, "The executor"); a model off by more fails even on a quiet machine
     assert abs(measured - predicted) <= max(3 * noise, 0.15), (measured, predicted, noise, hw.profile)

@@ -162,7 +162,11 @@ def test_generic_jsonl_read_in_pieces_as_line_by_line(real_traces, tmp_path, mon
     by_line, _ = jsonl_format.read_generic_jsonl(jl, arrow=False)
     for f in src.arrays.__dataclass_fields__:
         a, b, want = getattr(arrow, f), getattr(by_line, f), getattr(src.arrays, f)
-        assert (a is None and b is None and want is None) or (
+        if want is None:
+            assert a is None and b is None, f
+            continue
+        assert a is not None and b is not None, f
+        assert (
             a.dtype == b.dtype == want.dtype
             and np.array_equal(a, b, equal_nan=True)
             and np.array_equal(a, want, equal_nan=True)

@@ -59,6 +59,7 @@ def test_a_process_waits_while_another_compiles_and_none_waits_once_cached(tmp_p
     with open(path, "a") as held:  # this test plays the process that compiles
         fcntl.flock(held, fcntl.LOCK_EX)
         p = _start(tmp_path)
+        assert p.stderr is not None
         said = []
         for line in p.stderr:  # to the notice it prints before it waits (or to its end, if it does not wait)
             said.append(line)

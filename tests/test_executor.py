@@ -76,6 +76,7 @@ def test_replay_runs_the_simulators_decisions_and_respects_the_slots(small, stag
     rep = Replayer(wl, a.decisions, store)
     tl = rep.run()
     log = a.decisions.log
+    assert log is not None
     acts = {act for *_, act, _ in log}
     assert {"hit", "load", "prefetch", "skip", "evict"} <= acts, acts
     # the replay executed the decisions, pass by pass: every load and prefetch copied at its
@@ -231,7 +232,6 @@ def test_calibrate_writes_a_profile_hobbit_sim_accepts(tmp_path, capsys):
     assert "was calibrated for model" in capsys.readouterr().err
     assert run_cli(["validate", f"profile={hw_file}", "scale=16", f"hydra.run.dir={tmp_path / 'y'}"]) == 2
     assert "was calibrated for model" in capsys.readouterr().err
-    # the profile it was calibrated for is taken as it is, without calibrating again
     # the profile it was calibrated for is taken as it is, without calibrating again; a profile
     # holds for the widths, so it serves the model's first 8 layers too
     z = tmp_path / "z"
@@ -307,7 +307,7 @@ def test_replays_run_between_the_calibrations_rounds(four_layers, monkeypatch):
         trace,
         lambda _: None,
         samples=2,
-        replay=lambda rough: events.append(("replay", rough.profile.link_gbps > 0)),
+        replay=lambda rough: events.append(("replay", rough.profile is not None and rough.profile.link_gbps > 0)),
         rounds=4,
     )
     assert V.slots(4, 2) == [0, 1, 0, 1] and V.slots(15, 5) == [0, 0, 1] * 5 and sum(V.slots(3, 7)) == 7
@@ -327,7 +327,7 @@ def test_replays_run_between_the_calibrations_rounds(four_layers, monkeypatch):
         ("round", 3),
         ("replay", True),
     ]
-    assert hw.profile.layer_overhead_s > 0 and hw.profile.copy_issue_s > 0
+    assert hw.profile is not None and hw.profile.layer_overhead_s > 0 and hw.profile.copy_issue_s > 0
 
 
 def test_decisions_the_profile_changes_are_replayed_again(tmp_path, capsys, monkeypatch):
@@ -475,7 +475,7 @@ def test_a_profiles_minimum_takes_as_many_samples_as_a_replayed_tokens():
 def test_the_copy_engine_names_the_copy_it_finishes_first_while_its_queue_moves():
     """``CopyEngine.first``: a copy not queued (in flight or done) first, then queue order (a demand copy ahead of
     queued prefetches). The replayer asks while the engine's thread pops the queue: it reads the queue under the
-    engine's lock (it iterated the deque unlocked, and a pop in between raised "deque mutated during iteration")."""
+    engine's lock (iterated unlocked, a pop in between would raise "deque mutated during iteration")."""
     link = CopyEngine(torch.device("cpu"), dry=True)
     link.close()  # no thread serves the queue: the test moves it
     t = torch.zeros(1)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hobbit.sim import fast
-from hobbit.sim.config import ConfigError, ModelConfig, check_system
+from hobbit.sim.config import ConfigError, ModelConfig, check_system, policy_knobs
 from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, DecisionTables, tables_from_steps
 from hobbit.sim.policies.registry import EVICTION, PREFETCH
 from hobbit.sim.run import simulate
@@ -225,6 +225,7 @@ def test_the_tables_and_the_records_are_one_log(trace):
     """``DecisionTables`` laid out as ``LayerStep`` records and back are the same tables."""
     cfg = compose_sim("system=hobbit-cpu", "system.cache.high_bytes=3000000000")
     dec = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast").decisions
+    assert dec.tables is not None
     back = tables_from_steps(list(dec.steps), dec.tables.num_layers)
     for name in DecisionTables.COLUMNS:
         np.testing.assert_array_equal(getattr(back, name), getattr(dec.tables, name), err_msg=name)
@@ -237,7 +238,7 @@ def test_the_tables_and_the_records_are_one_log(trace):
 def test_a_run_lays_the_trace_out_in_its_own_memory():
     """Scale: the workload is views of the trace's arrays (no widened copy), the rule and the gate mass are
     computed as the walk reads them, and a whole run allocates less than half the trace's own bytes again,
-    decision log and times included (the layout used to widen ids and weights to about 4.7x the trace)."""
+    decision log and times included."""
     import tracemalloc
 
     from hobbit.sim import run
@@ -255,6 +256,7 @@ def test_a_run_lays_the_trace_out_in_its_own_memory():
         tracemalloc.stop()
         run._PREPARED.clear()
     wl, a = res.workload, tr.arrays
+    assert wl is not None and res.decisions.tables is not None
     for mine, theirs in (
         (wl.ids, a.expert_ids),
         (wl.weights, a.gate_weights),
@@ -313,8 +315,8 @@ def test_a_run_reports_its_progress(trace):
 
 def test_a_streamed_run_carries_the_copies_still_running_into_its_next_chunk():
     """A copy started in one chunk can end in a later one, where a step waits for it, with the link shared by the
-    compute (contention): the next chunk must know when it ends. Streamed one pass at a time, this run (found by a
-    random search) differs from the whole run if the copies carried over lose their times."""
+    compute (contention): the next chunk must know when it ends. Streamed one pass at a time, this run differs
+    from the whole run if the copies carried over lose their times."""
     arrays, meta = generate(
         SyntheticConfig(
             num_layers=2,
@@ -466,7 +468,9 @@ def test_random_traces_and_knobs(
     )
     s = cfg.system
     eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
-    md = dataclasses.replace(s.cache.multidim, w_lru=weights[0], w_lfu=weights[1], w_lhu=weights[2], w_fld=weights[3])
+    md = dataclasses.replace(
+        policy_knobs(s.cache, "multidim"), w_lru=weights[0], w_lfu=weights[1], w_lhu=weights[2], w_fld=weights[3]
+    )
     system = dataclasses.replace(
         s,
         demand_first=demand_first,
@@ -574,10 +578,9 @@ def test_eam_priority_keeps_its_candidates_as_the_reference_scans(
 
 def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_token_says():
     """``precision.multi_token=high`` raises a prefill pass's experts to high precision under HOBBIT's rule only. With
-    ``mode=low`` every copy is low: a prefill's low copy serves its hit, and nothing is loaded twice (the reference
-    used to ask a high copy of a hit and load a low one again, a second copy of a key in one pool, until it crashed
-    evicting it, when a copy of either precision may not serve a hit); both engines decide as with
-    ``multi_token=max``."""
+    ``mode=low`` every copy is low: a prefill's low copy serves its hit, and nothing is loaded twice (asking a high
+    copy for the hit would load a low one again: a second copy of a key in one pool, which its eviction cannot
+    undo); both engines decide as with ``multi_token=max``."""
     runs = {}
     for multi in ("high", "max"):
         for policy in ("lru", "belady"):
@@ -633,6 +636,7 @@ def test_the_compiled_bound_is_the_reference_bound(trace):
     for system in ("hobbit", "fiddler", "llama-cpp", "on-demand"):
         cfg = compose_sim(f"system={system}")
         res = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
+        assert res.workload is not None
         np.testing.assert_allclose(
             fast.pass_bounds(res.workload, res.cost, cfg.system),
             pass_bounds(res.workload, res.cost, cfg.system),
@@ -659,6 +663,7 @@ def test_a_streamed_walk_bounds_each_pass_and_counts_the_rule_as_it_reads_the_tr
     assert not bounds.called  # the walk's bound, not a pass of its own
     assert counts.called == (cfg.system.precision.mode != "hobbit")  # the walk applied another rule: counted apart
     wl, p = got.workload, cfg.system.precision
+    assert wl is not None
     np.testing.assert_array_equal(got.pass_columns["bound_ms"], fast.pass_bounds(wl, got.cost, cfg.system) * 1e3)
     assert got.summary["precision_rule_mix"] == rule_mix(hobbit_classes(wl.weights.reshape(-1, wl.top_k), p.t1, p.t2))
 
@@ -787,7 +792,7 @@ def test_per_pass_costs_are_the_costs_of_each_pass():
     wl = build_workload(bundled(6))
     cost = CostModel(cfg.model, cfg.hardware)
     sizes = np.asarray(wl.pass_end) - np.asarray(wl.pass_start)
-    dense, other = fast.per_pass(cost, sizes, wl.pass_context)
+    dense, other = fast.per_pass(cost, sizes, np.asarray(wl.pass_context))
     assert len(set(zip(sizes.tolist(), wl.pass_context))) < len(sizes)  # passes share (tokens, context) pairs
     assert dense.tolist() == [cost.dense_s(int(n), int(c)) for n, c in zip(sizes, wl.pass_context)]
     assert other.tolist() == [cost.other_s(int(n)) for n in sizes]

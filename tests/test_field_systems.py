@@ -1,4 +1,4 @@
-"""The systems users meet today (KTransformers, FreeToken, TEC, llama.cpp's expert cache) on the bundled
+"""The systems users meet in the field (KTransformers, FreeToken, TEC, llama.cpp's expert cache) on the bundled
 trace: each does what its source says it does, and no run beats its latency bound."""
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def test_freetoken_max_fetch_caps_the_copies_of_a_layer(trace):
     the slower side: there every miss is still copied)."""
     res = _run(trace, "freetoken", "system.split_max_fetch=0")
     wl = res.workload
+    assert wl is not None
     single = {p for p, (a, b) in enumerate(zip(wl.pass_start, wl.pass_end)) if b - a == 1}
     steps = [s for s in res.decisions.steps if s.pass_index in single]
     assert steps and not any(s.loads for s in steps) and any(s.cpu for s in steps)
@@ -102,6 +103,7 @@ def test_tec_pins_each_layers_hot_set_from_the_profiling_requests(trace):
     four = "system.cache.high_bytes=" + str(4 * 32 * 352_321_536)  # four fp16 Mixtral experts per layer
     res = _run(trace, "tec", four, "system.cache.layer_pinned=0.5")
     profile, _ = split_requests(trace, 0.25)
+    assert profile is not None
     counts = build_workload(profile, "none").expert_counts()
     hot = {(layer, int(e)) for layer in range(32) for e in np.argsort(-counts[layer], kind="stable")[:2]}
     loaded = {(k[0], k[1]) for s in res.decisions.steps for k in s.load_keys}

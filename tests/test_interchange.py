@@ -59,6 +59,7 @@ def _round_trip(path: str, fmt: str, tmp_path, **knobs) -> tuple[Trace, Trace, b
         )
     )
     second = tmp_path / f"b{SUFFIX[fmt]}"
+    assert back.path is not None
     export(ExportConfig(back.path, fmt, str(second)))
     return orig, back, first.read_bytes(), second.read_bytes()
 

@@ -149,6 +149,7 @@ def test_a_forked_sweep_reads_and_lays_out_its_trace_once_before_the_workers_for
 
     def multirun(target: str):
         node = OmegaConf.to_container(OmegaConf.structured(cfg))
+        assert isinstance(node, dict)
         return OmegaConf.create({**node, "hydra": {"launcher": {"_target_": target, "n_jobs": 2}}})
 
     def read() -> bool:
@@ -173,7 +174,9 @@ def test_a_forked_sweep_reads_and_lays_out_its_trace_once_before_the_workers_for
 def test_preload_of_a_config_that_cannot_run_is_left_to_the_jobs(tmp_path):
     """A base config that fails (a missing trace) costs the preload only: each job names the problem itself."""
     cfg = dataclasses.replace(api.configure(system="hobbit"), trace=str(tmp_path / "missing.parquet"))
-    node = {**OmegaConf.to_container(OmegaConf.structured(cfg)), "hydra": {"launcher": {"_target_": launcher.TARGET}}}
+    base = OmegaConf.to_container(OmegaConf.structured(cfg))
+    assert isinstance(base, dict)
+    node = {**base, "hydra": {"launcher": {"_target_": launcher.TARGET}}}
     Preload().on_multirun_start(OmegaConf.create(node))  # no exception
     done = _hobbit(
         "sim",

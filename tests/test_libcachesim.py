@@ -182,11 +182,12 @@ def test_hooked_policies_track_the_cache_under_prefetch_and_per_layer_regions(wo
     out = dec.run()
     assert out.evictions > 0 and out.prefetch_issued > 0
     cache = dec.cache
+    assert cache.hooks is not None
     for pool in cache.pools:
         regions = {tuple(cache.region(pool, layer)) for layer in range(wl.num_layers)}
         for r in (range(t[0], t[-1] + 1) for t in regions):
             held = {s for s in r if pool.layer[s] >= 0}
-            assert cache.policy.slots(pool, r) == held, (pool.precision, r.start)
+            assert cache.hooks.slots(pool, r) == held, (pool.precision, r.start)
     hits = out.served[HIGH_HIT] + out.served[1]
     lru = decide_or_refer(
         wl, dataclasses.replace(system, cache=dataclasses.replace(system.cache, policy="lru")), (96, 64), (3, 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def _jsonl(path: Path, header: dict = HEADER, rows: list[dict] | None = None) ->
     return path
 
 
-def refused(capsys, args: list[str], needle: str, keep: list[Path] = ()) -> str:
+def refused(capsys, args: list[str], needle: str, keep: Sequence[Path] = ()) -> str:
     """Run ``hobbit ARGS``: exit 2, one error line naming ``needle``, no traceback, ``keep`` untouched,
     no temporary file left beside them."""
     before = {p: p.read_bytes() for p in keep if p.is_file()}

@@ -26,7 +26,7 @@ def _raw_write(arrays: TraceArrays, meta, path) -> None:
 
 
 def _copy(a: TraceArrays) -> TraceArrays:
-    return TraceArrays(**{f: (None if getattr(a, f) is None else getattr(a, f).copy()) for f in a.__dataclass_fields__})
+    return dataclasses.replace(a, **{f: v.copy() for f in a.__dataclass_fields__ if (v := getattr(a, f)) is not None})
 
 
 def test_round_trip_is_lossless(tmp_path, synthetic_small):
@@ -197,7 +197,7 @@ def test_writer_validates_each_batch(tmp_path, synthetic_small):
 @pytest.mark.parametrize("field", ["num_layers", "num_experts"])
 def test_a_header_declaring_more_layers_or_experts_than_int16_is_refused(field, tmp_path):
     """Layer and expert ids are int16 columns: a larger model is refused from its header, before anything is
-    sized by it (a JSONL header with num_layers = 2**40 once exhausted memory)."""
+    sized by it (a JSONL header with num_layers = 2**40 would exhaust memory)."""
     from hobbit.traces.convert import ConvertConfig, convert
     from hobbit.traces.schema import InputError
 
@@ -359,8 +359,8 @@ def test_a_read_in_chunks_finds_what_a_whole_read_finds(tmp_path, synthetic_smal
 
 def test_a_read_holds_the_arrays_and_a_chunk_more(monkeypatch):
     """Reading the bundled trace (real routing, 62,656 rows) a chunk of 4,096 rows at a time allocates its arrays
-    and about a chunk's temporaries, not temporaries of the whole table (numpy's allocations, traced: the checks
-    over the whole trace took 2.2 times its arrays)."""
+    and about a chunk's temporaries, not temporaries of the whole table (numpy's allocations, traced: checks over
+    the whole trace at once would hold temporaries of its size beside its arrays)."""
     import tracemalloc
 
     from hobbit.traces import validate
@@ -467,14 +467,15 @@ def test_a_write_in_slices_of_whole_tokens_checks_and_writes_what_a_whole_write_
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pool is chosen on Linux only")
 @pytest.mark.parametrize("env, pool", [(None, "jemalloc"), ("mimalloc", "mimalloc"), ("system", "system")])
 def test_arrows_buffers_come_from_jemalloc_unless_the_environment_chooses(env, pool):
-    """traces.schema._arrow_pool: jemalloc instead of mimalloc's huge-page arena; ARROW_DEFAULT_MEMORY_POOL decides
-    when set. In a fresh process: the pool is chosen once, at import."""
+    """traces.schema.use_jemalloc_pool (what the command line and hobbit.configure_runtime call): jemalloc instead of
+    mimalloc's huge-page arena; ARROW_DEFAULT_MEMORY_POOL decides when set. In a fresh process."""
     environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     if env:
         environ["ARROW_DEFAULT_MEMORY_POOL"] = env
     code = (
-        "import pyarrow as pa, numpy as np; from hobbit.traces.io import read_trace; "
-        "read_trace('traces/tiny/trace.parquet'); print(pa.default_memory_pool().backend_name)"
+        "import pyarrow as pa, numpy as np; from hobbit.traces.io import read_trace; import hobbit; "
+        "hobbit.configure_runtime(); read_trace('traces/tiny/trace.parquet'); "
+        "print(pa.default_memory_pool().backend_name)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

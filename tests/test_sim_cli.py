@@ -134,7 +134,7 @@ def test_hydra_reads_the_mode_from_the_config_only_where_something_can_set_it(sm
 
 
 def test_default_sweep_dirs_do_not_collide():
-    """Second-resolution timestamps collide (REFERENCES.md): the dirs carry microseconds."""
+    """Second-resolution timestamps collide (docs/references.md): the dirs carry microseconds."""
     from pathlib import Path
 
     import yaml

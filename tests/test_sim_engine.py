@@ -108,7 +108,8 @@ def test_zero_cache_loads_every_expert_that_is_not_skipped(small):
 def test_runs_are_deterministic(small):
     cfg = compose_sim("system=hobbit")
     a, b = (simulate(small, cfg.model, cfg.hardware, cfg.system).summary for _ in range(2))
-    a.pop("wall_s"), b.pop("wall_s")
+    a.pop("wall_s")
+    b.pop("wall_s")
     assert a == b
 
 

@@ -16,7 +16,7 @@ from hobbit.sim.policies.eviction.belady import Belady
 from hobbit.sim.policies.eviction.lru import LRU
 from hobbit.sim.policies.eviction.multidim import MultiDim, MultiDimKnobs, fld
 from hobbit.sim.policies.precision import hobbit_classes, rule_mix
-from hobbit.sim.policies.prefetch.eam import EAMKnobs
+from hobbit.sim.policies.prefetch.eam import EAMKnobs, EAMPrefetch
 
 
 @pytest.mark.parametrize(
@@ -152,6 +152,11 @@ def test_every_eviction_policy_evicts_a_resident_copy(name):
         assert len(c) <= 6
 
 
+def _frozen_dataclass(t: object) -> bool:
+    params = getattr(t, "__dataclass_params__", None)  # what @dataclass records of its arguments
+    return dataclasses.is_dataclass(t) and params is not None and params.frozen
+
+
 @pytest.mark.parametrize("registry", [EVICTION, PREFETCH])
 def test_every_registered_policy_declares_its_contract(registry):
     """Knobs (a frozen dataclass or None), known needs, and a name that is a config key."""
@@ -163,7 +168,7 @@ def test_every_registered_policy_declares_its_contract(registry):
         cls = _load(spec)
         assert cls.name == name and name.isidentifier(), spec
         assert cls.needs <= set(NEEDS), (name, cls.needs)
-        assert cls.Knobs is None or (dataclasses.is_dataclass(cls.Knobs) and cls.Knobs.__dataclass_params__.frozen)
+        assert cls.Knobs is None or _frozen_dataclass(cls.Knobs)
         if cls.Knobs is not None:
             check_knobs(cls.Knobs())  # the defaults are valid
             assert getattr(cls.Knobs(), "problems", list)() == [], name
@@ -220,20 +225,21 @@ def test_eam_matches_the_most_similar_profiling_request():
     b = np.zeros((3, 4), np.int64)
     b[0, 3], b[1, 2], b[2, 1] = 5, 5, 5
     pf = make_prefetcher("eam", EAMKnobs(per_step=2), PolicyInputs(depth=1, profile=[a, b]))
+    assert isinstance(pf, EAMPrefetch)
     cur = np.zeros((3, 4), np.int64)
     cur[1, 2], cur[2, 1] = 1, 1  # earlier tokens of this request routed like b
     got = pf.propose(_ctx(layer=0, num_layers=3, counts=cur))
     assert [(r.layer, r.expert) for r in got] == [(1, 2), (2, 1)]  # nearer layer first (decay)
-    assert pf.match[1, 2] == 1.0 and pf.match[1, 1] == 0.0
+    assert pf.match is not None and pf.match[1, 2] == 1.0 and pf.match[1, 1] == 0.0
     pf.end_request()
-    assert len(pf.library) == 2  # nothing learnt from the replayed request
+    assert pf.library is not None and len(pf.library) == 2  # nothing learnt from the replayed request
     assert make_prefetcher("eam", None, PolicyInputs(depth=1)).propose(_ctx(layer=0, counts=cur)) == []
 
 
 def test_cache_view_is_frozen():
     v = CacheView(layer=0, num_layers=2, tokens=1, clock=0, step=0)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        v.layer = 1
+        v.layer = 1  # pyright: ignore[reportAttributeAccessIssue]  # frozen: the assignment must fail
 
 
 @pytest.mark.parametrize("mode,allowed", [("rule", {HIGH, LOW}), ("high", {HIGH}), ("low", {LOW})])
@@ -245,5 +251,6 @@ def test_prefetch_precision_follows_its_knob(mode, allowed):
 
     cfg = compose_sim("system=hobbit", f"system.prefetch.precision={mode}", "engine=plain")
     res = simulate(bundled(2), cfg.model, cfg.hardware, cfg.system, engine="plain", keep_log=True)
+    assert res.decisions.log is not None
     got = {prec for (_, _, _, action, prec) in res.decisions.log if action == "prefetch"}
     assert got == allowed, (mode, got)

@@ -1,4 +1,4 @@
-"""HOBBIT's rules as the paper states them (DESIGN.md, Policies), on crafted cases:
+"""HOBBIT's rules as the paper states them (docs/design.md, Policies), on crafted cases:
 skip only on a miss, request records that survive eviction, prefetched experts pinned in
 their pool until their layer has run, and the staging-slot alternative."""
 
@@ -12,7 +12,7 @@ import pytest
 from hobbit.sim.config import PrefetchConfig, SystemConfig
 from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider
 from hobbit.sim.policies import EVICTION, make_eviction
-from hobbit.sim.policies.base import HIGH, LOW, CacheView, PolicyInputs, Pool
+from hobbit.sim.policies.base import HIGH, LOW, CacheView, Hooked, PolicyInputs, Pool
 from hobbit.sim.policies.cache import ExpertCache
 from hobbit.sim.policies.eviction.multidim import MultiDim, MultiDimKnobs
 from hobbit.sim.run import simulate
@@ -60,6 +60,7 @@ def test_a_cached_expert_scored_above_t2_is_served_not_skipped():
     # it is cached, so it is served; token 2 scores expert 2 above T2 and it is not cached: skipped
     wl = _workload([[[0, 1]], [[0, 1]], [[0, 2]]], [[[0.5, 0.5]], [[0.95, 0.05]], [[0.95, 0.05]]])
     dec = _decide(wl, (4, 0), NO_PREFETCH)
+    assert dec.log is not None
     acts = [(p, e, act) for p, _, e, act, _ in dec.log]
     assert (1, 1, "hit") in acts and (1, 1, "skip") not in acts
     assert (2, 2, "skip") in acts
@@ -130,7 +131,7 @@ def test_no_policy_evicts_a_pinned_copy(name):
     pool = Pool(4, HIGH)
     for s in range(4):
         pool.put(s, (0, s), clock=s + 1, transfer=s, pinned=s != 2)
-        if getattr(policy, "hooked", False):  # it keeps its own order: told of each copy, as the cache does
+        if isinstance(policy, Hooked):  # it keeps its own order: told of each copy, as the cache does
             policy.on_insert(pool, range(4), s)
         pool.last_use[s] = pool.uses[s] = pool.all_uses[s] = 10 - s  # slot 2 is no policy's first choice
     view = CacheView(layer=0, num_layers=4, tokens=20, clock=10, step=0)
@@ -148,6 +149,7 @@ def test_a_prefetched_expert_is_pinned_until_its_layer_has_run():
     wl = _workload(ids, w, pred=pred)
     system = SystemConfig(prefetch=PrefetchConfig(kind="hobbit", max_depth=1))
     dec = _decide(wl, (2, 0), system)
+    assert dec.log is not None
     log = [(layer, e, act) for _, layer, e, act, _ in dec.log]
     # layer 0: expert 0 and 3 loaded (kept, then the prefetches for layer 1 evict them: FLD with
     # the target layer); layer 1 hits both prefetched copies; no pinned copy was evicted before

@@ -66,8 +66,8 @@ def test_real_traces_fit_a_24gb_card(real, name, model):
     ],
 )
 def test_precision_mix_of_the_real_traces_is_pinned(real, name, model, mix):
-    """The T1/T2 rule's mix on the shared real traces (T1 = 0.6, T2 = 0.9), as it stood before the rules of
-    serving, records and prefetch changed: those change what is served, never how a selection is scored."""
+    """The T1/T2 rule's mix on the shared real traces (T1 = 0.6, T2 = 0.9), pinned: the rules of serving, records
+    and prefetch change what is served, never how a selection is scored."""
     from hobbit.sim.policies.precision import hobbit_classes, rule_mix
 
     cfg = compose_sim("system=hobbit", f"model={model}")

@@ -25,6 +25,7 @@ def test_same_seed_same_trace_other_seed_differs():
     a1, _ = generate(SyntheticConfig(seed=3, requests=1))
     a2, _ = generate(SyntheticConfig(seed=3, requests=1))
     a3, _ = generate(SyntheticConfig(seed=4, requests=1))
+    assert a1.pred_ids is not None and a2.pred_ids is not None
     assert np.array_equal(a1.expert_ids, a2.expert_ids) and np.array_equal(a1.pred_ids, a2.pred_ids)
     assert not np.array_equal(a1.expert_ids, a3.expert_ids)
 

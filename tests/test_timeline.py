@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,7 @@ def test_sim_timeline_is_trace_event_format_and_adds_up(trace, tmp_path, system,
     results = json.loads((out / "results.json").read_text())
     per_pass = tokens(threads, 1)
     assert len(per_pass) == len(passes)
+    row: Any  # a row of passes.parquet, its columns as attributes
     for (tok, marks, work), row in zip(per_pass, passes.itertuples()):
         assert tok["dur"] / 1e3 == pytest.approx(row.latency_ms, rel=1e-9, abs=1e-6)
         assert tok["ts"] / 1e3 == pytest.approx(row.start_ms, rel=1e-9, abs=1e-6)
@@ -86,7 +88,7 @@ def test_timeline_window_and_bad_range(trace, tmp_path, capsys):
 
 
 def _whole_run_schedule(res, demand_first, window):
-    """The schedule as built from re-timing every pass of the run (what ``simulated`` did before it stopped early)."""
+    """The schedule as built from re-timing every pass of the run (what ``simulated``, stopping early, must give)."""
     from hobbit.sim.events import build
     from hobbit.sim.plain import replay
 
@@ -108,6 +110,7 @@ def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(sy
     """A timeline of a few passes re-times as many passes as its copies need, not the whole run, and its slices,
     copies and counters are exactly those of re-timing the whole run."""
     from hobbit.sim import events
+    from hobbit.sim.decide import Steps
     from hobbit.sim.events import parse_window, simulated
     from hobbit.sim.run import simulate
 
@@ -115,6 +118,7 @@ def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(sy
 
     cfg = compose_sim(f"system={system}", f"hardware={hardware}")
     res = simulate(bundled(8), cfg.model, cfg.hardware, cfg.system)
+    assert res.workload is not None
     n_pass = len(res.timeline.pass_start)
     assert n_pass > 100
     timed = []
@@ -129,6 +133,7 @@ def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(sy
         if b < n_pass // 2:  # an early window: far fewer passes re-timed than the run has
             assert timed[-1] <= 4 * max(b, 8) < n_pass
         if text == "0:4":  # nor steps laid out as records (before the whole run's re-timing below lays out all)
+            assert isinstance(res.decisions.steps, Steps)
             assert res.decisions.steps.laid_out() < len(res.decisions.steps) // 4
         want = _whole_run_schedule(res, cfg.system.demand_first, window)
         assert got.slices == want.slices and got.counters == want.counters and got.window == want.window

@@ -109,9 +109,9 @@ def test_routing_is_learned_not_random(tmp_path):
     route alike, to a few experts. Its raw next-token reuse is then high and its lookahead
     guesses often right by popularity alone, so the sound comparisons are against what the
     layer's expert load alone implies (``*_lift``, see ``traces.stats``).
-    Measured when the model was trained (6 prompts x 24 tokens): trained lookahead top-1
-    0.84 (5.5x chance given the load), reuse 0.42 (1.58x); controls 0.68-0.78 (1.4-1.9x),
-    reuse 0.65-0.82 (1.25-1.35x).
+    The bundled checkpoint on 6 prompts x 24 tokens: lookahead top-1 0.84 (5.5x chance given
+    the load), reuse 0.42 (1.58x); the controls 0.68-0.78 (1.4-1.9x), reuse 0.65-0.82
+    (1.25-1.35x): the margins asserted below.
     """
     trained = _routing_stats(None, tmp_path / "trained.parquet")
     controls = [_routing_stats(_hf_init(tmp_path / "hf"), tmp_path / "hf.parquet")]

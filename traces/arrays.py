@@ -37,7 +37,17 @@ class TraceArrays:
     def take(self, idx: np.ndarray | slice) -> TraceArrays:
         """The rows ``idx`` picks: a copy, or views of these arrays for a slice."""
         pick = lambda a: None if a is None else a[idx]
-        return TraceArrays(*(pick(getattr(self, f)) for f in self.__dataclass_fields__))
+        return TraceArrays(
+            self.request_id[idx],
+            self.phase[idx],
+            self.step[idx],
+            self.position[idx],
+            self.layer[idx],
+            self.expert_ids[idx],
+            self.gate_weights[idx],
+            pick(self.pred_ids),
+            pick(self.pred_weights),
+        )
 
     def order(self) -> np.ndarray:
         """Row indices in (request_id, step, position, layer) order, the order traces are stored in."""
@@ -90,8 +100,8 @@ def _list_array(values: np.ndarray, lengths: np.ndarray | int, typ: pa.DataType,
 
 
 def _row_items(a: np.ndarray) -> np.ndarray:
-    """``a`` ([M, K], C-contiguous) as [M] items of K numbers each, a view: a masked gather or scatter of whole rows
-    that way is ~20x one of [M, K] numbers."""
+    """``a`` ([M, K], C-contiguous) as [M] items of K numbers each, a view: a masked gather or scatter then moves
+    whole rows, one item each, not their K numbers one by one."""
     return a.view(np.dtype((np.void, a.shape[1] * a.itemsize)))[:, 0]
 
 
@@ -143,7 +153,7 @@ NUMPY_OF = {
 
 def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A column's values as numpy, a view of its buffer where the type is fixed-width and nothing is null.
-    ``pyarrow.Array.to_numpy`` imports pandas on first use (half a second of every command's start); the
+    ``pyarrow.Array.to_numpy`` imports pandas on first use (a slow import every command's start would pay); the
     trace's columns never need it. Anything else goes through it."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     dt = NUMPY_OF.get(arr.type)
@@ -163,8 +173,8 @@ def list_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def list_values(arr: pa.Array) -> pa.Array:
     """``arr.flatten()`` (a list array's values, respecting slices: offsets may not start at 0). Without nulls, a
-    slice of the values by the offsets: ``flatten`` imports ``pyarrow.compute``, 0.03-0.05 s of every command's
-    start."""
+    slice of the values by the offsets: ``flatten`` imports ``pyarrow.compute``, an import every command's start would
+    pay."""
     if arr.null_count:
         return arr.flatten()
     offsets = to_numpy(arr.offsets)

@@ -45,17 +45,30 @@ class CaptureConfig:
     PATHS: ClassVar[dict[str, str]] = {"model": "in", "prompts": "in", "out": "out"}
 
     model: str | None = None
+    """A local Hugging Face MoE checkpoint directory; null: the bundled tiny model."""
     prompts: str | None = None
+    """JSONL (``{"prompt": ...}``, ``{"text": ...}`` or a JSON string a line) or text, one prompt a line; null: the
+    bundled held-out prompts."""
     out: str = "trace.parquet"
+    """The trace to write (Parquet, schema v1)."""
     max_new_tokens: int = 32
+    """Tokens generated per prompt (the last one never passes the routers)."""
     lookahead: int = 3
+    """D: also record layer l+d's router applied to layer l's router input, d = 1..D; 0: no predictions."""
     batch_size: int = 1
+    """Prompts per forward pass (left padding; pad rows are dropped)."""
     max_prompts: int | None = None
+    """Only the first N prompts; null: all."""
     max_prompt_tokens: int = 512
-    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
-    device: str = "auto"  # auto | cpu | cuda
+    """Keep the last N tokens of longer prompts."""
+    dtype: str = "auto"
+    """auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16."""
+    device: str = "auto"
+    """auto (cuda when torch sees one, else cpu) | cpu | cuda."""
     stop_at_eos: bool = True
+    """Stop a sequence at its end-of-sequence token."""
     progress: bool = True
+    """Show a progress bar over the prompts."""
 
 
 @dataclass
@@ -151,8 +164,10 @@ class RouterRecorder:
         """ids [N, L, K], weights [N, L, K], pred ids / weights [N, L, D, K] (-1 / NaN past the last layer)."""
         import torch
 
-        recs, self.pass_records = self.pass_records, [None] * len(self.routers)
-        if any(r is None for r in recs):
+        held = self.pass_records
+        self.pass_records = [None] * len(self.routers)
+        recs = [r for r in held if r is not None]
+        if len(recs) != len(held):
             raise RuntimeError("a router did not run during the forward pass")
         L, D = len(recs), self.depth
         ids, w = self._sorted(torch.stack([r[1] for r in recs], 1), torch.stack([r[2] for r in recs], 1))
@@ -220,7 +235,7 @@ def _generate_batch(
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     req = np.arange(first_req, first_req + b)
     out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True)
-    cache_kw = "cache" if hasattr(out, "cache") else "past_key_values"  # renamed during transformers 5.x
+    cache_kw = "cache" if hasattr(out, "cache") else "past_key_values"  # transformers 5 releases name it either way
     parts = [
         _pass_rows(
             rec.take(),
@@ -274,8 +289,10 @@ def _load(model_dir: Path, cfg: CaptureConfig) -> tuple[Any, Any, Family]:
         tok = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError) as exc:
         raise CaptureError(f"model={model_dir}: no usable tokenizer ({exc})") from exc
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
-    return model, tok, family
+    # Any: transformers declares ``to`` through functools.wraps(nn.Module.to), which a checker reads as the unbound
+    # method
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    return model.to(device).eval(), tok, family
 
 
 def capture(cfg: CaptureConfig) -> CaptureResult:

@@ -49,20 +49,33 @@ class ConvertConfig:
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"input": "in", "out": "out"}
 
-    format: str = "jsonl"  # flame | vllm | jsonl | llamacpp_csv | tec
+    format: str = "jsonl"
+    """The source's format: flame | vllm | jsonl | llamacpp_csv | tec."""
     input: str = ""
+    """The routing log to convert, a file or a folder (``in=PATH`` on the command line)."""
     out: str = "trace.parquet"
+    """The trace to write (Parquet, schema v1)."""
     name: str | None = None
+    """The model's name, overriding what the source says; null: the source's."""
     num_layers: int | None = None
+    """The model's MoE layer count, overriding or supplying what the source says; null: the source's."""
     num_experts: int | None = None
+    """The model's routed expert count, overriding or supplying what the source says; null: the source's."""
     weight_rule: str | None = None
-    warmup_passes: str = "auto"  # vllm: "auto" or how many leading forward passes to drop
-    prefill: str = "keep"  # vllm: keep | drop the batched prefill pass
-    teacher_forced_as: str = (
-        "prefill"  # flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)
-    )
-    top_k: int | None = None  # llamacpp_csv, tec: experts per token, where the file does not tell it
-    prompt_tokens: int = 1  # tec: how many leading tokens are the prompt (prefill); the rest are decode steps
+    """How the router turns logits into weights (softmax_renorm | softmax | topk_softmax | sparsemixer |
+    sigmoid_group | unknown); null: what the source says or implies."""
+    warmup_passes: str = "auto"
+    """vllm: the leading forward passes to drop, a count or auto (dummy passes and everything before the batched
+    prefill)."""
+    prefill: str = "keep"
+    """vllm: keep | drop the batched prefill pass (kept as request 0)."""
+    teacher_forced_as: str = "prefill"
+    """flame: prefill (one pass per sequence) | decode (token 0 prefill, then one step a token)."""
+    top_k: int | None = None
+    """llamacpp_csv, tec: experts per token, where the file does not tell it; null: inferred (llamacpp_csv from a
+    decode pass, tec from a file hobbit wrote; a real TEC trace needs it)."""
+    prompt_tokens: int = 1
+    """tec: how many leading tokens are the prompt (prefill); the rest are decode steps."""
 
 
 def _model(cfg: ConvertConfig, **defaults: Any) -> ModelSpec:
@@ -188,8 +201,8 @@ def _flame_pt(folder: Path, cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]
             parts.append((seq, pos, np.full(n, int(d["layer"])), d["indices"].numpy(), d["scores"].float().numpy()))
         except (KeyError, RuntimeError, ValueError) as exc:
             raise TraceError(f, f"not a FLAME trace file ({exc!r})") from exc
-    cat = [np.concatenate([p[i] for p in parts]) for i in range(5)]
-    return _flame_rows(*cat, cfg, {"files": len(files)})
+    seq, pos, layer, ids, w = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    return _flame_rows(seq, pos, layer, ids, w, cfg, {"files": len(files)})
 
 
 # ---------------------------------------------------------------- vLLM logs
@@ -317,11 +330,15 @@ def _vllm_arrays(layers: dict, order: list[int], first: int, cfg: ConvertConfig)
         if p_i == first:
             if cfg.prefill == "drop":
                 continue
-            req.append(np.zeros(n)), phase.append(np.full(n, PREFILL)), step.append(np.zeros(n))
+            req.append(np.zeros(n))
+            phase.append(np.full(n, PREFILL))
+            step.append(np.zeros(n))
             pos.append(np.arange(n))
         else:
             s = p_i - first
-            req.append(np.arange(1, n + 1)), phase.append(np.full(n, DECODE)), step.append(np.full(n, s))
+            req.append(np.arange(1, n + 1))
+            phase.append(np.full(n, DECODE))
+            step.append(np.full(n, s))
             pos.append(np.full(n, s))
     if not req:
         raise TraceError(cfg.input, "no forward passes left after dropping warm-up and prefill")

@@ -29,8 +29,11 @@ class ExportConfig:
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "out": "out"}
 
     trace: str = ""
-    format: str = "jsonl"  # jsonl | llamacpp_csv | tec
+    """The schema-v1 trace to export."""
+    format: str = "jsonl"
+    """The format to write: jsonl | llamacpp_csv | tec (what it cannot carry is dropped with a warning)."""
     out: str = ""
+    """The file to write (never the input)."""
 
 
 def write_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -105,16 +105,19 @@ def read_meta(path: str | os.PathLike) -> TraceMeta:
 
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a trace file."""
-    return _read(path, keep=True)
+    meta, arrays = _read(path, keep=True)
+    assert arrays is not None  # keep=True: every row is decoded
+    return Trace(meta, arrays, str(path))
 
 
 def check_trace(path: str | os.PathLike) -> TraceMeta:
     """Validate a trace file as ``read_trace`` does, keeping only its keys whole (15 bytes a row) and the rest a
     chunk at a time; its metadata."""
-    return _read(path, keep=False).meta
+    return _read(path, keep=False)[0]
 
 
-def _read(path: str | os.PathLike, keep: bool) -> Trace:
+def _read(path: str | os.PathLike, keep: bool) -> tuple[TraceMeta, TraceArrays | None]:
+    """The file's metadata and, with ``keep``, its rows (None without)."""
     file = str(path)
     meta = read_meta(file)
     try:
@@ -123,12 +126,13 @@ def _read(path: str | os.PathLike, keep: bool) -> Trace:
         raise TraceError(file, f"corrupt Parquet data ({exc})") from exc
     finally:  # the reader is gone: its buffers and the decoded chunks, which pyarrow's pool would keep from the system
         pa.default_memory_pool().release_unused()
-    return Trace(meta, arrays, file)
+    return meta, arrays
 
 
 def _decode(file: str, meta: TraceMeta, keep: bool) -> TraceArrays | None:
     """The file's rows checked (``validate.validate_parts``), streamed a chunk at a time: not ``read_table``, whose
-    dataset layer imports pandas (0.5 s of every run's start) and which decodes the whole table at once."""
+    dataset layer imports pandas (a slow import every run's start would pay) and which decodes the whole table at
+    once."""
     with pq.ParquetFile(file, page_checksum_verification=True) as f:
 
         def parts(columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -165,8 +169,9 @@ class TraceWriter:
                 schema,
                 compression=COMPRESSION,
                 write_page_checksum=True,
-                use_byte_stream_split=split,
-                use_dictionary=INT_LEAVES,
+                # pyarrow takes a list of columns for both; its unannotated defaults (True, False) read as bool
+                use_byte_stream_split=cast(Any, split),
+                use_dictionary=cast(Any, INT_LEAVES),
             )
         except (OSError, pa.ArrowException) as exc:
             self.tmp.unlink(missing_ok=True)
@@ -267,14 +272,14 @@ def empty_like_preds(n: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((n, d, k), -1, np.int16), np.full((n, d, k), np.nan, np.float32)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], object], binary: bool = False) -> Path:
     """Call ``write(file)`` on a hidden temporary file next to ``path``, then rename it into place: the
     final name is complete or absent (or, if it existed, untouched), and no temporary file is left."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": "\n"})) as f:
+        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="\n") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -310,7 +315,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 def arrow_of(values: Any) -> pa.Array:
     """A 1-D numpy array as an Arrow array: numbers from their own buffer (``pyarrow.array`` on numpy imports
-    pandas, half a second of a command's start, for no use here); anything else through ``pyarrow.array``."""
+    pandas, a slow import at a command's start, for no use here); anything else through ``pyarrow.array``."""
     a = np.asarray(values)
     if a.ndim != 1 or a.dtype.kind not in "iuf":
         return pa.array(a)

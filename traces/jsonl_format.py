@@ -74,9 +74,11 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
         depth = _whole(h.get("lookahead_depth", 0))
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ValueError(f"lookahead_depth must be a whole number >= 0, got {depth!r}")
-        layers = None if rec is None else tuple(_whole(x) for x in rec)
-        if layers is not None and not all(isinstance(x, int) and 0 <= x < spec.num_layers for x in layers):
-            raise ValueError(f"recorded_layers must be layers in 0..{spec.num_layers - 1}, got {list(rec)}")
+        layers = None
+        if rec is not None:
+            layers = tuple(_whole(x) for x in rec)
+            if not all(isinstance(x, int) and 0 <= x < spec.num_layers for x in layers):
+                raise ValueError(f"recorded_layers must be layers in 0..{spec.num_layers - 1}, got {list(rec)}")
     except (TypeError, ValueError) as exc:
         raise TraceError(path, str(exc), row=1, unit="line", field="model") from exc
     source = {"kind": "converter", "format": "jsonl", "input": str(path)}
@@ -146,7 +148,7 @@ def _row(obj: Any, path: Path, n: int, meta: TraceMeta) -> tuple:
                     **where,
                 )
         pred = (pi, pw)
-    return (*ints, _PHASES.get(ph, ph), ids, [float(x) for x in w], pred)
+    return (*ints, _PHASES[ph] if isinstance(ph, str) else ph, ids, [float(x) for x in w], pred)
 
 
 class _Part(NamedTuple):
@@ -215,7 +217,7 @@ def _schema(meta: TraceMeta) -> pa.Schema:
     return pa.schema([*ints, pa.field("phase", pa.string()), *lists, *preds])
 
 
-def _lists(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
+def _lists(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array] | None:
     """A list column's lengths and its values (None where a list or a value is null)."""
     a = col.combine_chunks()
     if a.null_count:
@@ -223,7 +225,8 @@ def _lists(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
     values = a.flatten()
     if values.null_count:
         return None
-    return pc.list_value_length(a).to_numpy(), values
+    # pyarrow.compute makes its kernels' functions at import, where a checker cannot see them
+    return pc.list_value_length(a).to_numpy(), values  # pyright: ignore[reportAttributeAccessIssue]  # made at import
 
 
 def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta) -> _Part | None:
@@ -256,7 +259,8 @@ def _arrow_part(data: bytes, text: str, first: int, lines: int, meta: TraceMeta)
             return None
         ints[:, j] = v
     ph = t.column("phase")
-    prefill, decode = (pc.equal(ph, name).to_numpy(zero_copy_only=False) for name in _PHASES)
+    equal = pc.equal  # pyright: ignore[reportAttributeAccessIssue]  # made at import (see _lists)
+    prefill, decode = (equal(ph, name).to_numpy(zero_copy_only=False) for name in _PHASES)
     if ph.null_count or not (prefill | decode).all():
         return None
     ids, w = _lists(t.column("expert_ids")), _lists(t.column("gate_weights"))
@@ -421,10 +425,10 @@ def write_generic_jsonl(arrays: TraceArrays, meta: TraceMeta, path: Path) -> Non
                 "gate_weights": arrays.gate_weights[i].tolist(),
             }
             if meta.lookahead_depth > 0:
-                row["pred_ids"] = [[int(x) for x in p] if p[0] >= 0 else [] for p in arrays.pred_ids[i]]
-                row["pred_weights"] = [
-                    p.tolist() if arrays.pred_ids[i][j][0] >= 0 else [] for j, p in enumerate(arrays.pred_weights[i])
-                ]
+                pid, pw = arrays.pred_ids, arrays.pred_weights
+                assert pid is not None and pw is not None  # a trace with a lookahead depth has both columns
+                row["pred_ids"] = [[int(x) for x in p] if p[0] >= 0 else [] for p in pid[i]]
+                row["pred_weights"] = [p.tolist() if pid[i][j][0] >= 0 else [] for j, p in enumerate(pw[i])]
             f.write(json.dumps(row) + "\n")
 
     atomic_write(path, write)

@@ -64,4 +64,5 @@ def _say(spec: str) -> str:
     if _INTERVAL.match(spec):
         return "in " + spec.replace(",", ", ")
     m = _BOUND.match(spec)
+    assert m is not None  # ``within`` accepted the spec: an interval or a bound
     return f"{m.group(1)} {m.group(2)}"

@@ -1,6 +1,6 @@
 """Trace schema version 1: columns, metadata and the error every reader raises.
 
-One row per (request, token, MoE layer); see DESIGN.md. The Arrow schema here is the
+One row per (request, token, MoE layer); see docs/design.md. The Arrow schema here is the
 single definition; ``traces.io`` is the only module that reads or writes files.
 """
 
@@ -16,15 +16,19 @@ from typing import Any
 import pyarrow as pa
 
 
-def _arrow_pool() -> None:
-    """pyarrow's buffers from jemalloc, not from its Linux default, mimalloc, unless ARROW_DEFAULT_MEMORY_POOL chooses.
-    mimalloc madvises its 1 GiB arena for transparent huge pages (MADV_HUGEPAGE, seen with strace); where the kernel
-    defragments on madvise (``/sys/kernel/mm/transparent_hugepage/defrag``: ``madvise``, a common default), a first
-    touch there can stall in the kernel. Measured on a 2-core VM, fresh processes, alternated: the bundled trace's
-    decode took 0.033-0.95 s with mimalloc (over 0.07 s in 7 runs of 20, the excess system time), 0.041-0.055 s
-    with jemalloc (12 of 12); a 200,000-token trace read 2.8-8.3 s against 1.5-2.1 s (medians of 6: 4.0 and 1.7 s;
-    peak memory 10 % lower; in one stretch the reverse, 1.5-1.6 s against 3.4-3.7 s); a 4-point ``hobbit sim -m``
-    1.26-1.72 s against 1.29-1.42 s (10 each). README.md, "pyarrow's memory pool", has the table."""
+def use_jemalloc_pool() -> None:
+    """Make jemalloc pyarrow's default memory pool for this process, in place of its Linux default, mimalloc; a
+    ``ARROW_DEFAULT_MEMORY_POOL`` set in the environment wins (nothing changes then), and off Linux nothing changes.
+
+    Why: mimalloc madvises its 1 GiB arena for transparent huge pages (``MADV_HUGEPAGE``); where the kernel
+    defragments on madvise (``/sys/kernel/mm/transparent_hugepage/defrag`` set to ``madvise``, a common default), a
+    first touch of that arena can stall in the kernel, so reading a trace can take several times longer and its time
+    varies widely; jemalloc's arenas do not ask for huge pages. docs/performance-log.md ("pyarrow's memory pool") has
+    the numbers. A build of pyarrow without jemalloc falls back to the system allocator.
+
+    The command line calls this at its entry point (``hobbit.cli.main``) and in every Hydra command's job (a sweep's
+    workers, forked or started afresh), before any trace is read; a library user calls it (or
+    ``hobbit.configure_runtime``) once, early. Importing the library changes nothing: the pool is process-wide."""
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or not sys.platform.startswith("linux"):
         return
     if pa.default_memory_pool().backend_name == "mimalloc":
@@ -33,8 +37,6 @@ def _arrow_pool() -> None:
         except NotImplementedError:  # a build without jemalloc
             pa.set_memory_pool(pa.system_memory_pool())
 
-
-_arrow_pool()
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"hobbit.trace"

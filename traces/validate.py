@@ -11,8 +11,10 @@ Legend: N rows, K top-k, D lookahead depth, L recorded layers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from hobbit.traces.arrays import TraceArrays, flat_values, list_lengths, list_values, nested_dense, to_numpy, to_table
@@ -24,7 +26,7 @@ KEY_DTYPES = {"request_id": np.int32, "phase": np.int8, "step": np.int32, "posit
 Parts = Callable[[Sequence[str]], Iterable[pa.RecordBatch]]  # the named columns, a chunk of rows at a time, in order
 
 
-def _first(mask: np.ndarray) -> int:
+def _first(mask: npt.ArrayLike) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
@@ -128,7 +130,7 @@ def _check_lists(part: pa.RecordBatch, meta: TraceMeta, file: str, row0: int, id
 
 def _duplicates(ids: np.ndarray) -> np.ndarray:
     """[M] whether a row of ``ids`` ([M, K]) names an expert twice: its K (K - 1) / 2 pairs compared for a small K
-    (a sort along rows of a few entries is ~50x slower), its entries sorted for a large one."""
+    (a sort along rows costs far more than a few comparisons), its entries sorted for a large one."""
     k = ids.shape[1]
     if k > 16:
         srt = np.sort(ids, axis=1)
@@ -210,6 +212,7 @@ def _check_preds(
     """A chunk's predictions (its first row is ``row0``, its rows' layers ``layer``) checked as they are laid out
     into ``ids`` and ``wts``, the trace's [M, D, K] rows of them."""
     n, k, d = part.num_rows, meta.model.top_k, meta.lookahead_depth
+    present: np.ndarray | None = None  # [M, D] whether a prediction is given, from pred_ids' inner lists
     for name in PRED_COLUMNS:
         col = part.column(name)
         outer = list_lengths(col)
@@ -224,6 +227,7 @@ def _check_preds(
             )
         if name == "pred_ids":
             present = inner == k
+    assert present is not None  # PRED_COLUMNS holds pred_ids
     pos = np.searchsorted(np.asarray(meta.layers), layer)  # [M] index of the row's layer
     reachable = pos[:, None] + np.arange(1, d + 1)[None, :] < len(meta.layers)  # [M, D]
     if np.any(reachable & ~present):
@@ -234,6 +238,18 @@ def _check_preds(
     bad = ((ids >= meta.model.num_experts) | ((ids < 0) & present[:, :, None])).any(axis=(1, 2))
     if bad.any():
         raise TraceError(file, "predicted expert id out of range", row=row0 + _first(bad), field="pred_ids")
+
+
+@overload
+def validate_parts(
+    parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str, keep: Literal[True] = True
+) -> TraceArrays: ...
+
+
+@overload
+def validate_parts(
+    parts: Parts, n: int, schema: pa.Schema, meta: TraceMeta, file: str, keep: bool
+) -> TraceArrays | None: ...
 
 
 def validate_parts(
@@ -247,9 +263,9 @@ def validate_parts(
     k, d = meta.model.top_k, meta.lookahead_depth
     whole = n if keep else 0
     a = TraceArrays(
-        *(np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS),
-        np.empty((whole, k), np.int16),
-        np.empty((whole, k), np.float32),
+        **{c: np.empty(n, KEY_DTYPES[c]) for c in KEY_COLUMNS},
+        expert_ids=np.empty((whole, k), np.int16),
+        gate_weights=np.empty((whole, k), np.float32),
     )
     for part, row0 in _chunks(parts, REQUIRED_COLUMNS, n, file):
         m = part.num_rows

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,33 +45,111 @@ from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.timeline import Timeline, layer_sums
 from hobbit.sim.workload import Workload
 
+# Seconds (low, high) numba takes to compile each entry point, measured on a 2-core VM (numba compiles on one core,
+# so more cores do not shorten it; a faster core does). The walk is most of it: one large function with its helpers.
+COMPILE_S: dict[str, tuple[float, float]] = {
+    "walk": (55.0, 115.0),
+    "replay": (2.0, 4.0),
+    "replay_shared": (2.0, 4.0),
+    "pass_bounds": (1.0, 2.0),
+}
+COMPILE_S_OTHER = (1.0, 5.0)  # an entry point not listed above
+COMPILE_MACHINE = "a 2-core VM"  # where COMPILE_S was measured
+TICK_S = 15.0  # while an entry point compiles, a line of progress this often
+
+
+def compile_estimate(names: list[str]) -> str:
+    """How long compiling the entry points ``names`` takes, as a range a person reads: ``about 1-2 minutes``."""
+    lo = sum(COMPILE_S.get(n, COMPILE_S_OTHER)[0] for n in names)
+    hi = sum(COMPILE_S.get(n, COMPILE_S_OTHER)[1] for n in names)
+    if hi < 90:
+        return f"about {lo:.0f}-{hi:.0f} s"
+    return f"about {max(round(lo / 60), 1)}-{max(round(hi / 60), 1)} minutes"
+
 
 class CompileNotice(numba_event.Listener):
     """Says on stderr when the compiled core is being compiled, not loaded from numba's on-disk cache: once per
-    machine and version, minutes on a small machine, silent otherwise. Numba fires ``numba:compile`` only on a cache
-    miss; the notice names the entry points (``ENTRY``), not the helpers they compile on the way."""
+    machine and version, a minute or two on a small machine, silent otherwise. Numba fires ``numba:compile`` only
+    on a cache miss, so a process that loads the core from the cache runs none of this. The first compilation
+    announces itself with an estimate for the entry points (``ENTRY``) still to compile; while one compiles, a
+    line every ``tick`` seconds names it, its place among them (``walk, 1 of 4``), the time so far and the helper
+    numba is on; each ends with its time. The lines come from a thread that lives only while an entry point
+    compiles (``tick=None``: no thread; ``progress()`` writes the line)."""
 
-    def __init__(self, entry: tuple[Callable, ...], out=None) -> None:
-        self.entry, self.out, self.started = entry, out, {}
+    def __init__(
+        self,
+        entry: tuple[Callable, ...],
+        out=None,
+        tick: float | None = TICK_S,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.entry, self.out, self.tick, self.clock = entry, out, tick, clock
+        self.started: dict = {}  # entry point -> when it started compiling
+        self.order: list = []  # the entry points compiled or to compile, in the order they started
+        self.pending = 0  # how many entry points this process is expected to compile (the N of "n of N")
+        self.current = None  # the entry point compiling now, and the helper numba is on inside it
+        self.helper: str | None = None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
 
     def _say(self, text: str) -> None:
         print(f"hobbit: {text}", file=self.out or sys.stderr, flush=True)
 
+    def _place(self, d) -> str:
+        return f"{self.order.index(d) + 1} of {max(self.pending, len(self.order))}"
+
     def on_start(self, event: numba_event.Event) -> None:
         d = event.data["dispatcher"]
         if d not in self.entry:
+            f = getattr(d, "py_func", None)
+            if self.current is not None and getattr(f, "__module__", "").startswith(__name__):  # ours, not numba's
+                self.helper = getattr(f, "__name__", None)
             return
-        if not self.started:
-            self._say(
-                f"compiling the simulator's core ({d.py_func.__name__} first): once for this machine and "
-                f"version, a few minutes on two cores; later runs load it from numba's cache"
-            )
-        self.started[d] = time.perf_counter()
+        if d not in self.order:
+            if not self.order:
+                todo = [e for e in self.entry if e is d or not (e.overloads or _in_cache(e))]
+                self.pending = len(todo)
+                self.order.append(d)
+                self._say(
+                    f"compiling the simulator's core ({d.py_func.__name__} first): "
+                    f"{f'up to {len(todo)} functions' if len(todo) > 1 else 'one function'}, once for this machine "
+                    f"and version, "
+                    f"{compile_estimate([e.py_func.__name__ for e in todo])} on {COMPILE_MACHINE}; later runs load "
+                    f"it from numba's cache"
+                )
+            else:
+                self.order.append(d)
+        self.started[d] = self.clock()
+        self.current, self.helper = d, None
+        if self.tick:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._ticker, args=(self._stop,), name="hobbit-compile", daemon=True)
+            self._thread.start()
+
+    def progress(self) -> None:
+        """One line on the entry point compiling now: which, its place, the seconds so far, the helper it is on."""
+        d = self.current
+        if d is None:
+            return
+        on = f"; now on {self.helper}" if self.helper else ""
+        self._say(
+            f"compiling {d.py_func.__name__} ({self._place(d)}): {self.clock() - self.started[d]:.0f} s so far{on}"
+        )
+
+    def _ticker(self, stop: threading.Event) -> None:
+        while not stop.wait(self.tick):
+            self.progress()
 
     def on_end(self, event: numba_event.Event) -> None:
         d = event.data["dispatcher"]
-        if d in self.started:
-            self._say(f"compiled {d.py_func.__name__} in {time.perf_counter() - self.started[d]:.0f} s")
+        if d not in self.started:
+            return
+        if self._stop is not None and self._thread is not None:
+            self._stop.set()
+            self._thread.join()  # gone before the caller goes on: a sweep's launcher forks only without threads
+            self._stop = self._thread = None
+        self.current, self.helper = None, None
+        self._say(f"compiled {d.py_func.__name__} in {self.clock() - self.started[d]:.0f} s ({self._place(d)})")
 
 
 ENTRY = (walk.walk, timing.replay, timing.replay_shared, bound.pass_bounds)
@@ -101,8 +180,8 @@ def first_use(d, out=None) -> Iterator[None]:
     """Around the first call of a compiled entry point in a process: when numba would have to compile it (neither
     this process nor the on-disk cache has it), one process at a time goes on (an exclusive lock on
     ``lock_path()``). A sweep's workers all start at once; without the lock each of them compiles the walk for
-    itself, about 100 s and 700 MB each on a fresh machine, with the lock one compiles and the others then load its
-    code from the cache in under a second. A process that dies releases the lock."""
+    itself (each taking the whole compilation's time and most of a GB), with the lock one compiles and the others
+    then load its code from the cache. A process that dies releases the lock."""
     if fcntl is None or d.overloads or _in_cache(d):
         yield
         return

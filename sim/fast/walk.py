@@ -637,9 +637,8 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
 # ``_post_admit``, ``_use``, ``_on_hit``, ``_lru_touch``, ...). A call of a counting function counts each array
 # argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
 # numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
-# nothing to count, but they are still made. Measured side by side (the walk alone, the same decisions): the
-# multidim helpers made the Qwen-topology walk 4 % faster; the hooks made the walks of the LRU family 2.3-4.4x
-# faster (on-demand's on the Mixtral topology 0.216 s to 0.049 s), where the counts had been 43 % of the samples.
+# nothing to count, but they are still made, and in the LRU family's hooks, called at every step, those counts
+# were most of the walk's time (benchmarks/profile_core.py shows where a walk's time goes).
 # A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
 # allocates (numba refuses to compile one that does). (Not for recursion: numba's on-disk cache cannot load a
 # self-recursive function, numba issue #6061.)

@@ -6,7 +6,7 @@ An expert is identified by its key ``(layer, expert)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
@@ -52,6 +52,16 @@ class Pool:
         "transfer",
         "pinned",
     )
+    layer: list[int]
+    expert: list[int]
+    last_use: list[int]
+    uses: list[int]
+    high_uses: list[int]
+    all_uses: list[int]
+    touched: list[int]
+    inserted: list[int]
+    transfer: list[int]
+    pinned: list[int]
 
     def __init__(self, size: int, precision: int) -> None:
         self.size, self.precision = size, precision
@@ -102,6 +112,8 @@ class EvictionPolicy(Protocol):
     name: str
     Knobs: type | None
     needs: frozenset[str]  # of NEEDS
+
+    def __init__(self, knobs: Any = None, inputs: PolicyInputs | None = None) -> None: ...
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         """The victim slot among ``pool.candidates(region)``, or -1 when there is none."""
@@ -186,7 +198,7 @@ def first_evictable(order, pool: Pool) -> int:
     return -1
 
 
-def argmin_then_oldest(score: list[float], pool: Pool, cand: list[int]) -> int:
+def argmin_then_oldest(score: Sequence[float], pool: Pool, cand: list[int]) -> int:
     """The candidate with the lowest score; ties go to the least recently touched."""
     touched = pool.touched
     return min(cand, key=lambda s: (score[s], touched[s]))
@@ -213,6 +225,8 @@ class Prefetcher(Protocol):
     Knobs: type | None
     needs: frozenset[str]  # of NEEDS
     loads_ahead: bool  # False: it never proposes, so no staging slots are set aside
+
+    def __init__(self, knobs: Any = None, inputs: PolicyInputs | None = None) -> None: ...
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         """Experts of later layers worth loading now (the caller drops those already cached)."""

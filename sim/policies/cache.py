@@ -20,7 +20,9 @@ layer's part of it): a miss about to be admitted (``on_miss``), an insertion (``
 
 from __future__ import annotations
 
-from hobbit.sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Key, Pool
+from typing import cast
+
+from hobbit.sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Hooked, Key, Pool
 
 
 class ExpertCache:
@@ -30,7 +32,8 @@ class ExpertCache:
         self, high_slots: int, low_slots: int, policy: EvictionPolicy, num_layers: int, per_layer: bool = False
     ) -> None:
         self.policy = policy
-        self.hooked = bool(getattr(policy, "hooked", False))
+        # the policy again, typed for its hooks, when it keeps its own order (``hooked``); None otherwise
+        self.hooks: Hooked | None = cast(Hooked, policy) if getattr(policy, "hooked", False) else None
         self.num_layers = num_layers
         self.per_layer = per_layer
         if per_layer:
@@ -106,8 +109,8 @@ class ExpertCache:
         p = self.pools[pool]
         p.touched[slot] = self.clock
         p.all_uses[slot] += 1
-        if hit and self.hooked:
-            self.policy.on_hit(p, self.region(p, p.layer[slot]), slot)
+        if hit and self.hooks is not None:
+            self.hooks.on_hit(p, self.region(p, p.layer[slot]), slot)
         self.note_use((p.layer[slot], p.expert[slot]), pool, token)
 
     def _free_slot(self, p: Pool, layer: int, key_layer: int) -> tuple[int, Key | None]:
@@ -135,8 +138,8 @@ class ExpertCache:
         if p.size == 0:
             return -1, None
         self.clock += 1
-        if self.hooked:
-            self.policy.on_miss(p, self.region(p, key[0]), key)
+        if self.hooks is not None:
+            self.hooks.on_miss(p, self.region(p, key[0]), key)
         slot, victim = self._free_slot(p, layer, key[0])
         if slot < 0:
             return -1, None
@@ -144,8 +147,8 @@ class ExpertCache:
             del self.index[precision][victim]
         p.put(slot, key, self.clock, transfer, self.record(key), pinned)
         self.index[precision][key] = slot
-        if self.hooked:
-            self.policy.on_insert(p, self.region(p, key[0]), slot)
+        if self.hooks is not None:
+            self.hooks.on_insert(p, self.region(p, key[0]), slot)
         return slot, victim
 
     def unpin(self, precision: int, key: Key) -> None:

@@ -35,7 +35,7 @@ class _LIRS:
     hirs: int = 0
     slot_of: dict = field(default_factory=dict)  # resident key -> slot
     victims: list = field(default_factory=list)  # keys it counted out that the cache still holds, oldest first
-    pinned: object = None  # the pool's pinned list, while an event is handled
+    pinned: list[int] = field(default_factory=list)  # the pool's pinned list, while an event is handled
 
     def is_pinned(self, key: Key) -> bool:
         slot = self.slot_of.get(key)

@@ -29,9 +29,16 @@ class MultiDimKnobs:
     LIMITS: ClassVar[dict[str, str]] = {"w_lru": ">=0", "w_lfu": ">=0", "w_lhu": ">=0", "w_fld": ">=0"}
 
     w_lru: float = 0.25
+    """Weight of the recency term R/T: the token index of the copy's last use in this request over the tokens so far
+    (paper §3.4, Eq. 3)."""
     w_lfu: float = 0.25
+    """Weight of the frequency term F/T: the copy's uses in this request over the tokens so far (paper §3.4, Eq. 3)."""
     w_lhu: float = 0.0
+    """Weight of the high-precision term H/T: the copy's high-precision uses in this request over the tokens so far
+    (paper §3.4, Eq. 3)."""
     w_fld: float = 0.5
+    """Weight of the forward layer distance term: 1 for the layer being filled, down to 1/L for the one just passed
+    (paper §3.4, Eq. 3)."""
 
     def problems(self) -> list[str]:
         """What the ranges (``LIMITS``) cannot say; [] when nothing is wrong."""

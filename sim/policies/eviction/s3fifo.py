@@ -19,14 +19,17 @@ from hobbit.sim.policies.base import CacheView, Hooked, Key, PolicyInputs, Pool
 
 @dataclass(frozen=True)
 class S3FIFOKnobs:
-    """``system.cache.s3fifo``: the paper's and libCacheSim's defaults (S3FIFO.c DEFAULT_CACHE_PARAMS;
-    the ``libcachesim.S3FIFO`` binding: small 0.1, ghost 0.9, threshold 2)."""
+    """``system.cache.s3fifo``: S3-FIFO's queue sizes and promotion threshold, at the paper's and libCacheSim's
+    defaults (S3FIFO.c DEFAULT_CACHE_PARAMS; the ``libcachesim.S3FIFO`` binding: small 0.1, ghost 0.9, threshold 2)."""
 
     LIMITS: ClassVar[dict[str, str]] = {"small_ratio": "(0,1)", "ghost_ratio": ">=0", "move_threshold": ">=1"}
 
-    small_ratio: float = 0.1  # S's share of the slots (at least one slot)
-    ghost_ratio: float = 0.9  # G's size, in keys, over the slots
-    move_threshold: int = 2  # uses in S (after the one that loaded it) that earn a copy a place in M
+    small_ratio: float = 0.1
+    """The small FIFO queue S's share of the slots (at least one slot)."""
+    ghost_ratio: float = 0.9
+    """The ghost queue G's size, in keys, over the slots."""
+    move_threshold: int = 2
+    """Uses in S (after the one that loaded it) that earn a copy a place in the main queue M."""
 
 
 @dataclass

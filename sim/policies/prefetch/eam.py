@@ -25,14 +25,16 @@ from hobbit.sim.policies.base import PolicyInputs, PrefetchContext, PrefetchRequ
 
 @dataclass(frozen=True)
 class EAMKnobs:
-    """``system.prefetch.eam``."""
+    """``system.prefetch.eam``: MoE-Infinity's activation-matrix prefetch (arXiv:2401.14361)."""
 
     LIMITS: ClassVar[dict[str, str]] = {"capacity": ">=1", "per_step": ">=1"}
 
-    capacity: int = 1000  # library entries: trace_capacity (moe_infinity/utils/config.py)
-    # copies proposed per layer step, best score first. The queue is cleared when the next layer predicts and only
-    # the copy in flight survives (task_scheduler.cpp): one per step at batch 1, where a copy outlasts a layer
+    capacity: int = 1000
+    """Profiling requests the activation-matrix library holds at most (MoE-Infinity's trace_capacity,
+    moe_infinity/utils/config.py)."""
     per_step: int = 1
+    """Copies proposed per layer step, best score first. The queue is cleared when the next layer predicts and only
+    the copy in flight survives (task_scheduler.cpp): one per step at batch 1, where a copy outlasts a layer."""
 
 
 def decay(layer: int, current: int, num_layers: int) -> float:
