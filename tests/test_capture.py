@@ -227,10 +227,14 @@ def test_interrupted_capture_leaves_no_file(tiny_checkpoints, tmp_path, sig):
         f"out={out}",
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
-    # one compute thread: the test is about what an interrupt leaves behind, and torch's worker threads spinning on
-    # a core that the suite's other worker also uses only slow the capture down
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # Ctrl-C's default action in the capture, as a shell's foreground job has it, also where the suite itself runs
+    # with SIGINT ignored (a background job of a shell without job control: an ignored signal stays ignored
+    # across exec, and Python then installs no KeyboardInterrupt)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     tmp = out.with_name(f".{out.name}.{proc.pid}.tmp")
     deadline = time.time() + 120
     while not tmp.exists() and proc.poll() is None and time.time() < deadline:
@@ -240,7 +244,7 @@ def test_interrupted_capture_leaves_no_file(tiny_checkpoints, tmp_path, sig):
         time.sleep(0.1)
     os.kill(proc.pid, sig)
     try:
-        proc.communicate(timeout=120)
+        proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # say why the signal did not end it: its mask and handlers, its stacks
         pytest.fail(f"the signal did not end the capture: {_process_state(proc.pid)}")
     assert proc.returncode != 0
