@@ -46,7 +46,7 @@ lint: $(DEV_STAMP)
 
 docs: $(DEV_STAMP)
 	$(PY) -m hobbit.docs_gen docs/reference
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py
