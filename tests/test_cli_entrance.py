@@ -19,7 +19,8 @@ import pytest
 from numba.core import event as numba_event
 
 from hobbit.cli import COMMANDS
-from hobbit.glue import compose, hydra_quote, knob_tree, nearest_knob, searchpath
+from hobbit.glue import compose, hydra_quote, searchpath
+from hobbit.overrides import knob_tree, nearest_knob
 from hobbit.sim.config import ConfigError, SimConfig
 
 from conftest import run_cli

@@ -1,0 +1,166 @@
+"""A command line's overrides checked against the command's schema before Hydra composes anything.
+
+A frozen-dataclass schema's knobs form a tree (``knob_tree``); an override that names no knob of it, or ``+``
+on a knob of a typed config, is refused on one line, exit code 2, with the nearest knob ("did you mean
+system.precision.t1?"); a config group's option that does not exist names the choices. Hydra's own suggestion
+("to append use +key") would point past the schema, and following it ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+
+OPEN = "*"  # a knob tree's node under which any key may follow (a mapping, a list, Any)
+
+
+def knob_tree(schema: type) -> dict[str, Any]:
+    """A frozen-dataclass schema's knobs as a tree: name -> its subtree (a dict), ``OPEN``, or None (a leaf). What
+    Hydra composes for the schema has these keys and no others: the YAML of conf/ extends the schema, never adds."""
+    try:
+        hints = typing.get_type_hints(schema)
+    except (NameError, TypeError):  # an annotation only a type checker resolves: its knobs are not checked here
+        hints = {}
+    return {f.name: _subtree(hints.get(f.name, Any)) for f in dataclasses.fields(schema)}
+
+
+def _subtree(hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        subs = [_subtree(a) for a in typing.get_args(hint) if a is not type(None)]
+        return subs[0] if len(subs) == 1 else OPEN if any(s is not None for s in subs) else None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return knob_tree(hint)
+    if hint is Any or origin in (dict, list, tuple, Mapping) or hint in (dict, list, tuple):
+        return OPEN
+    return None
+
+
+def knob_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted path of a knob tree, nodes and leaves."""
+    out = []
+    for k, v in tree.items():
+        out.append(prefix + k)
+        if isinstance(v, dict):
+            out += knob_paths(v, f"{prefix}{k}.")
+    return out
+
+
+def has_knob(tree: dict[str, Any], path: str) -> bool:
+    node: Any = tree
+    for part in path.split("."):
+        if node == OPEN:
+            return True
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def nearest_knob(tree: dict[str, Any], path: str) -> str | None:
+    """The knob ``path`` most likely meant: each misspelt part replaced by the closest name at its level
+    (``system.precison.t1`` -> ``system.precision.t1``); else a knob that ends as ``path`` does (``precision.t1``);
+    else the closest whole path; None when nothing is close."""
+    parts, node, fixed = path.split("."), tree, []
+    for part in parts:
+        if node == OPEN:
+            fixed.append(part)
+            continue
+        if not isinstance(node, dict):
+            break
+        close = [part] if part in node else difflib.get_close_matches(part, list(node), n=1, cutoff=0.6)
+        if not close:
+            break
+        fixed.append(close[0])
+        node = node[close[0]]
+    else:
+        return ".".join(fixed)
+    paths = knob_paths(tree)
+    tails = [p for p in paths if p.endswith("." + path)]
+    if len(tails) == 1:
+        return tails[0]
+    close = difflib.get_close_matches(path, paths, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _conf_dir(config_path: str) -> Path:
+    """The directory of a ``pkg://`` config path."""
+    module = importlib.import_module(config_path.removeprefix("pkg://"))
+    return Path(cast(str, module.__file__)).parent
+
+
+def _command(config_name: str) -> str:
+    """The command's name as a user types it: ``hobbit sim``."""
+    prog = Path(sys.argv[0]).name if sys.argv else ""
+    return "hobbit " + (prog.removeprefix("hobbit-") if prog.startswith("hobbit-") else config_name.replace("_", "-"))
+
+
+def override_problem(
+    o: Override, tree: dict[str, Any], groups: dict[str, list[str]], command: str, extended: bool
+) -> str | None:
+    """What is wrong with one override for a schema's knob ``tree`` (None: nothing this check can see). ``groups``:
+    the config groups of the command's conf/ and their options; ``extended``: a search path or config directory
+    adds configs (an unknown group or option may live there)."""
+    key = o.key_or_group
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")) or o.package:
+        return None
+    add = o.is_add()
+    sign = "+" if add else "++" if o.is_force_add() else "~" if o.is_delete() else ""
+    line = o.input_line or f"{sign}{key}"
+    if key in groups and not add and not o.is_delete():
+        v = o.value()
+        if extended or o.is_sweep_override() or not isinstance(v, str) or v in groups[key]:
+            return None  # a sweep's options: the launcher names the job whose option is missing
+        near = difflib.get_close_matches(v, groups[key], n=1, cutoff=0.6)
+        return (
+            f"{line}: conf/{key} has no {v}"
+            + (f" (did you mean {key}={near[0]}?)" if near else "")
+            + f"; the choices: {', '.join(groups[key])}"
+        )
+    if has_knob(tree, key):
+        if add:
+            value = line.partition("=")[2]
+            return f"{line}: {key} is a knob of {command} already; set it without '+' ({key}={value})"
+        return None
+    if extended and "." not in key:  # +experiment=NAME: a group of the added search path
+        return None
+    near = nearest_knob(tree, key)
+    return (
+        f"{line}: {command} has no knob {key}"
+        + (f" (did you mean {near}?)" if near else "")
+        + ("; '+' adds no knob to a typed config" if add or o.is_force_add() else "")
+        + f"; `{command} --help` lists the knobs"
+    )
+
+
+def overrides_problem(
+    config_path: str, config_name: str, schema: type, overrides: list[str], extended: bool, command: str | None = None
+) -> str | None:
+    """The first problem ``override_problem`` finds in ``overrides`` (Hydra's syntax), or None; ``command``: how
+    the message names the command (default: the one running, ``hobbit sim``)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:  # a syntax error: Hydra names it
+        return None
+    tree = knob_tree(schema)
+    conf = _conf_dir(config_path)
+    groups = {
+        d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in conf.iterdir() if d.is_dir() and any(d.glob("*.yaml"))
+    }
+    command = command or _command(config_name)
+    for o in parsed:
+        problem = override_problem(o, tree, groups, command, extended)
+        if problem is not None:
+            return problem
+    return None
