@@ -15,19 +15,20 @@ def cpu_assisted(row: dict[str, Any]) -> bool:
 
 
 def compare_table(rows: list[dict[str, Any]]) -> str:
-    """The ``hobbit compare`` table: ranked rows (``rank``, ``gap_to_oracle`` set), one per system."""
+    """The ``hobbit compare`` table: ranked rows (``rank``, ``gap_to_oracle`` and ``decode_tok_s`` set), one per
+    system."""
     out = [
         (
-            "| rank | system | decode ms/token | p95 | prefill ms/request | hit rate | GB moved | degraded mass | "
+            "| rank | system | decode ms/token | decode tok/s | p95 | prefill ms/request | hit rate | GB moved | degraded mass | "
             "bound ms/token | x own bound | x oracle |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d, pre, b = r["decode_ms_per_token"], r["prefill_ms_per_request"], r["bound"]
         cpu = " (CPU)" if cpu_assisted(r) else ""
         out.append(
-            f"| {r['rank']} | {r['system']}{cpu} | {d['mean']:.1f} | {d['p95']:.1f} | {pre['mean']:.1f} | "
+            f"| {r['rank']} | {r['system']}{cpu} | {d['mean']:.1f} | {r['decode_tok_s']:.2f} | {d['p95']:.1f} | {pre['mean']:.1f} | "
             f"{r['hit_rate']:.3f} | {r['bytes_loaded'] / 1e9:.1f} | {r['quality_proxy']['degraded_mass']:.3f} | "
             f"{b['decode_ms_per_token']:.1f} | "
             f"{r['gap_to_bound']:.2f} | {r['gap_to_oracle']:.2f} |"

@@ -27,7 +27,7 @@ from hobbit.analysis.system_plots import compare_table, cpu_assisted, plot_compa
 from hobbit.api import check
 from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
-from hobbit.results_io import decode_text, tok_s, tok_s_text, write_results
+from hobbit.results_io import decode_text, tok_s, write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.run import needs_weights, simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
@@ -118,27 +118,15 @@ def _tuned(profile: Trace, cfg: CompareConfig, hw: HardwareConfig, out: Path) ->
 
 
 def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows by decode latency, then prefill latency; each gains ``rank`` and ``gap_to_oracle``: its decode
-    latency over the lowest bound of all rows."""
+    """Rows by decode latency, then prefill latency; each gains ``rank``, ``gap_to_oracle`` (its decode latency over
+    the lowest bound of all rows) and ``decode_tok_s``."""
     oracle = min(r["bound"]["decode_ms_per_token"] for r in rows)
     out = sorted(rows, key=lambda r: (r["decode_ms_per_token"]["mean"], r["prefill_ms_per_request"]["mean"]))
     for i, r in enumerate(out, 1):
         r["rank"] = i
         r["gap_to_oracle"] = r["decode_ms_per_token"]["mean"] / oracle if oracle > 0 else float("nan")
+        r["decode_tok_s"] = tok_s(r["decode_ms_per_token"]["mean"])
     return out
-
-
-def with_tok_s(table: str, rows: list[dict[str, Any]]) -> str:
-    """The compare table (``compare_table``) with a decode tok/s column after decode ms/token: row ``i`` of the
-    table is ``rows[i]``."""
-    lines = table.split("\n")
-    cells = [line.split("|") for line in lines]
-    at = next(i for i, c in enumerate(cells[0]) if c.strip() == "decode ms/token") + 1
-    cells[0].insert(at, " decode tok/s ")
-    cells[1].insert(at, "---")
-    for c, r in zip(cells[2:], rows):
-        c.insert(at, f" {tok_s_text(r['decode_ms_per_token']['mean'])} ")
-    return "\n".join("|".join(c) for c in cells)
 
 
 def check_all(
@@ -212,7 +200,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
         f"{trace.meta.model.name} routing as {cfg.model.name} on {hw.name}: "
         f"{rows[0]['tokens']['decode']} decode tokens, {rows[0]['requests']} requests"
     )
-    table = with_tok_s(compare_table(rows), rows)
+    table = compare_table(rows)
     plots = plot_compare(rows, out, title)
     md = (
         f"# {title}\n\n{note}.\n\nRanked by decode latency. *degraded mass*: the gate mass served in low precision "
@@ -239,7 +227,6 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     )
     for r in rows:
         r["cpu_assisted"] = cpu_assisted(r)
-        r["decode_tok_s"] = tok_s(r["decode_ms_per_token"]["mean"])
     summary = {
         "title": title,
         "trace": str(trace.path),
