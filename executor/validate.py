@@ -35,14 +35,11 @@ def device_memory_bytes(device: torch.device) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def profile_hardware(profile: ProfileConfig, device: torch.device, pair: tuple[str, str]) -> HardwareConfig:
+def profile_hardware(profile: ProfileConfig, device: torch.device) -> HardwareConfig:
     """A hardware config whose costs are the measured profile."""
-    high = "bf16" if pair[0] in ("fp16", "bf16") else pair[0]
     return HardwareConfig(
         name=f"calibrated-{profile.device}",
         device_memory_bytes=device_memory_bytes(device),
-        high_precision=high,
-        low_precision=pair[1],
         reserve_bytes=0,
         profile=profile,
         source=f"hobbit calibrate on {profile.device} for {profile.model}",
@@ -69,12 +66,21 @@ def run_pair(
     replayers: list | None = None,
 ) -> tuple[Any, Any, Any]:
     """Simulate, then replay the very decisions the simulation made; (sim results, workload, measured timeline).
-    ``replayers``: a list that receives the replayer, recording its schedule."""
-    res, wl = plan(trace, model, hw, system, engine)
+    ``replayers``: a list that receives the replayer, recording its schedule. The simulation sizes experts in the
+    formats the store holds them in (``store_formats``)."""
+    res, wl = plan(trace, model, hw, store_formats(system, store), engine)
     rep = Replayer(wl, res.decisions, store, copy_cpu, record=replayers is not None)
     if replayers is not None:
         replayers.append(rep)
     return res, wl, rep.run()
+
+
+def store_formats(system: SystemConfig, store: HostStore) -> SystemConfig:
+    """``system`` with the formats of ``store``'s experts: its high precision as the weights (16-bit kernels hold
+    bf16), its low one as the low-precision copies."""
+    high, low = store.kernels[HIGH].precision, store.kernels[LOW].precision
+    weights = "bf16" if high in ("fp16", "bf16") else high
+    return dataclasses.replace(system, weights=weights, precision=dataclasses.replace(system.precision, low=low))
 
 
 PARTS = ("dense", "issue", "expert", "stall", "cpu_expert", "head")  # the work the cost model charges
@@ -164,7 +170,7 @@ def full_profile(
     trace = first_layers(trace, store.model.num_layers)
     first = _requests(trace, 0, 1)
     rough = profile_hardware(
-        calibrate(store, device.type, lambda _: None, copy_cpu, statistic, rounds=1, group=0), device, pair
+        calibrate(store, device.type, lambda _: None, copy_cpu, statistic, rounds=1, group=0), device
     )
     system, big = resident(rough)
     run_pair(first, store.model, big, system, store, engine="fast")  # warm-up: first-call costs out of the way
@@ -189,7 +195,7 @@ def full_profile(
         f"  a copy in a replay costs the compute stream {c * 1e6:.1f} us (issuing it and the cache's "
         f"bookkeeping; {prof.copy_issue_s * 1e6:.1f} us to submit it alone)"
     )
-    return profile_hardware(dataclasses.replace(prof, layer_overhead_s=o, copy_issue_s=c), device, pair)
+    return profile_hardware(dataclasses.replace(prof, layer_overhead_s=o, copy_issue_s=c), device)
 
 
 def cache_system(system: SystemConfig, store: HostStore, model: ModelConfig, fraction: float) -> SystemConfig:

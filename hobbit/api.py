@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,8 @@ from hobbit.glue import compose, with_overrides
 from hobbit.guard import guard
 from hobbit.results_io import write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, check_system
+from hobbit.sim.flags import apply_flags
+from hobbit.sim.memory import check_layers, check_static, fit
 from hobbit.sim.results import Results
 from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
@@ -38,6 +41,7 @@ from hobbit.traces.capture import CaptureConfig
 from hobbit.traces.capture import capture as capture_trace
 from hobbit.traces.io import Trace, atomic_write_text
 from hobbit.traces.knobs import check_knobs
+from hobbit.traces.synthetic import SyntheticConfig, generate
 from hobbit.traces.tiny import bundled_trace
 
 if TYPE_CHECKING:  # pandas loads with a sweep's table or a run's tables, not with the API
@@ -48,6 +52,36 @@ GROUPS = {"model": ModelConfig, "hardware": HardwareConfig, "system": SystemConf
 
 _READ: OrderedDict[tuple, Trace] = OrderedDict()  # the last few traces read, by file and version
 PRELOAD_REQUESTS = 8  # the first requests of the trace that ``preload`` simulates, so that the engine's code loads
+
+
+SYNTHETIC = "synthetic"  # trace=synthetic: routing drawn for the model's topology (traces.synthetic)
+SYNTHETIC_SHAPE = {"requests": 8, "prompt_tokens": 64, "decode_tokens": 64}  # what a synthetic trace holds
+
+
+def trace_file(trace: str | None, model: ModelConfig, seed: int = 0) -> Path:
+    """The trace file a command replays: ``trace``; None: the bundled model's; ``synthetic``: routing drawn for
+    ``model``'s topology (Zipf-skewed popularity, reuse across tokens and layers: ``traces.synthetic`` at its
+    defaults, ``SYNTHETIC_SHAPE``, ``seed``), written once per topology and seed to a folder of the system's
+    temporary directory."""
+    if trace is None:
+        return bundled_trace()
+    if trace != SYNTHETIC:
+        return Path(trace)
+    folder = Path(tempfile.gettempdir()) / "hobbit-synthetic"
+    name = f"synthetic-{model.name}"
+    path = folder / f"{name}-L{model.num_layers}-E{model.num_experts}-k{model.top_k}-s{seed}.parquet"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        cfg = SyntheticConfig(
+            name=name,
+            num_layers=model.num_layers,
+            num_experts=model.num_experts,
+            top_k=model.top_k,
+            seed=seed,
+            **SYNTHETIC_SHAPE,
+        )
+        trace_io.write_trace(path, *generate(cfg))
+    return path
 
 
 def read_trace(path: str | Path | None = None) -> Trace:
@@ -147,6 +181,7 @@ def simulate_config(
         profile_share=cfg.profile_share,
         keep_decisions=keep_decisions,
         progress=progress,
+        context=cfg.context,
     )
 
 
@@ -157,6 +192,7 @@ def check(
     system: SystemConfig,
     profile: Trace | None = None,
     profile_share: float = 0.25,
+    context: int = 0,
 ) -> None:
     """The checks ``simulate`` makes of its inputs (``hobbit.sim.run.simulate``'s arguments), without the run: the
     knobs, the trace's topology against the model's, gate weights where the system's rule reads them, a calibrated
@@ -165,6 +201,7 @@ def check(
     configuration here before the first starts, so bad input stops it before any work."""
     for prefix, cfg in (("model.", model), ("hardware.", hardware), ("system.", system)):
         check_knobs(cfg, prefix)
+    system = apply_flags(system, model.num_layers, model.dense_layers).system
     check_system(system)
     check_topology(trace, model)
     if profile is not None:
@@ -173,8 +210,14 @@ def check(
     check_profile(model, hardware)
     timed = trace if profile is not None else split_requests(trace, profile_share)[1]
     position = timed.arrays.position
-    context = int(position.max()) + 1 if len(position) else 1
-    size_cache(model, hardware, system, context, len(trace.meta.layers) / max(trace.meta.model.num_layers, 1))
+    context += int(position.max()) + 1 if len(position) else 1
+    share = len(trace.meta.layers) / max(trace.meta.model.num_layers, 1)
+    memory = fit(model, hardware, system, context, share)
+    size_cache(model, hardware, system, context, share, memory)
+    if system.placement == "static" and system.cpu_moe_layers:
+        check_layers(memory, model, hardware, system.cpu_moe_layers, len(trace.meta.layers))
+    elif system.placement == "static":
+        check_static(memory, model, hardware, system.n_cpu_moe, len(trace.meta.layers))
 
 
 def preload(cfg: SimConfig) -> None:
@@ -183,7 +226,7 @@ def preload(cfg: SimConfig) -> None:
     trace's first ``PRELOAD_REQUESTS`` requests. A process that then forks workers (a sweep's launcher,
     ``hobbit.launcher``) hands them all of it, so they neither read, lay out nor load it again: one copy of the trace's
     arrays for every worker (shared, copy-on-write)."""
-    trace = read_trace(cfg.trace)
+    trace = read_trace(trace_file(cfg.trace, cfg.model, cfg.seed))
     profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
     lay_out(trace, cfg.system, np.random.default_rng(cfg.seed), profile, cfg.profile_share)
     req = trace.arrays.request_id

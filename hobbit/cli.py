@@ -41,6 +41,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "trace_info_main",
         "statistics of a trace: load, reuse, lookahead accuracy (--json)",
     ),
+    "hardware": (
+        "hobbit.hardware_command",
+        "hardware_main",
+        "a machine's hardware config from what you know of it (gpu=, pcie=, ram=, ssd=): derived, cited, written",
+    ),
     "sim": ("hobbit.sim_commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
     "tune": ("hobbit.tune_command", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
     "quality": (

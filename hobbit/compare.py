@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hobbit.analysis.system_plots import compare_table, cpu_assisted, plot_compare
-from hobbit.api import check
+from hobbit.api import check, trace_file
 from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.results_io import decode_text, tok_s, write_results
@@ -34,7 +34,6 @@ from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.sim.workload import split_requests
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
-from hobbit.traces.tiny import bundled_trace
 
 TUNED = "hobbit-tuned"
 
@@ -54,7 +53,8 @@ class CompareConfig:
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "out_dir": "outdir"}
 
     trace: str | None = None
-    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet)."""
+    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet); synthetic:
+    routing drawn for the model's topology."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The model whose size the trace is replayed at (config group ``model=NAME``, conf/model/)."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -247,7 +247,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
 def compare_main(cfg: CompareConfig) -> None:
     """Every system, and HOBBIT tuned on held-apart requests, on one trace and machine, ranked."""
     t0 = time.perf_counter()
-    trace = read_trace(Path(cfg.trace) if cfg.trace else bundled_trace())
+    trace = read_trace(trace_file(cfg.trace, cfg.model, cfg.seed))
     out = Path(cfg.out_dir)
     s = compare(trace, cfg, out)
     print(s["table"])

@@ -43,6 +43,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import hobbit.launcher  # hydra/launcher=hobbit, which conf/sim.yaml names (registered as a command starts)
 import hobbit.sweeper  # hydra/sweeper=hobbit, which conf/sim.yaml names (registered as a command starts)
+from hobbit import path_args
 from hobbit.guard import guard
 from hobbit.knob_docs import knobs, render_help
 from hobbit.overrides import overrides_problem
@@ -201,6 +202,11 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
             patch_hydra()
             OmegaConf.register_new_resolver("hobbit_knobs", knobs_help, replace=True)
             register_plugins()  # Hydra builds its plugin registry anew after a run: the sweeper and launcher join it again
+            if config_path == CONF:  # model=path/to/model.gguf: read into a conf/model option of its own
+                try:
+                    sys.argv[1:] = path_args.rewrite(sys.argv[1:])
+                except InputError as exc:
+                    fail(str(exc))
             check_command_line(config_path, config_name, schema, sys.argv[1:])
             main()
 
@@ -249,6 +255,7 @@ def compose(config_name: str, schema: type[T], overrides: list[str]) -> T:
     patch_hydra()
     register_schema(config_name, schema)
     register_plugins()
+    overrides = path_args.rewrite(overrides)
     extended = any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides)
     problem = overrides_problem(CONF, config_name, schema, overrides, extended, f"hobbit {config_name}")
     if problem is not None:

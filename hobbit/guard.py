@@ -37,12 +37,15 @@ def path_roles(cfg: Any) -> dict[str, str]:
     return roles
 
 
+SYNTHETIC = "synthetic"  # trace=synthetic names no file: routing drawn for the model (hobbit.api.trace_file)
+
+
 def resolve(cfg: Any, cwd: str | os.PathLike) -> Any:
     """``cfg`` with every declared path knob made absolute against ``cwd`` (unset ones left as they are)."""
     new = {
         k: str((Path(cwd) / Path(v).expanduser()).resolve())
         for k in path_roles(cfg)
-        if (v := getattr(cfg, k)) not in (None, "")
+        if (v := getattr(cfg, k)) not in (None, "") and not (k == "trace" and v == SYNTHETIC)
     }
     return dataclasses.replace(cfg, **new) if new else cfg
 
@@ -86,7 +89,9 @@ def check_output(knob: str, path: Path, role: str, inputs: dict[str, Path]) -> N
 def check_paths(cfg: Any) -> dict[str, Path]:
     """Check every declared path knob of ``cfg`` (already resolved); returns knob -> path of those set."""
     roles = path_roles(cfg)
-    paths = {k: Path(v) for k in roles if (v := getattr(cfg, k)) not in (None, "")}
+    paths = {
+        k: Path(v) for k in roles if (v := getattr(cfg, k)) not in (None, "") and not (k == "trace" and v == SYNTHETIC)
+    }
     inputs = {k: p for k, p in paths.items() if roles[k] in ("in", "state") and p.exists()}
     for k, p in paths.items():
         if roles[k] == "in" and not p.exists():

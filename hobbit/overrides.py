@@ -25,6 +25,10 @@ from hydra.errors import HydraException
 OPEN = "*"  # a knob tree's node under which any key may follow (a mapping, a list, Any)
 
 
+# knobs that moved, and where to (an old command line gets the new one)
+MOVED = {"hardware.high_precision": "system.weights", "hardware.low_precision": "system.precision.low"}
+
+
 def knob_tree(schema: type) -> dict[str, Any]:
     """A frozen-dataclass schema's knobs as a tree: name -> its subtree (a dict), ``OPEN``, or None (a leaf). What
     Hydra composes for the schema has these keys and no others: the YAML of conf/ extends the schema, never adds."""
@@ -135,6 +139,10 @@ def override_problem(
         return None
     if extended and "." not in key:  # +experiment=NAME: a group of the added search path
         return None
+    for old, new in MOVED.items():
+        if key.endswith(old) and has_knob(tree, key.removesuffix(old) + new):
+            value = line.partition("=")[2]
+            return f"{line}: the experts' formats are the system's, not the machine's: {new}={value}"
     near = nearest_knob(tree, key)
     return (
         f"{line}: {command} has no knob {key}"

@@ -24,7 +24,6 @@ from hobbit.sim.config import ConfigError, SimConfig
 from hobbit.sweeper import claim
 from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
-from hobbit.traces.tiny import bundled_trace
 
 log = logging.getLogger(__name__)
 PROGRESS_DELAY_S = 2.0  # a run's progress bar shows once it has taken this long
@@ -90,10 +89,10 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
     ``label``: what heads its printed line in place of the system, hardware and model (a sweep point's overrides)."""
     from tqdm import tqdm
 
-    from hobbit.api import read_trace, simulate_config
+    from hobbit.api import read_trace, simulate_config, trace_file
     from hobbit.results_io import cache_root, config_key, from_cache, to_cache, write_results
 
-    trace_path = Path(cfg.trace) if cfg.trace else bundled_trace()
+    trace_path = trace_file(cfg.trace, cfg.model, cfg.seed)
     trace = read_trace(trace_path)
     out = Path(cfg.out_dir)
     root = cache_root(cfg) if cfg.use_cache else None

@@ -61,6 +61,9 @@ class ModelConfig:
         "kv_bytes_per_token": ">=0",
         "quant_group_size": ">=1",
         "quant_meta_bytes_per_group": ">=0",
+        "dense_layers": ">=0",
+        "state_bytes": ">=0",
+        "file_resident_bytes": ">=-1",
     }
 
     name: str = "unnamed"
@@ -86,8 +89,31 @@ class ModelConfig:
     """Inputs per quantisation group of a low-bit expert (each group adds ``quant_meta_bytes_per_group``)."""
     quant_meta_bytes_per_group: int = 4
     """Bytes of scale and zero per quantisation group: an fp16 scale and an fp16 zero."""
+    dense_layers: int = 0
+    """Leading decoder layers with a dense FFN instead of experts (DeepSeek-V3's first_k_dense_replace); their
+    weights are in ``other_params``."""
+    attention: str = "gqa"
+    """The attention kind: gqa (multi-head or grouped-query) | mla (multi-head latent: a compressed KV) | hybrid
+    (linear attention in most layers, full attention in some: only those grow a KV cache)."""
+    state_bytes: int = 0
+    """Fixed per-sequence state of linear-attention layers (convolution and recurrent state), bytes, all layers."""
+    tensors: dict[str, list[int]] = field(default_factory=dict)
+    """Parameters of each non-expert tensor kind, by its GGUF name (attn_v, ffn_down_shexp, token_embd, ...): one
+    entry per decoder layer (dense-first layers included) for a block's tensors, one for the rest; read from a
+    config.json (``sim.model_files``) so that a quantiser's per-tensor rules (``sim.formats``) can pick each one's
+    type. Empty: ``dense_params_per_layer`` and ``other_params`` at the weights' base type."""
+    layer_expert_bytes: list[int] = field(default_factory=list)
+    """One routed expert's bytes in each MoE layer as a model file stores it (read from a GGUF); empty: from the
+    shapes and the system's weights format."""
+    file_resident_bytes: int = -1
+    """The bytes of every other tensor of that file (-1: no file; from the shapes and the weights format)."""
+    file_type: str = ""
+    """The file's own name for its format (Q4_K_M); empty: no file."""
     source: str = ""
     """Where these shapes come from (a config.json, a paper table)."""
+
+    def __hash__(self) -> int:  # the per-tensor tables are a dict and lists: hash what the fields print as
+        return hash(repr(self))
 
     @property
     def expert_params(self) -> int:
@@ -221,6 +247,10 @@ class HardwareConfig:
         "cpu_mem_gbps": ">0",
         "low_precision_efficiency": "(0,1]",
         "reserve_bytes": ">=0",
+        "host_memory_bytes": ">=0",
+        "host_reserve_bytes": ">=0",
+        "cpu_cores": ">=0",
+        "ssd_fault_gbps": ">=0",
         "contention_compute": ">=1",
         "contention_link": ">=1",
     }
@@ -254,14 +284,19 @@ class HardwareConfig:
     """The host CPU's throughput on 16-bit GEMV-bound work, TFLOP/s."""
     cpu_mem_gbps: float = 60.0
     """The host CPU's memory bandwidth, GB/s."""
-    high_precision: str = "fp16"
-    """The format of a high-precision expert: fp16 | bf16 | int8 | int4 | int2 or a GGUF type (q8_0, q4_0, q2_k)."""
-    low_precision: str = "int4"
-    """The format of a low-precision expert (same choices)."""
     low_precision_efficiency: float = 0.8
     """A low-bit kernel's bandwidth relative to a 16-bit one (its dequantisation's cost)."""
     reserve_bytes: int = 2 * 2**30
     """Device memory held back for the runtime, activations and fragmentation."""
+    host_memory_bytes: int = 0
+    """The host's RAM, bytes; 0: not stated (nothing is checked against it, and results say so)."""
+    host_reserve_bytes: int = 4 * 2**30
+    """Host RAM held back for the operating system and the runtime's own buffers."""
+    cpu_cores: int = 0
+    """The host CPU's physical cores (0: not stated)."""
+    ssd_fault_gbps: float = 0.0
+    """The rate a memory-mapped file's pages fault in from the SSD, GB/s (reads of a few hundred KB with the
+    kernel's read-ahead, below the sequential rate); 0: ``ssd_gbps``."""
     contention_compute: float = 1.0
     """Compute time while a copy runs, over its time alone (1.0: they do not meet)."""
     contention_link: float = 1.0
@@ -290,6 +325,12 @@ class PrecisionConfig:
     multi_token: str = "max"
     """A pass with many tokens (prefill): max (an expert loads at the highest precision any token needs) | high
     (at high precision)."""
+    high: str = ""
+    """The format of an expert loaded or computed at high precision, where it differs from the model file's
+    (``system.weights``): HOBBIT on the Jetson ran Q8_0 experts (paper §3.2); empty: the weights' own."""
+    low: str = "int4"
+    """The format of a low-precision copy of an expert: int4 (this project's executor: 4 bits with an fp16 scale
+    and zero per 128 inputs), int8, int2, a ggml type (q4_0, q2_k, ...) or hqq2 (mixtral-offloading's 2-bit)."""
 
 
 def with_policy_nodes(base: type, name: str, registry: dict[str, str]) -> type:
@@ -388,10 +429,26 @@ class SystemConfig:
         "cpu_insert": ">=0",
         "split_threshold": ">=0",
         "split_max_fetch": ">=-1",
+        "kv_context": ">=0",
+        "kv_bits": ">0",
     }
 
     name: str = "hobbit"
     """The system's name, as results and plots label it."""
+    weights: str = "fp16"
+    """The format of the model file the runtime runs: every non-expert weight, and every expert it loads or computes
+    at high precision, is in it. fp16 | bf16 | fp8 | a llama.cpp file type (q4_k_m, q8_0, iq4_xs, mxfp4_moe, ...: its
+    quantiser's type for each tensor) | a ggml type (q4_k, ...) | int8, int4 (this project's executor) | file (the
+    sizes of a model read from a GGUF, ``model=path/to/model.gguf``)."""
+    host_load: str = "load"
+    """How the runtime holds the experts it does not keep on the device: load (read into RAM at start; they must fit
+    in the host's RAM: llama.cpp's --no-mmap, the PyTorch offloaders) | mmap (the file is memory-mapped: what does not
+    fit in RAM stays on the SSD and faults in on use, at ``hardware.ssd_fault_gbps``; llama.cpp's default) | stream
+    (the runtime reads experts that are not in RAM from the SSD itself, at ``hardware.ssd_gbps``)."""
+    host_cache: str = "lru"
+    """What RAM holds of the experts when they do not all fit (host_load=mmap or stream): lru (the page cache, least
+    recently used, replayed over the trace's reads of host-side experts) | uniform (RAM's share of their bytes, as if
+    every expert were equally likely: the pessimistic end)."""
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     """How a missing expert is loaded: at high or low precision, or skipped (paper §3.2)."""
     prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
@@ -421,6 +478,21 @@ class SystemConfig:
     n_cpu_moe: int = -1
     """placement=static: the experts of the first N MoE layers stay on the CPU (llama.cpp's --n-cpu-moe); -1: as
     few as fit."""
+    cpu_moe_layers: list[int] = field(default_factory=list)
+    """placement=static: the MoE layers (0-based) whose experts stay on the CPU, as llama.cpp's -ot patterns and
+    --cpu-moe choose them; replaces ``n_cpu_moe`` when given."""
+    runtime: str = ""
+    """The runtime whose command-line flags ``flags`` are: llama.cpp | ik_llama.cpp | empty (none)."""
+    flags: str = ""
+    """The runtime's own flags (``-ngl 99 --n-cpu-moe 30 --no-mmap -c 8192``), turned into this system's knobs before
+    a run (``sim.flags``); flags of what is not modelled (threads, batch sizes) are accepted and listed."""
+    kv_context: int = 0
+    """Tokens of KV cache the runtime allocates up front (llama.cpp's -c); 0: what the run's context needs."""
+    kv_bits: float = 16.0
+    """Bits per KV cache element (llama.cpp's -ctk/-ctv: q8_0 is 8.5)."""
+
+    def __hash__(self) -> int:  # the layer list: hash what the fields print as
+        return hash(repr(self))
 
 
 def check_system(s: SystemConfig) -> None:
@@ -453,6 +525,15 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
     if not 0.0 <= c.high_fraction <= 1.0:
         raise ConfigError(f"system.cache.high_fraction={c.high_fraction} must be in [0, 1]")
+    if s.cpu_moe_layers and s.placement != "static":
+        raise ConfigError(
+            f"system.cpu_moe_layers={s.cpu_moe_layers}: only placement=static keeps layers' experts on the CPU "
+            f"(system={s.name} has placement={s.placement})"
+        )
+    if s.host_cache not in ("lru", "uniform"):
+        raise ConfigError(f"system.host_cache={s.host_cache} must be lru or uniform")
+    if s.host_load not in ("load", "mmap", "stream"):
+        raise ConfigError(f"system.host_load={s.host_load} must be load, mmap or stream")
 
 
 @dataclass(frozen=True)
@@ -461,16 +542,20 @@ class SimConfig:
 
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile_trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
-    LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)"}
+    LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)", "context": ">=0"}
 
     trace: str | None = None
-    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet)."""
+    """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet); synthetic:
+    routing drawn for the model's topology (traces.synthetic: Zipf-skewed, 8 requests of 64 + 64 tokens)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The model's shapes (config group ``model=NAME``, conf/model/)."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     """The machine (config group ``hardware=NAME``, conf/hardware/)."""
     system: SystemConfig = field(default_factory=SystemConfig)
     """The offloading system (config group ``system=NAME``, conf/system/)."""
+    context: int = 0
+    """Tokens already in the KV cache when each request starts (a conversation's history, a long document): every
+    pass attends over them too, and the KV cache is sized for them plus the trace's longest request."""
     engine: str = "fast"
     """fast (the compiled core) | plain (the Python reference) | simpy (the discrete-event reference): the same
     decisions and times."""

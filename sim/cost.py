@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hobbit.sim.config import HardwareConfig, ModelConfig
+from hobbit.sim.memory import MemoryFit
 from hobbit.sim.policies.base import HIGH
 
 GB = 1e9
@@ -61,6 +62,7 @@ class CostModel:
     hw: HardwareConfig
     layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
     cpu_efficiency: float = 1.0  # the system's CPU expert kernel relative to the hardware's cpu_* figures
+    memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,7 +70,7 @@ class CostModel:
         sweep's points build a cost model each and ask it the same few thousand sizes. Every value depends on those
         four fields (and the class) alone."""
         try:
-            key = (type(self), self.model, self.hw, self.layer_scale, self.cpu_efficiency)
+            key = (type(self), self.model, self.hw, self.layer_scale, self.cpu_efficiency, self.memory)
             hash(key)  # (an empty dict's pop would not hash it)
         except TypeError:  # a field that cannot be hashed (a measured profile's lists): this model keeps its own memo
             return
@@ -116,16 +118,26 @@ class CostModel:
             return self.hw.profile.link_t0_s
         return self.hw.ssd_t0_s if self.hw.expert_source == "ssd" else self.hw.link_t0_s
 
-    def precision_name(self, cls: int) -> str:
-        return self.hw.high_precision if cls == HIGH else self.hw.low_precision
-
     def expert_bytes(self, cls: int) -> int:
-        return self.model.expert_bytes(self.precision_name(cls))
+        """One expert's bytes at ``cls``: at high precision the mean over layers in the weights' format (a file's
+        layers may differ), at low precision the low format's."""
+        mem = self.memory
+        if mem is None:
+            return self.model.expert_bytes("fp16" if cls == HIGH else "int4")
+        return round(sum(mem.expert_bytes) / len(mem.expert_bytes)) if cls == HIGH else mem.low_bytes
+
+    def ssd_read_s(self, nbytes: int) -> float:
+        """The expected time to bring a host-side expert of ``nbytes`` into RAM first: the share of host-side experts
+        RAM cannot hold is read from the SSD (``sim.memory``, the page cache's ``uniform`` rule)."""
+        mem = self.memory
+        if mem is None or mem.ram_share >= 1.0 or self.hw.expert_source != "host":
+            return 0.0
+        return mem.ssd_share * (self.hw.ssd_t0_s + nbytes / (mem.ssd_gbps * GB))
 
     def transfer_s(self, nbytes: int) -> float:
         if self.link_gbps == float("inf"):
             return 0.0
-        return self.link_t0_s + nbytes / (self.link_gbps * GB)
+        return self.link_t0_s + nbytes / (self.link_gbps * GB) + self.ssd_read_s(nbytes)
 
     def issue_s(self) -> float:
         """The compute stream's time to issue one copy (measured profiles only; a GPU's async copy
@@ -143,7 +155,8 @@ class CostModel:
             )
         m = self.model
         kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
-        nbytes = m.dense_bytes_per_layer() + kv_per_layer * context
+        weights = m.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
+        nbytes = weights + kv_per_layer * context
         flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
         t = max(nbytes / self._mem_bps, flops / self._flops)
         return self.layer_scale * (t + DENSE_KERNELS * self.hw.kernel_overhead_s)
@@ -156,7 +169,8 @@ class CostModel:
             a, b = self.hw.profile.other_s
             return a + b * tokens
         m = self.model
-        t = max(2 * m.other_params / self._mem_bps, 2 * m.other_params * tokens / self._flops)
+        weights = 2 * m.other_params if self.memory is None else self.memory.other_bytes
+        t = max(weights / self._mem_bps, 2 * m.other_params * tokens / self._flops)
         return t + 2 * self.hw.kernel_overhead_s
 
     def expert_s(self, cls: int, tokens: int) -> float:
@@ -186,5 +200,9 @@ class CostModel:
         )
         act = 2 * tokens * m.hidden_size
         move = 0.0 if self.hw.unified_memory else 2 * (self.hw.link_t0_s + act / (self.hw.link_gbps * GB))
-        read = self.hw.ssd_t0_s + nbytes / (self.hw.ssd_gbps * GB) if self.hw.expert_source == "ssd" else 0.0
+        read = (
+            self.hw.ssd_t0_s + nbytes / (self.hw.ssd_gbps * GB)
+            if self.hw.expert_source == "ssd"
+            else self.ssd_read_s(nbytes)
+        )
         return read + compute + move

@@ -15,6 +15,12 @@ results.json keys (times in ms):
 - ``bound``: {decode_ms_per_token, prefill_ms_per_request} (means): the least time this system's rules could
   take on this trace and machine, every expert already where it runs (``sim.bound``); ``gap_to_bound``: decode
   latency over its bound (1.0: nothing left to gain by caching, prefetching or copying faster)
+- ``memory``: where the bytes go (``sim.memory``): the weights' format, the device's memory, the resident weights,
+  the KV cache at the run's context, the reserve, what is free for experts, one expert's bytes at high and low
+  precision, the host's RAM and the experts it holds, ``ram_share`` (of those, the share in RAM; the rest is read
+  from the SSD), and notes on what was derived or assumed
+- ``placement`` (llama.cpp's static placement): ``cpu_moe_layers``, the MoE layers whose experts stayed on the CPU;
+  ``flags`` (a system given ``system.flags``): the runtime, the flags given and those accepted but not modelled
 - ``cache``: pool slots and bytes; ``layers_simulated``; ``model``, ``hardware``, ``system`` (names) and
   ``system_config`` (every knob of the system); ``engine``, ``wall_s``
 """

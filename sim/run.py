@@ -7,6 +7,7 @@ compiled core (``engine=fast``) or the Python references (``plain``, ``simpy``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from hobbit.sim.config import CacheBase, ConfigError, HardwareConfig, ModelConfi
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
 from hobbit.sim.engine import Engine
+from hobbit.sim.flags import apply_flags
+from hobbit.sim.memory import MemoryFit, check_layers, check_static, fit, host_ram_share, pools
 from hobbit.sim.plain import replay
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
@@ -43,6 +46,7 @@ class CacheSizing:
     high_bytes: int
     low_bytes: int
     free_bytes: int  # device memory left for experts after resident weights, KV cache and reserve
+    derived: str = ""  # what was derived from the knobs (one pool's size from the other's)
 
 
 def check_profile(model: ModelConfig, hw: HardwareConfig) -> None:
@@ -96,42 +100,42 @@ def check_topology(trace: Trace, model: ModelConfig) -> None:
 
 
 def size_cache(
-    model: ModelConfig, hw: HardwareConfig, system: SystemConfig, max_context: int, layer_share: float = 1.0
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    max_context: int,
+    layer_share: float = 1.0,
+    memory: MemoryFit | None = None,
 ) -> CacheSizing:
-    """Explicit pool sizes, or the free device memory split by ``high_fraction``.
+    """The cache's pools: explicit sizes, or the free device memory split by ``high_fraction`` (``sim.memory.pools``).
 
     ``layer_share``: the fraction of the model's MoE layers the trace recorded; the free
     memory a partial trace's layers may use shrinks in proportion (their share of the cache).
+    ``memory``: the run's memory fit, if already made (else it is made here at ``max_context``).
     """
-    c, mode = system.cache, system.precision.mode
-    eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
-    free = hw.device_memory_bytes - model.resident_bytes() - model.kv_bytes_per_token * max_context - hw.reserve_bytes
-    if c.high_bytes >= 0 or c.low_bytes >= 0:
-        high, low = max(c.high_bytes, 0), max(c.low_bytes, 0)
-        for name, size, one in (("high_bytes", high, eb[HIGH]), ("low_bytes", low, eb[LOW])):
-            if 0 < size < one:
-                raise ConfigError(
-                    f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for "
-                    f"no pool or at least {one}"
-                )
-    else:
-        if free < 0:
-            raise ConfigError(
-                f"model={model.name} needs {(model.resident_bytes()) / GiB:.1f} GiB of resident weights "
-                f"plus KV cache and a {hw.reserve_bytes / GiB:.1f} GiB reserve; hardware={hw.name} has "
-                f"{hw.device_memory_bytes / GiB:.1f} GiB"
-            )
+    c = system.cache
+    mem = memory if memory is not None else fit(model, hw, system, max_context, layer_share)
+    eb = (round(sum(mem.expert_bytes) / len(mem.expert_bytes)), mem.low_bytes)
+    high, low, note = pools(mem, model, hw, system)
+    if c.high_bytes < 0 and c.low_bytes < 0:  # a partial trace's layers take their share of the free memory
+        mode = system.precision.mode
         share = 1.0 if mode == "high" else 0.0 if mode == "low" else c.high_fraction
-        budget = int(free * layer_share)
+        budget = int(mem.free_bytes * layer_share)
         high = int(budget * share)
         low = budget - high
+    for name, size, one in (("high_bytes", high, eb[HIGH]), ("low_bytes", low, eb[LOW])):
+        if 0 < size < one and getattr(c, name) >= 0:
+            raise ConfigError(
+                f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for no pool or at least "
+                f"{one}"
+            )
     slots = [high // eb[HIGH], low // eb[LOW]]
     cap = layer_cap(model, c)
     if cap:
         layers = max(round(model.num_layers * layer_share), 1)
         slots = [min(n, cap * layers) for n in slots]
         high, low = min(high, slots[HIGH] * eb[HIGH]), min(low, slots[LOW] * eb[LOW])
-    return CacheSizing(slots[HIGH], slots[LOW], high, low, free)
+    return CacheSizing(slots[HIGH], slots[LOW], high, low, mem.free_bytes, note)
 
 
 def layer_cap(model: ModelConfig, c: CacheBase) -> int:
@@ -151,19 +155,22 @@ def place(
     system: SystemConfig,
     sizing: CacheSizing,
     profile: Workload | None = None,
+    memory: MemoryFit | None = None,
+    sizing_context: int = 1,
 ) -> Placement:
     """Static expert placement: llama.cpp's CPU layers, Fiddler's pinned popular experts (the most used
-    in the profiling requests, ``profile``; none without them)."""
-    eb = model.expert_bytes(hw.high_precision)
+    in the profiling requests, ``profile``; none without them). ``memory``: the run's memory fit, which the static
+    layers' experts are checked against (``sim.memory.check_static``)."""
     L, E = wl.num_layers, wl.num_experts
     if system.placement == "static":  # llama.cpp: the first N layers' experts stay on the CPU
-        n = system.n_cpu_moe
-        if n < 0:  # as few CPU layers as the device memory allows
-            fit_layers = (sizing.high_bytes + sizing.low_bytes) // (E * eb)
-            n = max(L - int(fit_layers), 0)
-        n = min(n, L)
-        gpu = frozenset((layer, e) for layer in range(n, L) for e in range(E))
-        return Placement(resident=gpu, cpu_layers=frozenset(range(n)), static=True)
+        mem = memory if memory is not None else fit(model, hw, system, sizing_context, L / max(model.num_layers, 1))
+        if system.cpu_moe_layers:  # -ot patterns, --cpu-moe: any set of layers
+            check_layers(mem, model, hw, system.cpu_moe_layers, L)
+            cpu = frozenset(i for i in system.cpu_moe_layers if i < L)
+        else:
+            cpu = frozenset(range(check_static(mem, model, hw, system.n_cpu_moe, L)))
+        gpu = frozenset((layer, e) for layer in range(L) if layer not in cpu for e in range(E))
+        return Placement(resident=gpu, cpu_layers=cpu, static=True)
     if system.cache.layer_pinned > 0 and profile is not None:  # TEC: a hot set per layer, the rest a cache
         k = pinned_per_layer(system, sizing, L)
         counts = profile.expert_counts()
@@ -249,6 +256,7 @@ def simulate(
     profile_share: float = 0.25,
     keep_decisions: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    context: int = 0,
 ) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
 
@@ -261,10 +269,13 @@ def simulate(
     is the trace's, its per-pass results, the cache's state and one chunk; the results are the same, but the
     decisions' records (``Results.decisions.steps``), the steps' times (``Results.timeline.step_stall``, ``step_end``)
     and the copies' (``transfer_start``, ``transfer_done``) are not kept.
-    ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end."""
+    ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end.
+    ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``)."""
     t_wall = time.perf_counter()
     for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
         check_knobs(cfg, prefix)
+    flags = apply_flags(system, model.num_layers, model.dense_layers)
+    system = flags.system
     check_system(system)
     check_topology(trace, model)
     check_weights(trace, system)
@@ -276,11 +287,24 @@ def simulate(
     if profile is not None:
         check_topology(profile, model)
     trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
-    sizing = size_cache(model, hw, system, max(wl.pass_context), wl.num_layers / wl.layers_total)
+    if context:  # every pass also attends over the history already in the KV cache
+        wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
+    share = wl.num_layers / wl.layers_total
+    memory = fit(model, hw, system, max(wl.pass_context), share)
+    if memory.ram_share < 1.0:  # some host-side experts stay on the SSD: how many reads RAM serves
+        passes = list(zip(wl.pass_start, wl.pass_end))
+        memory = wl.derived(
+            ("host_ram", memory, system.host_cache), lambda: host_ram_share(memory, system, wl.ids, passes)
+        )
+    sizing = size_cache(model, hw, system, max(wl.pass_context), share, memory)
     cost = CostModel(
-        model, hw, layer_scale=wl.layers_total / wl.num_layers, cpu_efficiency=system.cpu_kernel_efficiency
+        model,
+        hw,
+        layer_scale=wl.layers_total / wl.num_layers,
+        cpu_efficiency=system.cpu_kernel_efficiency,
+        memory=memory,
     )
-    placement = place(wl, model, hw, system, sizing, prof)
+    placement = place(wl, model, hw, system, sizing, prof, memory)
     slots = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
     if system.cache.layer_pinned > 0 and placement.resident:  # the hot set's slots leave the cache
         slots = (slots[0] - pinned_per_layer(system, sizing, wl.num_layers) * wl.num_layers, slots[1])
@@ -356,6 +380,13 @@ def simulate(
     res = summarise(
         trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
     )
+    res.summary["memory"] = memory.summary()
+    if placement.static and system.placement == "static":  # which layers' experts stayed on the CPU
+        res.summary["placement"] = {"cpu_moe_layers": sorted(placement.cpu_layers), "layers": wl.num_layers}
+    if system.flags:
+        res.summary["flags"] = {"runtime": system.runtime, "given": system.flags, "unmodelled": list(flags.unmodelled)}
+    if sizing.derived:
+        res.summary["memory"]["notes"].append(sizing.derived)
     res.workload, res.cost = wl, cost
     return res
 

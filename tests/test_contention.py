@@ -144,9 +144,7 @@ def test_a_replay_with_copies_differs_from_one_without_as_the_calibrated_factors
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the executor runs (threads=1): the copy thread has the other core
     with pinned(ExecConfig(threads=1)) as copy_cpu:
-        hw = profile_hardware(
-            calibrate(store, "cpu", lambda _: None, copy_cpu, rounds=5), torch.device("cpu"), ("bf16", "int4")
-        )
+        hw = profile_hardware(calibrate(store, "cpu", lambda _: None, copy_cpu, rounds=5), torch.device("cpu"))
         system = cache_system(cfg.system, store, model, 0.25)
         res = simulate(trace, model, hw, system, engine="plain", profile_share=0.0)
         p = system.prefetch

@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 
 from hobbit import docs_gen, glue
 from hobbit.cli import COMMANDS, rewrite
+from hobbit.path_args import is_path
 from hobbit.traces.knobs import check_knobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,6 +239,8 @@ def compositions(shown: Shown) -> list[list[str]] | None:
             return None
         if key.lstrip("+~").startswith(("hydra.", "hydra/")) or PLACEHOLDER.fullmatch(value.strip("'\"")):
             continue
+        if key in ("model", "hardware") and is_path(key, value.strip("'\"")):
+            continue  # a file the reader turns into an option when the command runs (hobbit.path_args)
         overrides.append(arg)
     if not sweep:
         return [overrides]

@@ -196,6 +196,7 @@ def test_lirs_beyond_its_entries_is_decided_by_the_reference(trace):
         "system.cache.per_layer=true",
         "system.cache.high_bytes=40000000000",
         "system.cache.low_bytes=6000000000",
+        "hardware=h200-pcie5",  # pools larger than a 24 GB card holds
     )
     ref = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
     assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
@@ -467,7 +468,7 @@ def test_random_traces_and_knobs(
         cfg.hardware, link_gbps=gbps, contention_compute=contention[0], contention_link=contention[1]
     )
     s = cfg.system
-    eb = (model.expert_bytes(hw.high_precision), model.expert_bytes(hw.low_precision))
+    eb = (model.expert_bytes(s.weights), model.expert_bytes(s.precision.low))
     md = dataclasses.replace(
         policy_knobs(s.cache, "multidim"), w_lru=weights[0], w_lfu=weights[1], w_lhu=weights[2], w_fld=weights[3]
     )
@@ -556,7 +557,7 @@ def test_eam_priority_keeps_its_candidates_as_the_reference_scans(
         kv_bytes_per_token=64,
     )
     cfg = compose_sim("system=moe-infinity")
-    eb = (model.expert_bytes(cfg.hardware.high_precision), model.expert_bytes(cfg.hardware.low_precision))
+    eb = (model.expert_bytes(cfg.system.weights), model.expert_bytes(cfg.system.precision.low))
     s = cfg.system
     system = dataclasses.replace(
         s,
@@ -617,7 +618,7 @@ def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_toke
                 "system.precision.serve_any_cached=false",
                 "system.cpu_misses=never",
             )
-            eb = model.expert_bytes(cfg.hardware.low_precision)
+            eb = model.expert_bytes(cfg.system.precision.low)
             system = dataclasses.replace(
                 cfg.system, cache=dataclasses.replace(cfg.system.cache, high_bytes=0, low_bytes=3 * eb)
             )
@@ -734,6 +735,7 @@ def test_queue_policies_per_layer_as_the_reference(trace, policy):
         "system.cache.per_layer=true",
         "system.cache.high_bytes=40000000000",
         "system.cache.low_bytes=6000000000",
+        "hardware=h200-pcie5",  # pools larger than a 24 GB card holds
     )
     got = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast")
     assert got.decisions.evictions > 1000
@@ -824,7 +826,7 @@ def test_cost_models_of_one_machine_share_their_answers():
     assert a.cached("expert_s", 1, 7) == b.expert_s(1, 7) and ("expert_s", 1, 7) in b._memo
     assert other.cached("transfer_s", 1 << 20) == other.transfer_s(1 << 20) != a.transfer_s(1 << 20)
     cost_mod._MEMOS.clear()  # a model that cannot be hashed (a measured profile holds lists) keeps its own memo
-    hw = dataclasses.replace(cfg.hardware, high_precision=["unhashable"])
+    hw = dataclasses.replace(cfg.hardware, name=["unhashable"])
     lone = CostModel(cfg.model, hw)
     assert lone._memo == {} and lone._memo is not CostModel(cfg.model, hw)._memo and not cost_mod._MEMOS
     for i in range(cost_mod.MEMOS_KEPT + 2):  # only the last few machines are remembered

@@ -66,7 +66,9 @@ def test_tec_caps_each_layers_cache_at_its_share_of_the_experts(trace):
 
     assert size_cache(cfg.model, cfg.hardware, cfg.system, 4096).high_slots == 45 * cfg.model.num_layers
     # per layer: a layer's misses never evict another layer's experts
-    small = _run(trace, "tec", "system.cache.high_bytes=" + str(64 * 352 * 2**20))
+    small = _run(
+        trace, "tec", "system.weights=fp16", "hardware=h200-pcie5", f"system.cache.high_bytes={64 * 352 * 2**20}"
+    )
     assert small.decisions.evictions > 0
     for step in small.decisions.steps:
         assert all(v[0] == step.layer for v in step.evicted)
@@ -101,7 +103,7 @@ def test_tec_pins_each_layers_hot_set_from_the_profiling_requests(trace):
     from hobbit.sim.workload import build_workload, split_requests
 
     four = "system.cache.high_bytes=" + str(4 * 32 * 352_321_536)  # four fp16 Mixtral experts per layer
-    res = _run(trace, "tec", four, "system.cache.layer_pinned=0.5")
+    res = _run(trace, "tec", four, "system.cache.layer_pinned=0.5", "system.weights=fp16", "hardware=h200-pcie5")
     profile, _ = split_requests(trace, 0.25)
     assert profile is not None
     counts = build_workload(profile, "none").expert_counts()
@@ -110,7 +112,7 @@ def test_tec_pins_each_layers_hot_set_from_the_profiling_requests(trace):
     assert res.decisions.slots[0] == 2 * 32 and loaded and not loaded & hot
     evicted = {(v[0], v[1]) for s in res.decisions.steps for v in s.evicted}
     assert evicted and not evicted & hot
-    plain = _run(trace, "tec", four)
+    plain = _run(trace, "tec", four, "system.weights=fp16", "hardware=h200-pcie5")
     assert plain.decisions.slots[0] == 4 * 32 and loaded != {
         (k[0], k[1]) for s in plain.decisions.steps for k in s.load_keys
     }

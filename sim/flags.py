@@ -1,0 +1,156 @@
+"""A runtime configured by its own command-line flags: ``system.flags="-ngl 99 --n-cpu-moe 30 --no-mmap"``.
+
+``system.runtime`` names the grammar (llama.cpp, ik_llama.cpp); ``apply_flags`` turns the flags into the system's
+knobs before a run, so results show both what was typed and what it set. Flags that change what this simulator
+models set knobs; flags that only change what it does not model (threads, batch sizes, flash attention) are
+accepted and listed in ``Flags.unmodelled``; any other flag is refused, naming it. The flags follow llama.cpp's
+``common/arg.cpp`` (ggml-org/llama.cpp) and the expert-cache PR #27861 (docs/references.md, Systems compared).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from dataclasses import dataclass
+
+from hobbit.sim.config import ConfigError, SystemConfig
+
+RUNTIMES = ("", "llama.cpp", "ik_llama.cpp")
+# flags taking a value that this simulator does not model (they change speed through what the hardware figures
+# already describe, or batch sizes of a prefill, which the trace's passes fix)
+_UNMODELLED_VALUE = {
+    "-t", "--threads", "-tb", "--threads-batch", "-b", "--batch-size", "-ub", "--ubatch-size", "-m", "--model",
+    "--host", "--port", "-np", "--parallel", "-n", "--n-predict", "-p", "--prompt",
+    "--temp", "--seed", "-s", "--numa", "-a", "--alias",
+}  # fmt: skip
+_UNMODELLED_SWITCH = {"--jinja", "--mlock", "-fmoe", "--fused-moe", "-rtr", "--run-time-repack", "--no-warmup", "-cnv"}
+KV_TYPES = {"f16": 16.0, "bf16": 16.0, "f32": 32.0, "q8_0": 8.5, "q4_0": 4.5, "q4_1": 5.0, "q5_0": 5.5, "q5_1": 6.0}
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What a command line set: the system with its knobs set, and the flags accepted but not modelled."""
+
+    system: SystemConfig
+    unmodelled: tuple[str, ...] = ()
+
+
+def _tensor_layers(pattern: str, num_layers: int, dense_layers: int) -> set[int] | None:
+    """The MoE layers whose routed-expert tensors ``pattern`` (an -ot regex) matches, by llama.cpp's tensor names
+    (blk.N.ffn_{gate,up,down}_exps.weight, N counting dense-first blocks too); None: it matches no expert tensor."""
+    rx = re.compile(pattern)
+    hit = {
+        i
+        for i in range(num_layers)
+        for part in ("gate", "up", "down")
+        if rx.search(f"blk.{i + dense_layers}.ffn_{part}_exps.weight")
+    }
+    return hit or None
+
+
+def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0) -> Flags:
+    """``system`` with ``system.flags`` applied (llama.cpp's grammar); ``num_layers``: the model's MoE layers."""
+    if not system.flags:
+        return Flags(system)
+    if system.runtime not in RUNTIMES[1:]:
+        raise ConfigError(
+            f"system.flags='{system.flags}': system={system.name} has no runtime whose flags they are "
+            f"(system.runtime={system.runtime or '(none)'}; fix: a system of the llama.cpp family, system=llama-cpp)"
+        )
+    try:
+        args = shlex.split(system.flags)
+    except ValueError as exc:
+        raise ConfigError(f"system.flags='{system.flags}': {exc}") from None
+    knobs: dict = {}
+    cpu_layers: set[int] = set()
+    unmodelled: list[str] = []
+    i = 0
+
+    def value(flag: str) -> str:
+        if i + 1 >= len(args):
+            raise ConfigError(f"system.flags: {flag} needs a value")
+        return args[i + 1]
+
+    while i < len(args):
+        a, _, inline = args[i].partition("=") if args[i].startswith("--") else (args[i], "", "")
+        if inline:  # --flag=value
+            args[i : i + 1] = [a, inline]
+        if a in ("--n-cpu-moe", "-ncmoe"):
+            knobs["n_cpu_moe"] = _int(a, value(a))
+            i += 2
+        elif a in ("--cpu-moe", "-cmoe"):
+            cpu_layers |= set(range(num_layers))
+            i += 1
+        elif a in ("-ot", "--override-tensor"):
+            for rule in value(a).split(","):
+                pattern, _, buffer = rule.rpartition("=")
+                layers = _tensor_layers(pattern, num_layers, dense_layers) if pattern else None
+                if buffer.upper() != "CPU" or layers is None:
+                    raise ConfigError(
+                        f"system.flags: {a} {rule}: only rules that keep routed experts on the CPU are modelled "
+                        f"(exps=CPU, blk\\.(1[0-9])\\.ffn=CPU); this one matches no expert tensor of the model's "
+                        f"{num_layers} MoE layers or names another buffer"
+                    )
+                cpu_layers |= layers
+            i += 2
+        elif a in ("-ngl", "--n-gpu-layers", "--gpu-layers"):
+            if _int(a, value(a)) < num_layers + dense_layers:
+                raise ConfigError(
+                    f"system.flags: {a} {value(a)} keeps whole layers (attention too) on the CPU, which is not "
+                    f"modelled (fix: {a} 999 with --n-cpu-moe N, the experts of N layers on the CPU)"
+                )
+            i += 2
+        elif a == "--no-mmap":
+            knobs["host_load"] = "load"
+            i += 1
+        elif a == "--mmap":
+            knobs["host_load"] = "mmap"
+            i += 1
+        elif a in ("-c", "--ctx-size"):
+            knobs["kv_context"] = _int(a, value(a))
+            i += 2
+        elif a in ("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+            if value(a) not in KV_TYPES:
+                raise ConfigError(f"system.flags: {a} {value(a)} is not one of {', '.join(KV_TYPES)}")
+            knobs["kv_k" if a in ("-ctk", "--cache-type-k") else "kv_v"] = value(a)
+            i += 2
+        elif a == "--moe-expert-cache":
+            knobs["cache"] = dataclasses.replace(system.cache, layer_slots=_int(a, value(a)))
+            i += 2
+        elif a == "--moe-expert-cache-inserts":
+            knobs["cpu_insert"] = _int(a, value(a))
+            i += 2
+        elif a in ("-fa", "--flash-attn"):  # a switch in older builds, on|off|auto in newer ones
+            takes = i + 1 < len(args) and args[i + 1] in ("on", "off", "auto")
+            unmodelled.append(f"{a} {args[i + 1]}" if takes else a)
+            i += 2 if takes else 1
+        elif a in _UNMODELLED_VALUE:
+            unmodelled.append(f"{a} {value(a)}")
+            i += 2
+        elif a in _UNMODELLED_SWITCH:
+            unmodelled.append(a)
+            i += 1
+        else:
+            raise ConfigError(
+                f"system.flags: {args[i]} is not a {system.runtime} flag this simulator knows (fix: drop it, or one "
+                f"of --n-cpu-moe, --cpu-moe, -ot, -ngl, --no-mmap, -c, -ctk, -ctv, --moe-expert-cache)"
+            )
+    if cpu_layers:
+        if "n_cpu_moe" in knobs:
+            cpu_layers |= set(range(min(knobs.pop("n_cpu_moe"), num_layers)))
+        knobs["cpu_moe_layers"] = sorted(cpu_layers)
+    k, v = knobs.pop("kv_k", None), knobs.pop("kv_v", None)
+    if k or v:
+        knobs["kv_bits"] = (KV_TYPES[k or "f16"] + KV_TYPES[v or "f16"]) / 2
+    return Flags(dataclasses.replace(system, **knobs), tuple(unmodelled))
+
+
+def _int(flag: str, text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise ConfigError(f"system.flags: {flag} {text}: not a whole number") from None
+    if n < 0:
+        raise ConfigError(f"system.flags: {flag} {text}: must be 0 or more")
+    return n

@@ -1,0 +1,80 @@
+"""Runtimes configured by their own flags (sim/flags.py): llama.cpp's command line into the system's knobs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hobbit.sim.config import ConfigError
+from hobbit.sim.flags import apply_flags
+from hobbit.sim.run import simulate
+
+from sim_helpers import bundled, compose_sim
+
+
+def _llama(flags: str):
+    return dataclasses.replace(compose_sim("system=llama-cpp").system, flags=flags)
+
+
+def test_llama_cpp_flags_set_the_knobs_they_name():
+    got = apply_flags(_llama("-ngl 99 --n-cpu-moe 20 --no-mmap -c 8192 -ctk q8_0 -ctv q8_0 -t 16 -fa on"), 32)
+    s = got.system
+    assert (s.n_cpu_moe, s.host_load, s.kv_context, s.kv_bits) == (20, "load", 8192, 8.5)
+    assert got.unmodelled == ("-t 16", "-fa on")
+    assert apply_flags(_llama("--cpu-moe"), 32).system.cpu_moe_layers == list(range(32))
+    assert apply_flags(_llama("-ot exps=CPU"), 32).system.cpu_moe_layers == list(range(32))
+    # a published command line (development set, row 8): FFN of blocks 34-49 on the CPU, of a 48-layer model
+    row8 = apply_flags(_llama(r'-ngl 100 -fa -c 32768 -ot "blk\.3[4-9]\.ffn=CPU,blk\.4[0-9]\.ffn=CPU"'), 48).system
+    assert row8.cpu_moe_layers == list(range(34, 48)) and row8.kv_context == 32768
+    # dense-first blocks count in llama.cpp's tensor names: blk.3 is the first MoE layer of DeepSeek-V3
+    assert apply_flags(_llama(r"-ot 'blk\.3\.ffn_.*_exps=CPU'"), 58, dense_layers=3).system.cpu_moe_layers == [0]
+    lru = dataclasses.replace(compose_sim("system=llama-cpp-lru").system)
+    lru = apply_flags(dataclasses.replace(lru, flags="--moe-expert-cache 48 --moe-expert-cache-inserts 3"), 32).system
+    assert (lru.cache.layer_slots, lru.cpu_insert) == (48, 3)
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        ("-ngl 20", "keeps whole layers (attention too) on the CPU"),
+        ("--frobnicate", "--frobnicate is not a llama.cpp flag"),
+        ("-ot attn=CPU", "matches no expert tensor"),
+        ("-ot exps=CUDA0", "names another buffer"),
+        ("--n-cpu-moe", "needs a value"),
+        ("--n-cpu-moe x", "not a whole number"),
+        ("-ctk q3_k", "not one of"),
+    ],
+)
+def test_flags_it_cannot_model_are_refused_naming_them(flags, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        apply_flags(_llama(flags), 32)
+
+
+def test_flags_on_a_system_without_a_runtime_are_refused():
+    with pytest.raises(ConfigError, match="has no runtime whose flags they are"):
+        apply_flags(dataclasses.replace(compose_sim("system=hobbit").system, flags="--cpu-moe"), 32)
+
+
+def test_a_run_with_flags_reports_them_and_places_as_they_say():
+    tr = bundled(8)
+    cfg = compose_sim("system=llama-cpp", "system.weights=fp16")
+    every = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="--cpu-moe -t 8"))
+    assert every.summary["flags"] == {"runtime": "llama.cpp", "given": "--cpu-moe -t 8", "unmodelled": ["-t 8"]}
+    assert every.summary["served_mix"]["cpu"] == pytest.approx(1.0)  # every routed expert on the CPU
+    six = r'-ot "blk\.([0-9]|1[0-9]|2[0-5])\.=CPU"'  # 26 layers' experts on the CPU, 6 (16.5 GiB at fp16) on the GPU
+    some = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags=six))
+    assert some.summary["system_config"]["cpu_moe_layers"] == list(range(26))
+    assert 0.7 < some.summary["served_mix"]["cpu"] < 0.9
+    with pytest.raises(ConfigError, match=r"leaves 31 layers' experts .* on the GPU"):
+        simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags=r'-ot "blk\.0\.=CPU" -c 1000'))
+
+
+def test_the_kv_cache_the_flags_allocate_counts_against_the_device():
+    tr = bundled(8)
+    cfg = compose_sim("system=llama-cpp")
+    base = simulate(tr, cfg.model, cfg.hardware, cfg.system).summary["memory"]
+    big = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="-c 32768")).summary["memory"]
+    assert big["kv_bytes"] == 32768 * cfg.model.kv_bytes_per_token and big["free_bytes"] < base["free_bytes"]
+    q8 = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="-c 32768 -ctk q8_0 -ctv q8_0"))
+    assert q8.summary["memory"]["kv_bytes"] == round(32768 * cfg.model.kv_bytes_per_token * 8.5 / 16)
