@@ -201,7 +201,7 @@ def check(
     configuration here before the first starts, so bad input stops it before any work."""
     for prefix, cfg in (("model.", model), ("hardware.", hardware), ("system.", system)):
         check_knobs(cfg, prefix)
-    system = apply_flags(system, model.num_layers, model.dense_layers).system
+    system = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts).system
     check_system(system)
     check_topology(trace, model)
     if profile is not None:

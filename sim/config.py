@@ -430,6 +430,7 @@ class SystemConfig:
         "split_threshold": ">=0",
         "split_max_fetch": ">=-1",
         "kv_context": ">=0",
+        "gpu_experts": ">=0",
         "kv_bits": ">0",
     }
 
@@ -478,11 +479,18 @@ class SystemConfig:
     n_cpu_moe: int = -1
     """placement=static: the experts of the first N MoE layers stay on the CPU (llama.cpp's --n-cpu-moe); -1: as
     few as fit."""
+    gpu_experts: int = 0
+    """Routed experts per MoE layer kept on the GPU for good, the rest computed where ``cpu_misses`` says
+    (KTransformers' --kt-num-gpu-experts); 0: none."""
+    gpu_experts_strategy: str = "uniform"
+    """Which experts ``gpu_experts`` keeps (KTransformers' --kt-expert-placement-strategy): uniform (experts 0..N-1 of
+    every layer: its default) | frequency (the N x layers most used (layer, expert) pairs in the profiling requests) |
+    front-loading (whole layers' experts from the first MoE layer on, as many as N x layers)."""
     cpu_moe_layers: list[int] = field(default_factory=list)
     """placement=static: the MoE layers (0-based) whose experts stay on the CPU, as llama.cpp's -ot patterns and
     --cpu-moe choose them; replaces ``n_cpu_moe`` when given."""
     runtime: str = ""
-    """The runtime whose command-line flags ``flags`` are: llama.cpp | ik_llama.cpp | empty (none)."""
+    """The runtime whose command-line flags ``flags`` are: llama.cpp | ik_llama.cpp | ktransformers | empty (none)."""
     flags: str = ""
     """The runtime's own flags (``-ngl 99 --n-cpu-moe 30 --no-mmap -c 8192``), turned into this system's knobs before
     a run (``sim.flags``); flags of what is not modelled (threads, batch sizes) are accepted and listed."""
@@ -529,6 +537,14 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(
             f"system.cpu_moe_layers={s.cpu_moe_layers}: only placement=static keeps layers' experts on the CPU "
             f"(system={s.name} has placement={s.placement})"
+        )
+    if s.gpu_experts_strategy not in ("uniform", "frequency", "front-loading"):
+        raise ConfigError(
+            f"system.gpu_experts_strategy={s.gpu_experts_strategy} must be uniform, frequency or front-loading"
+        )
+    if s.gpu_experts and s.placement != "cache":
+        raise ConfigError(
+            f"system.gpu_experts={s.gpu_experts} keeps experts by count; system={s.name} has placement={s.placement}"
         )
     if s.host_cache not in ("lru", "uniform"):
         raise ConfigError(f"system.host_cache={s.host_cache} must be lru or uniform")

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -155,8 +155,9 @@ class DecisionTables:
     evicted: np.ndarray
     kept: np.ndarray
 
-    def __init__(self, num_layers: int, n_steps: int, expert_bytes: tuple[int, int], **tables: np.ndarray) -> None:
-        self.num_layers, self.n_steps, self.expert_bytes = num_layers, n_steps, expert_bytes
+    def __init__(self, num_layers: int, n_steps: int, expert_bytes: Any, **tables: np.ndarray) -> None:
+        self.num_layers, self.n_steps = num_layers, n_steps
+        self.expert_bytes = layer_bytes(expert_bytes, num_layers)  # [L, 2]
         for name, cols in self.COLUMNS.items():
             t = tables.get(name)
             setattr(self, name, t if t is not None else np.zeros((0, len(cols)), np.int32))
@@ -187,7 +188,7 @@ class DecisionTables:
         first, loads = self.rows("loads", start, n)
         for tid, (i, demand, layer, e, prec) in enumerate(loads.tolist(), start=first):
             s = out[i - start]
-            s.loads.append(Load(tid, eb[prec], bool(demand)))
+            s.loads.append(Load(tid, int(eb[layer, prec]), bool(demand)))
             s.load_keys.append(CopyKey(layer, e, PRECISION[prec]))
         for i, tid, prec, k, e in self.rows("gpu", start, n)[1].tolist():
             out[i - start].gpu.append(Compute(tid, PRECISION[prec], k))
@@ -263,16 +264,23 @@ class NotKept(Sequence):
         )
 
 
+def layer_bytes(expert_bytes: Any, num_layers: int) -> np.ndarray:
+    """One expert's bytes per layer and precision, [L, 2] int64: a (high, low) pair for every layer alike, or a
+    table of each layer's (a model file's layers differ: a Q4_K_M stores some layers' down projections as Q6_K)."""
+    eb = np.asarray(expert_bytes, np.int64)
+    return np.ascontiguousarray(np.broadcast_to(eb.reshape(-1, 2), (num_layers, 2)))
+
+
 def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTables:
     """The reference walk's ``LayerStep`` records as ``DecisionTables`` (for the compiled timing)."""
     if isinstance(steps, Steps):
         return steps.tables
     rows: dict[str, list] = {name: [] for name in DecisionTables.COLUMNS}
-    eb = [0, 0]
+    eb = np.zeros((num_layers, 2), np.int64)
     for i, s in enumerate(steps):
         for ld, k in zip(s.loads, s.load_keys):
             rows["loads"].append((i, int(ld.demand), k.layer, k.expert, int(k.precision)))
-            eb[int(k.precision)] = ld.nbytes
+            eb[k.layer, int(k.precision)] = ld.nbytes
         rows["gpu"] += [(i, g.tid, int(g.precision), g.tokens, e) for g, (_, e) in zip(s.gpu, s.gpu_keys)]
         rows["cpu"] += [(i, n, e) for n, (_, e) in zip(s.cpu, s.cpu_keys)]
         rows["cancel"] += [(i, tid) for tid in s.cancel]
@@ -280,7 +288,7 @@ def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTa
         rows["kept"] += [(i, k.layer, k.expert, int(k.precision)) for k in s.kept]
     dtype = log_dtype(max(len(steps), *(len(r) for r in rows.values())))
     arrays = {name: np.array(r, dtype).reshape(-1, len(DecisionTables.COLUMNS[name])) for name, r in rows.items()}
-    return DecisionTables(num_layers, len(steps), (eb[0], eb[1]), **arrays)
+    return DecisionTables(num_layers, len(steps), eb, **arrays)
 
 
 @dataclass
@@ -336,7 +344,7 @@ class Decider:
         wl: Workload,
         system: SystemConfig,
         slots: tuple[int, int],
-        expert_bytes: tuple[int, int],
+        expert_bytes: Any,
         placement: Placement | None = None,
         keep_log: bool = False,
         cpu_faster: Callable[[int, int], bool] | None = None,
@@ -347,7 +355,7 @@ class Decider:
         ``system.cpu_misses=faster``); ``profile``: the profiling requests' activation matrices;
         ``miss_costs(precision, tokens)``: a miss's copy time and CPU time (``cpu_misses=split``)."""
         self.wl, self.system = wl, system
-        self.expert_bytes = expert_bytes
+        self.expert_bytes = layer_bytes(expert_bytes, wl.num_layers).tolist()  # [L][2]: a copy charges its layer's
         p = system.precision
         self.mixed = p.mode == "hobbit"
         self.uniform = LOW if p.mode == "low" else HIGH
@@ -421,7 +429,7 @@ class Decider:
     def _transfer(self, step: LayerStep, key: tuple[int, int], prec: int, demand: bool) -> int:
         tid = self.next_tid
         self.next_tid += 1
-        nbytes = self.expert_bytes[prec]
+        nbytes = self.expert_bytes[key[0]][prec]
         step.loads.append(Load(tid, nbytes, demand))
         step.load_keys.append(CopyKey(key[0], key[1], PRECISION[prec]))
         self.out.bytes_requested += nbytes

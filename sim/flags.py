@@ -1,10 +1,11 @@
 """A runtime configured by its own command-line flags: ``system.flags="-ngl 99 --n-cpu-moe 30 --no-mmap"``.
 
-``system.runtime`` names the grammar (llama.cpp, ik_llama.cpp); ``apply_flags`` turns the flags into the system's
+``system.runtime`` names the grammar (llama.cpp, ik_llama.cpp, ktransformers); ``apply_flags`` turns the flags into the system's
 knobs before a run, so results show both what was typed and what it set. Flags that change what this simulator
 models set knobs; flags that only change what it does not model (threads, batch sizes, flash attention) are
 accepted and listed in ``Flags.unmodelled``; any other flag is refused, naming it. The flags follow llama.cpp's
-``common/arg.cpp`` (ggml-org/llama.cpp) and the expert-cache PR #27861 (docs/references.md, Systems compared).
+``common/arg.cpp`` (ggml-org/llama.cpp) and the expert-cache PR #27861, and KTransformers' kt-kernel as SGLang takes
+it (docs/references.md, Systems compared).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from hobbit.sim.config import ConfigError, SystemConfig
 
-RUNTIMES = ("", "llama.cpp", "ik_llama.cpp")
+RUNTIMES = ("", "llama.cpp", "ik_llama.cpp", "ktransformers")
 # flags taking a value that this simulator does not model (they change speed through what the hardware figures
 # already describe, or batch sizes of a prefill, which the trace's passes fix)
 _UNMODELLED_VALUE = {
@@ -49,8 +50,9 @@ def _tensor_layers(pattern: str, num_layers: int, dense_layers: int) -> set[int]
     return hit or None
 
 
-def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0) -> Flags:
-    """``system`` with ``system.flags`` applied (llama.cpp's grammar); ``num_layers``: the model's MoE layers."""
+def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, num_experts: int = 0) -> Flags:
+    """``system`` with ``system.flags`` applied (by ``system.runtime``'s grammar); ``num_layers``, ``dense_layers``,
+    ``num_experts``: the model's MoE layers, dense-first layers and routed experts per layer."""
     if not system.flags:
         return Flags(system)
     if system.runtime not in RUNTIMES[1:]:
@@ -62,6 +64,8 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0) ->
         args = shlex.split(system.flags)
     except ValueError as exc:
         raise ConfigError(f"system.flags='{system.flags}': {exc}") from None
+    if system.runtime == "ktransformers":
+        return _ktransformers(system, args, num_experts)
     knobs: dict = {}
     cpu_layers: set[int] = set()
     unmodelled: list[str] = []
@@ -154,3 +158,80 @@ def _int(flag: str, text: str) -> int:
     if n < 0:
         raise ConfigError(f"system.flags: {flag} {text}: must be 0 or more")
     return n
+
+
+# KTransformers' kt-kernel through SGLang (kvcache-ai/sglang's server_args.py and kt_ep_wrapper.py; docs/references.md,
+# Systems compared): flags that only size threads, buffers or the server
+_KT_UNMODELLED = {
+    "--kt-cpuinfer", "--cpu_infer", "--cpu-infer", "--kt-threadpool-count", "--chunked-prefill-size", "--chunk_size",
+    "--cache_lens", "--max_new_tokens", "--kt-weight-path", "--model", "--model-path", "--port", "--host",
+    "--mem-fraction-static", "--max-running-requests", "--max-total-tokens", "--tp", "--tp-size",
+    "--attention-backend", "--trust-remote-code", "--served-model-name", "--gguf_path", "--model_path",
+}  # fmt: skip
+_KT_SWITCHES = {"--trust-remote-code", "--disable-shared-experts-fusion", "--enable-mixed-chunk", "--no-use_cuda_graph"}
+# --kt-method: the CPU experts' format (AMX formats are converted files; LLAMAFILE keeps the GGUF's types)
+_KT_METHODS = {"AMXINT4": "int4", "AMXINT8": "int8", "LLAMAFILE": "", "BF16": "bf16", "FP8": "fp8", "RAWINT4": "int4"}
+
+
+def _ktransformers(system: SystemConfig, args: list[str], num_experts: int) -> Flags:
+    """KTransformers' flags: --kt-num-gpu-experts, --kt-gpu-experts-ratio, --kt-expert-placement-strategy,
+    --kt-method set knobs; --kt-max-deferred-experts-per-token above 0 and the dynamic expert update are refused
+    (not modelled); threads, buffers and server flags are accepted and listed."""
+    knobs: dict = {}
+    unmodelled: list[str] = []
+    i = 0
+    while i < len(args):
+        a, _, inline = args[i].partition("=")
+        if inline:
+            args[i : i + 1] = [a, inline]
+        val = args[i + 1] if i + 1 < len(args) else None
+        if a in _KT_SWITCHES:
+            unmodelled.append(a)
+            i += 1
+            continue
+        if val is None:
+            raise ConfigError(f"system.flags: {a} needs a value")
+        if a == "--kt-num-gpu-experts":
+            knobs["gpu_experts"] = _int(a, val)
+        elif a == "--kt-gpu-experts-ratio":
+            try:
+                ratio = float(val)
+            except ValueError:
+                raise ConfigError(f"system.flags: {a} {val}: not a number") from None
+            knobs["gpu_experts_ratio"] = ratio
+        elif a == "--kt-expert-placement-strategy":
+            if val not in ("uniform", "frequency", "front-loading"):
+                raise ConfigError(f"system.flags: {a} {val}: modelled are uniform, frequency and front-loading")
+            knobs["gpu_experts_strategy"] = val
+        elif a == "--kt-method":
+            if val.upper() not in _KT_METHODS:
+                raise ConfigError(f"system.flags: {a} {val} is not one of {', '.join(_KT_METHODS)}")
+            if _KT_METHODS[val.upper()]:
+                knobs["precision"] = dataclasses.replace(system.precision, high=_KT_METHODS[val.upper()])
+        elif a == "--kt-max-deferred-experts-per-token":
+            if _int(a, val) > 0:
+                raise ConfigError(
+                    f"system.flags: {a} {val}: deferred experts (their work finishes during the next layer) are not "
+                    f"modelled (fix: drop it, or 0)"
+                )
+        elif a in ("--kt-enable-dynamic-expert-update", "--kt-gpu-prefill-token-threshold"):
+            raise ConfigError(
+                f"system.flags: {a}: the GPU's experts swapped for a large prefill's most used ones is not modelled "
+                f"(fix: drop it; --kt-expert-placement-strategy frequency keeps the profiling requests' most used)"
+            )
+        elif a in _KT_UNMODELLED:
+            unmodelled.append(f"{a} {val}")
+        else:
+            raise ConfigError(
+                f"system.flags: {a} is not a KTransformers flag this simulator knows (fix: drop it, or one of "
+                f"--kt-num-gpu-experts, --kt-gpu-experts-ratio, --kt-expert-placement-strategy, --kt-method)"
+            )
+        i += 2
+    if any(a.startswith("--kt-") for a in args):  # kt-kernel copies every expert into its own buffers at start
+        knobs.setdefault("host_load", "load")  # (kt-kernel/python/utils/llamafile.py, operators/amx/moe_base.hpp)
+    ratio = knobs.pop("gpu_experts_ratio", None)
+    if ratio is not None:  # a share of all experts, spread over the layers (it overrides --kt-num-gpu-experts)
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"system.flags: --kt-gpu-experts-ratio {ratio}: must be in [0, 1]")
+        knobs["gpu_experts"] = round(ratio * num_experts)
+    return Flags(dataclasses.replace(system, **knobs), tuple(unmodelled))

@@ -309,3 +309,19 @@ def host_ram_share(mem: MemoryFit, system: SystemConfig, ids: np.ndarray, passes
         f"RAM serves {share:.1%} of their reads (system.host_cache={system.host_cache})"
     )
     return dataclasses.replace(mem, ram_share=share, notes=(*mem.notes, note))
+
+
+def check_gpu_experts(fit_: MemoryFit, model: ModelConfig, hw: HardwareConfig, per_layer: int, layers: int) -> None:
+    """KTransformers' --kt-num-gpu-experts N: N experts of every MoE layer on the GPU must fit in the free memory."""
+    check_device(fit_, model, hw)
+    mean = sum(fit_.expert_bytes) / len(fit_.expert_bytes)
+    share = layers / len(fit_.expert_bytes)
+    need = per_layer * sum(fit_.expert_bytes) * share if layers == len(fit_.expert_bytes) else per_layer * mean * layers
+    if per_layer > model.num_experts or need > fit_.free_bytes * share:
+        fitting = min(int(fit_.free_bytes / (mean * len(fit_.expert_bytes))), model.num_experts)
+        raise ConfigError(
+            f"system.gpu_experts={per_layer} (--kt-num-gpu-experts) puts {gib(need)} of experts on the GPU; "
+            f"hardware={hw.name} has {gib(fit_.free_bytes)} free for experts at {fit_.context:,} tokens of context, "
+            f"so at most {fitting} experts per layer fit (of {model.num_experts}) (fix: system.gpu_experts={fitting} or "
+            f"fewer)"
+        )

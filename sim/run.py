@@ -22,7 +22,15 @@ from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
 from hobbit.sim.engine import Engine
 from hobbit.sim.flags import apply_flags
-from hobbit.sim.memory import MemoryFit, check_layers, check_static, fit, host_ram_share, pools
+from hobbit.sim.memory import (
+    MemoryFit,
+    check_gpu_experts,
+    check_layers,
+    check_static,
+    fit,
+    host_ram_share,
+    pools,
+)
 from hobbit.sim.plain import replay
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
@@ -171,6 +179,10 @@ def place(
             cpu = frozenset(range(check_static(mem, model, hw, system.n_cpu_moe, L)))
         gpu = frozenset((layer, e) for layer in range(L) if layer not in cpu for e in range(E))
         return Placement(resident=gpu, cpu_layers=cpu, static=True)
+    if system.gpu_experts > 0:  # KTransformers: N experts of every layer on the GPU for good
+        mem = memory if memory is not None else fit(model, hw, system, sizing_context, L / max(model.num_layers, 1))
+        check_gpu_experts(mem, model, hw, system.gpu_experts, L)
+        return Placement(resident=gpu_experts(system, L, E, profile), static=True)
     if system.cache.layer_pinned > 0 and profile is not None:  # TEC: a hot set per layer, the rest a cache
         k = pinned_per_layer(system, sizing, L)
         counts = profile.expert_counts()
@@ -183,6 +195,20 @@ def place(
         order = np.argsort(-counts.ravel(), kind="stable")[: sizing.high_slots + sizing.low_slots]
         return Placement(resident=frozenset((int(i) // E, int(i) % E) for i in order), static=True)
     return Placement()
+
+
+def gpu_experts(system: SystemConfig, L: int, E: int, profile: Workload | None) -> frozenset[tuple[int, int]]:
+    """The (layer, expert) pairs ``system.gpu_experts`` keeps on the GPU, by ``gpu_experts_strategy``, as
+    KTransformers' kt-kernel chooses them (docs/references.md, Systems compared): N x L in all."""
+    n = system.gpu_experts
+    if system.gpu_experts_strategy == "uniform":  # the first N ids of every layer
+        return frozenset((layer, e) for layer in range(L) for e in range(min(n, E)))
+    if system.gpu_experts_strategy == "front-loading":  # whole layers, from the first on
+        return frozenset(divmod(i, E) for i in range(min(n * L, L * E)))
+    if profile is None:  # frequency with nothing to count: as uniform
+        return frozenset((layer, e) for layer in range(L) for e in range(min(n, E)))
+    order = np.argsort(-profile.expert_counts().ravel(), kind="stable")[: n * L]  # the most used pairs overall
+    return frozenset((int(i) // E, int(i) % E) for i in order)
 
 
 def pinned_per_layer(system: SystemConfig, sizing: CacheSizing, num_layers: int) -> int:
@@ -274,7 +300,7 @@ def simulate(
     t_wall = time.perf_counter()
     for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
         check_knobs(cfg, prefix)
-    flags = apply_flags(system, model.num_layers, model.dense_layers)
+    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
     system = flags.system
     check_system(system)
     check_topology(trace, model)
@@ -310,7 +336,9 @@ def simulate(
         slots = (slots[0] - pinned_per_layer(system, sizing, wl.num_layers) * wl.num_layers, slots[1])
     if p.staging_slots and prefetcher_class(p.kind).loads_ahead and system.cpu_misses != "always":
         slots = (max(slots[0] - p.staging_slots, 0), slots[1])  # staging slots, from the high pool's memory
-    eb = (cost.expert_bytes(HIGH), cost.expert_bytes(LOW))
+    eb = (cost.expert_bytes(HIGH), cost.expert_bytes(LOW))  # the mean over layers: for the rules that compare costs
+    recorded = trace.meta.layers  # the model's layers the trace's layers are
+    per_layer = np.array([[memory.expert_bytes[i], memory.low_bytes] for i in recorded], np.int64)  # what copies move
 
     def cpu_faster(prec: int, tokens: int) -> bool:
         """HOBBIT's CPU mode, Fiddler: computing a miss on the CPU beats loading it and computing it here."""
@@ -329,7 +357,7 @@ def simulate(
             wl,
             system,
             slots,
-            eb,
+            per_layer,
             cost,
             system.demand_first,
             placement,
@@ -345,7 +373,7 @@ def simulate(
             wl,
             system,
             slots,
-            eb,
+            per_layer,
             placement,
             keep_log=keep_log,
             cpu_faster=cpu_faster,
@@ -357,7 +385,7 @@ def simulate(
             wl,
             system,
             slots,
-            eb,
+            per_layer,
             placement,
             keep_log=keep_log,
             cpu_faster=cpu_faster,

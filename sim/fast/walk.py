@@ -2508,7 +2508,7 @@ def walk(
                             elif slot >= 0 and policy == BELADY:
                                 _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, prec, layer, e, slot, L, E)
                             if slot >= 0:
-                                st[BYTES] += expert_bytes[prec]
+                                st[BYTES] += expert_bytes[layer, prec]
                             if slot >= 0 and mode == 1:
                                 st[INSERTS] += 1
                             if slot >= 0 or mode == 2:
@@ -2519,7 +2519,7 @@ def walk(
                         st[NEXT_TID] += 1
                         loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, prec
                         nl += 1
-                        st[BYTES] += expert_bytes[prec]
+                        st[BYTES] += expert_bytes[layer, prec]
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
@@ -2734,7 +2734,7 @@ def walk(
                     st[NEXT_TID] += 1
                     loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, tl, te, prec
                     nl += 1
-                    st[BYTES] += expert_bytes[prec]
+                    st[BYTES] += expert_bytes[tl, prec]
                     stg_tid[tl, te], stg_prec[tl, te] = tid, prec
                     stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
                     n_stg += 1
@@ -2782,7 +2782,7 @@ def walk(
                     if slot < 0:
                         st[DROPPED] += 1
                         continue
-                    st[BYTES] += expert_bytes[prec]
+                    st[BYTES] += expert_bytes[tl, prec]
                     pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
                     n_pins += 1
                     prefetched[tl, te] = True
