@@ -28,7 +28,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hobbit.sim.config import ConfigError, ModelConfig
 
@@ -215,21 +215,49 @@ def from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None =
     kv, state, attention = _hf_cache(text, shapes)
     notes = f"; routed experts' biases ({expert_b[moe[0]]} per layer) in the dense parameters" if any(expert_b) else ""
     notes += "; text model only" if text is not cfg else ""
-    return ModelConfig(
+    top_k = _first(text, ("num_experts_per_tok", "num_experts_per_token"), where)
+    shape = _Shape(len(moe), num_experts, top_k, hidden, ffn, dense, total, first)
+    return _model(
+        shape,
+        (kv, state, attention),
+        tensors,
         name=name or default_name,
-        num_layers=len(moe),
-        num_experts=num_experts,
-        top_k=_first(text, ("num_experts_per_tok", "num_experts_per_token"), where),
-        hidden_size=hidden,
-        expert_ffn=ffn,
-        dense_params_per_layer=dense,
-        other_params=total - len(moe) * (dense + num_experts * 3 * hidden * ffn),
+        source=f"{where} (config.json, model_type {mt}){notes}",
+    )
+
+
+class _Shape(NamedTuple):
+    """What a config.json or a GGUF header says of a model's MoE shape, and its parameter total."""
+
+    layers: int
+    experts: int
+    top_k: int
+    hidden: int
+    ffn: int
+    dense: int  # non-expert parameters per MoE layer (the mean)
+    total: int
+    dense_layers: int
+
+
+def _model(shape: _Shape, cache: tuple[int, int, str], tensors: dict[str, list[int]], **fields: Any) -> ModelConfig:
+    """The model config of ``shape``: the parameters not in its MoE layers' experts and dense parts are
+    ``other_params``, so the sum stays exact; ``cache``: (KV bytes per token, fixed state bytes, attention kind)."""
+    kv, state, attention = cache
+    expert = 3 * shape.hidden * shape.ffn
+    return ModelConfig(
+        num_layers=shape.layers,
+        num_experts=shape.experts,
+        top_k=shape.top_k,
+        hidden_size=shape.hidden,
+        expert_ffn=shape.ffn,
+        dense_params_per_layer=shape.dense,
+        other_params=shape.total - shape.layers * (shape.dense + shape.experts * expert),
         kv_bytes_per_token=kv,
-        dense_layers=first,
+        dense_layers=shape.dense_layers,
         attention=attention,
         state_bytes=state,
         tensors=tensors,
-        source=f"{where} (config.json, model_type {mt}){notes}",
+        **fields,
     )
 
 
@@ -318,24 +346,17 @@ def from_gguf(path: str | Path, name: str | None = None) -> ModelConfig:
     except ValueError:
         file_type = f"file_type {ft}"
     stem = re.sub(r"-\d{5}-of-\d{5}$", "", parts[0].stem)
-    return ModelConfig(
+    top_k = int(get(f"{arch}.expert_used_count", 0)) or _missing(p, f"{arch}.expert_used_count")
+    shape = _Shape(len(moe), num_experts, top_k, hidden, ffn, dense, total, first)
+    return _model(
+        shape,
+        (kv, state, attention),
+        tensors,
         name=name or str(get("general.name", "") or stem),
-        num_layers=len(moe),
-        num_experts=num_experts,
-        top_k=int(get(f"{arch}.expert_used_count", 0)) or _missing(p, f"{arch}.expert_used_count"),
-        hidden_size=hidden,
-        expert_ffn=ffn,
-        dense_params_per_layer=dense,
-        other_params=total - len(moe) * (dense + num_experts * 3 * hidden * ffn),
-        kv_bytes_per_token=kv,
-        dense_layers=first,
-        attention=attention,
-        state_bytes=state,
-        tensors=tensors,
+        source=f"{p} (GGUF, architecture {arch}, {file_type or 'no file_type'}, {len(parts)} file(s))",
         layer_expert_bytes=layer_bytes,
         file_resident_bytes=resident_bytes,
         file_type=file_type,
-        source=f"{p} (GGUF, architecture {arch}, {file_type or 'no file_type'}, {len(parts)} file(s))",
     )
 
 
