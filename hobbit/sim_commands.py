@@ -100,6 +100,8 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
     if entry is not None and not cfg.timeline and from_cache(entry, out):  # a timeline needs the run itself
         s = json.loads((out / "results.json").read_text())
         print(summary_line(s, label) + f" (already simulated: result cache {entry})")
+        if label is None:
+            print_memory_notes(s)
         print(f"results in {out.resolve()}")
         return
     tqdm.monitor_interval = 0  # no monitor thread: a process that later sweeps forks its workers (hobbit.launcher)
@@ -122,7 +124,15 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
     if entry is not None:
         to_cache(out, entry)
     print(summary_line(res.summary, label))
+    if label is None:  # a single run: what its answer rests on (a sweep's points print one line each)
+        print_memory_notes(res.summary)
     print(f"results in {paths[-1].parent.resolve()}")
+
+
+def print_memory_notes(summary: dict) -> None:
+    """The run's memory notes (what was derived or assumed: RAM's share of the experts, a pool's size), one a line."""
+    for note in summary.get("memory", {}).get("notes", []):
+        print(f"  memory: {note}")
 
 
 class SweepSummary(Callback):

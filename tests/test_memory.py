@@ -188,3 +188,11 @@ def test_a_copy_moves_its_own_layers_bytes_in_every_engine(tmp_path):
     for e, r in runs.items():
         assert r.summary["bytes_loaded"] == moved, e
         np.testing.assert_allclose(r.timeline.pass_end, plain.timeline.pass_end, rtol=1e-9, err_msg=e)
+
+
+def test_sim_prints_what_its_answer_rests_on(tmp_path, capsys):
+    """RAM for a third of the experts: the command's output says how much of them RAM holds and serves."""
+    over = ["system=ktransformers", "hardware.host_memory_bytes=10000000000", "hardware.host_reserve_bytes=0"]
+    assert run_cli(["sim", *over, "use_cache=false", f"hydra.run.dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"memory: host RAM holds \d+% of the host-side experts, .* RAM serves [\d.]+% of their reads", out)
