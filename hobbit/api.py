@@ -31,7 +31,7 @@ from hobbit.guard import guard
 from hobbit.results_io import write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, check_system
 from hobbit.sim.flags import apply_flags
-from hobbit.sim.memory import check_layers, check_static, fit
+from hobbit.sim.memory import check_placement, fit
 from hobbit.sim.results import Results
 from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
@@ -214,10 +214,7 @@ def check(
     share = len(trace.meta.layers) / max(trace.meta.model.num_layers, 1)
     memory = fit(model, hardware, system, context, share)
     size_cache(model, hardware, system, context, share, memory)
-    if system.placement == "static" and system.cpu_moe_layers:
-        check_layers(memory, model, hardware, system.cpu_moe_layers, len(trace.meta.layers))
-    elif system.placement == "static":
-        check_static(memory, model, hardware, system.n_cpu_moe, len(trace.meta.layers))
+    check_placement(memory, model, hardware, system, len(trace.meta.layers))
 
 
 def preload(cfg: SimConfig) -> None:

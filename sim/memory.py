@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,13 +85,7 @@ class MemoryFit:
     def gpu_layers_fitting(self, num_experts: int) -> int:
         """The most trailing MoE layers whose experts fit together in the free device memory (llama.cpp's
         --n-cpu-moe keeps the first layers' experts on the CPU, so the GPU holds the last ones)."""
-        total, n = 0, 0
-        for size in reversed(self.expert_bytes):
-            total += num_experts * size
-            if total > self.free_bytes:
-                break
-            n += 1
-        return n
+        return trailing_layers_fitting(self.expert_bytes, num_experts, self.free_bytes)
 
 
 def model_weights(model: ModelConfig, system: SystemConfig) -> tuple[Weights, str]:
@@ -163,14 +158,20 @@ def static_cpu_layers(w: Weights, model: ModelConfig, system: SystemConfig, free
         return tuple(sorted(set(system.cpu_moe_layers)))
     n = system.n_cpu_moe
     if n < 0:
-        total, fitting = 0, 0
-        for size in reversed(w.expert_bytes):
-            total += model.num_experts * size
-            if total > free:
-                break
-            fitting += 1
-        n = model.num_layers - fitting
+        n = model.num_layers - trailing_layers_fitting(w.expert_bytes, model.num_experts, free)
     return tuple(range(min(n, model.num_layers)))
+
+
+def trailing_layers_fitting(expert_bytes: Sequence[int], num_experts: int, free: int) -> int:
+    """How many of the last MoE layers' experts fit together in ``free`` bytes (one expert of each layer is
+    ``expert_bytes[layer]``)."""
+    total, n = 0, 0
+    for size in reversed(expert_bytes):
+        total += num_experts * size
+        if total > free:
+            break
+        n += 1
+    return n
 
 
 def lru_ram_share(keys: list[np.ndarray], capacity: int) -> float:
@@ -314,10 +315,9 @@ def host_ram_share(mem: MemoryFit, system: SystemConfig, ids: np.ndarray, passes
 def check_gpu_experts(fit_: MemoryFit, model: ModelConfig, hw: HardwareConfig, per_layer: int, layers: int) -> None:
     """KTransformers' --kt-num-gpu-experts N: N experts of every MoE layer on the GPU must fit in the free memory."""
     check_device(fit_, model, hw)
-    mean = sum(fit_.expert_bytes) / len(fit_.expert_bytes)
-    share = layers / len(fit_.expert_bytes)
-    need = per_layer * sum(fit_.expert_bytes) * share if layers == len(fit_.expert_bytes) else per_layer * mean * layers
-    if per_layer > model.num_experts or need > fit_.free_bytes * share:
+    mean = sum(fit_.expert_bytes) / len(fit_.expert_bytes)  # a trace of some layers: they get their share
+    need = per_layer * mean * layers
+    if per_layer > model.num_experts or need > fit_.free_bytes * layers / len(fit_.expert_bytes):
         fitting = min(int(fit_.free_bytes / (mean * len(fit_.expert_bytes))), model.num_experts)
         raise ConfigError(
             f"system.gpu_experts={per_layer} (--kt-num-gpu-experts) puts {gib(need)} of experts on the GPU; "
@@ -325,3 +325,14 @@ def check_gpu_experts(fit_: MemoryFit, model: ModelConfig, hw: HardwareConfig, p
             f"so at most {fitting} experts per layer fit (of {model.num_experts}) (fix: system.gpu_experts={fitting} or "
             f"fewer)"
         )
+
+
+def check_placement(fit_: MemoryFit, model: ModelConfig, hw: HardwareConfig, system: SystemConfig, layers: int) -> None:
+    """Every placement knob of ``system`` against the memory (``layers``: the MoE layers the trace recorded): what
+    a run's placement checks as it places, for a command to check before any work."""
+    if system.placement == "static" and system.cpu_moe_layers:
+        check_layers(fit_, model, hw, system.cpu_moe_layers, layers)
+    elif system.placement == "static":
+        check_static(fit_, model, hw, system.n_cpu_moe, layers)
+    elif system.gpu_experts:
+        check_gpu_experts(fit_, model, hw, system.gpu_experts, layers)

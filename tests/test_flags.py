@@ -107,3 +107,13 @@ def test_gpu_experts_run_on_the_gpu_and_too_many_are_refused_saying_how_many_fit
     assert mix["high_hit"] > 0.05 and mix["cpu"] < 0.95 and mix["high_load"] == 0  # no copies: resident or CPU
     with pytest.raises(ConfigError, match=r"at most (\d) experts per layer fit .*system.gpu_experts=\1 or fewer"):
         simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, gpu_experts=8))
+
+
+def test_a_command_checks_gpu_experts_before_any_work():
+    """``hobbit.api.check`` (what compare and tune run first) refuses the GPU experts that cannot fit, as a run does."""
+    from hobbit.api import check
+
+    tr = bundled(8)
+    cfg = compose_sim("system=ktransformers", "system.weights=fp16")
+    with pytest.raises(ConfigError, match="experts per layer fit"):
+        check(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, gpu_experts=8))
