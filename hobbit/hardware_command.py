@@ -57,6 +57,11 @@ class HardwareSpecConfig:
     """The NVMe drive by name (samsung-990-pro) or its sequential read rate (7GB/s)."""
     ssd_fault_gbps: str = ""
     """A measured rate of memory-mapped page faults from the SSD, GB/s."""
+    cpu: str = ""
+    """A CPU of conf/parts.yaml by name (ryzen9-7950x, xeon-gold-6454s, ...): its cores, and the memory channels and
+    rated speed ram= takes when it gives a capacity alone."""
+    sockets: str = ""
+    """CPU sockets (2 for a dual-socket server): cores and memory channels per socket count this many times."""
     cpu_cores: str = ""
     """The CPU's physical cores."""
     cpu_tflops: str = ""

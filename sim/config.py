@@ -395,7 +395,18 @@ class CacheBase:
     high_fraction: float = 0.75
     """The high-precision pool's share of the cache memory (the paper keeps it the larger)."""
     per_layer: bool = False
-    """Split each pool evenly across layers (MoE-Offloading's per-layer LRU)."""
+    """Split each pool across layers by ``layer_partition``: a copy of a layer's expert takes only its layer's slots
+    (MoE-Offloading's per-layer LRU, llama.cpp's --moe-expert-cache)."""
+    layer_partition: str = "slots"
+    """per_layer: how a pool's bytes are split over the layers, in whole experts of each layer's own size (a GGUF's
+    layers differ: some store ``ffn_down_exps`` at a wider type). slots (every layer the same number of slots, as
+    many as the pool's bytes over the sum of one expert of each layer: llama.cpp's --moe-expert-cache N,
+    MoE-Offloading's offload_per_layer) | bytes (every layer the same bytes, holding as many of its own experts as
+    fit). What the rule leaves unused is reported in results.json ``memory.notes``."""
+    wide_step: str = "keep"
+    """per_layer: a forward pass whose layer selects more distinct experts than the layer has slots (a prefill):
+    keep (its misses are admitted like any other and evict one another: MoE-Offloading's released cache) | bypass
+    (its misses in that layer are used once and not kept; the layer's cache stays as decoding left it)."""
     layer_slots: int = 0
     """A cap on a pool's slots per layer, the memory permitting (llama.cpp's --moe-expert-cache N); 0: none."""
     layer_share: float = 0.0
@@ -432,6 +443,7 @@ class SystemConfig:
         "kv_context": ">=0",
         "gpu_experts": ">=0",
         "kv_bits": ">0",
+        "ubatch": ">=0",
     }
 
     name: str = "hobbit"
@@ -498,6 +510,10 @@ class SystemConfig:
     """Tokens of KV cache the runtime allocates up front (llama.cpp's -c); 0: what the run's context needs."""
     kv_bits: float = 16.0
     """Bits per KV cache element (llama.cpp's -ctk/-ctv: q8_0 is 8.5)."""
+    ubatch: int = 0
+    """Most tokens of a prompt in one forward pass (llama.cpp's -ub/--ubatch-size, vLLM's chunked prefill): a longer
+    prefill runs as several passes, each attending over the ones before it; 0: the trace's own passes (a prefill
+    recorded in chunks stays in its chunks)."""
 
     def __hash__(self) -> int:  # the layer list: hash what the fields print as
         return hash(repr(self))
@@ -550,6 +566,10 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.host_cache={s.host_cache} must be lru or uniform")
     if s.host_load not in ("load", "mmap", "stream"):
         raise ConfigError(f"system.host_load={s.host_load} must be load, mmap or stream")
+    if c.layer_partition not in ("slots", "bytes"):
+        raise ConfigError(f"system.cache.layer_partition={c.layer_partition} must be slots or bytes")
+    if c.wide_step not in ("keep", "bypass"):
+        raise ConfigError(f"system.cache.wide_step={c.wide_step} must be keep or bypass")
 
 
 @dataclass(frozen=True)

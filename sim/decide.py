@@ -11,6 +11,11 @@ when the prefetch is issued (evicting then), pinned until its target layer has r
 ``prefetch.staging_slots`` > 0 it waits instead in one of that many staging slots (carved
 from the high pool's memory), enters the cache only when used there, and is dropped
 unused, a copy that has not started then being cancelled by the timing engine.
+With ``cache.per_layer`` and ``cache.wide_step=bypass``, a (pass, layer) whose tokens select more distinct
+experts than the layer's region of a pool has slots (a prefill) keeps none of its misses in that pool: each
+is used once and not kept (no eviction, no hook hears of it), as a copy that finds no slot is, and no copy
+follows a CPU-computed miss (``cpu_insert``, nor ``cpu_misses=faster``'s fill of an empty slot). Its hits
+are hits. Prefetches, staged copies included, are not misses of the step: they enter as ever.
 The walk names no policy: it gives each what its class ``needs`` (``policies.base.NEEDS``).
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, T tokens in a forward pass.
 """
@@ -271,6 +276,26 @@ def layer_bytes(expert_bytes: Any, num_layers: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(eb.reshape(-1, 2), (num_layers, 2)))
 
 
+def cache_slots(slots: Any) -> tuple[int, int]:
+    """The pools' slots (high, low) of a walk's ``slots``: a (high, low) pair, or each pool's slots in each layer
+    ([2, L], a per-layer cache's regions: their sums)."""
+    a = np.asarray(slots, np.int64)
+    if a.ndim == 2:
+        return int(a[HIGH].sum()), int(a[LOW].sum())
+    return int(a[HIGH]), int(a[LOW])
+
+
+def layer_regions(slots: Any, num_layers: int) -> np.ndarray:
+    """Each pool's slots in each layer of a per-layer cache, [2, L] int64: ``slots`` as given when it is per layer
+    ([2, L]), else a (high, low) pair split evenly (every layer the pool's slots // L; the rest unused)."""
+    a = np.asarray(slots, np.int64)
+    if a.ndim == 2:
+        if a.shape != (2, num_layers) or (a < 0).any():
+            raise ValueError(f"slots per layer: [2, {num_layers}] counts >= 0, got shape {a.shape}")
+        return a.copy()
+    return np.repeat((a // max(num_layers, 1))[:, None], num_layers, axis=1)
+
+
 def tables_from_steps(steps: Sequence[LayerStep], num_layers: int) -> DecisionTables:
     """The reference walk's ``LayerStep`` records as ``DecisionTables`` (for the compiled timing)."""
     if isinstance(steps, Steps):
@@ -343,7 +368,7 @@ class Decider:
         self,
         wl: Workload,
         system: SystemConfig,
-        slots: tuple[int, int],
+        slots: Any,
         expert_bytes: Any,
         placement: Placement | None = None,
         keep_log: bool = False,
@@ -351,7 +376,8 @@ class Decider:
         profile: list | None = None,
         miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
     ) -> None:
-        """``cpu_faster(precision, tokens)``: whether a miss is better computed on the CPU (for
+        """``slots``: the pools' slots (high, low), or with ``cache.per_layer`` each pool's slots in each layer ([2, L],
+        ``layer_regions``); ``cpu_faster(precision, tokens)``: whether a miss is better computed on the CPU (for
         ``system.cpu_misses=faster``); ``profile``: the profiling requests' activation matrices;
         ``miss_costs(precision, tokens)``: a miss's copy time and CPU time (``cpu_misses=split``)."""
         self.wl, self.system = wl, system
@@ -385,8 +411,14 @@ class Decider:
         if "prefetcher" in needs:
             inputs = dataclasses.replace(inputs, prefetcher=self.prefetcher)
         self.cache = ExpertCache(
-            slots[HIGH], slots[LOW], ev_cls(policy_knobs(ev, ev.policy), inputs), wl.num_layers, per_layer=ev.per_layer
+            *cache_slots(slots),
+            ev_cls(policy_knobs(ev, ev.policy), inputs),
+            wl.num_layers,
+            per_layer=ev.per_layer,
+            regions=layer_regions(slots, wl.num_layers).tolist() if ev.per_layer else None,
         )
+        self.wide = ev.per_layer and ev.wide_step == "bypass"  # a wide step's misses are not kept (``run``)
+        self.bypass = (False, False)  # per pool: this step's misses are not kept there
         placement = placement or Placement()
         self.resident, self.cpu_layers = placement.resident, placement.cpu_layers
         self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
@@ -407,7 +439,7 @@ class Decider:
             steps=self.steps,
             served=np.zeros(6, np.int64),
             log=[] if keep_log else None,
-            slots=(int(slots[HIGH]), int(slots[LOW])),
+            slots=cache_slots(slots),
             staging=self.staging if self.prefetching else 0,
         )
         self.any_prec = p.serve_any_cached
@@ -523,12 +555,13 @@ class Decider:
             step.cpu.append(n)
             step.cpu_keys.append(key)
             self._log(p, layer, e, "cpu", HIGH)
+            bypass = self.bypass[prec]  # a wide step's miss: no copy follows it
             if self.inserts < self.system.cpu_insert:  # copied behind the CPU's computation, evicting
-                if self._copy_ahead(p, layer, key, prec, step, pinned=False):
+                if not bypass and self._copy_ahead(p, layer, key, prec, step, pinned=False):
                     self.inserts += 1
                     self.out.prefetch_issued += 1
                     self._log(p, layer, e, "prefetch", prec)
-            elif self.cpu_misses == "faster" and self.cache.has_free(prec, layer):
+            elif self.cpu_misses == "faster" and not bypass and self.cache.has_free(prec, layer):
                 # an empty slot costs nothing to fill: the copy follows in the background, behind demand loads,
                 # so the cache warms up although the CPU served this use
                 self._copy_ahead(p, layer, key, prec, step, pinned=False)
@@ -540,7 +573,10 @@ class Decider:
         self._log(p, layer, e, "load", prec)
         step.gpu.append(Compute(tid, PRECISION[prec], n))
         step.gpu_keys.append(key)
-        self._admit(p, key, prec, layer, tid, token, step)
+        if self.bypass[prec]:  # a wide step's miss (wide_step=bypass): used once, not kept
+            self.cache.note_use(key, prec, token)
+        else:
+            self._admit(p, key, prec, layer, tid, token, step)
         return prec
 
     def _copy_ahead(self, p: int, layer: int, key: tuple[int, int], prec: int, step: LayerStep, pinned: bool) -> bool:
@@ -663,6 +699,11 @@ class Decider:
                 self.cache.step = p * L + layer
                 step = LayerStep(p, layer)
                 need = self._needed(a, b, layer)
+                if self.wide:  # more experts than a pool's region holds: none of the step's misses kept there
+                    self.bypass = (
+                        len(need) > self.cache.region_slots(HIGH, layer),
+                        len(need) > self.cache.region_slots(LOW, layer),
+                    )
                 self.inserts = 0
                 if self.cpu_misses == "split":
                     self.on_cpu = self._split(need, layer)

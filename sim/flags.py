@@ -2,7 +2,7 @@
 
 ``system.runtime`` names the grammar (llama.cpp, ik_llama.cpp, ktransformers); ``apply_flags`` turns the flags into the system's
 knobs before a run, so results show both what was typed and what it set. Flags that change what this simulator
-models set knobs; flags that only change what it does not model (threads, batch sizes, flash attention) are
+models set knobs; flags that only change what it does not model (threads, flash attention, the server) are
 accepted and listed in ``Flags.unmodelled``; any other flag is refused, naming it. The flags follow llama.cpp's
 ``common/arg.cpp`` (ggml-org/llama.cpp) and the expert-cache PR #27861, and KTransformers' kt-kernel as SGLang takes
 it (docs/references.md, Systems compared).
@@ -21,7 +21,7 @@ RUNTIMES = ("", "llama.cpp", "ik_llama.cpp", "ktransformers")
 # flags taking a value that this simulator does not model (they change speed through what the hardware figures
 # already describe, or batch sizes of a prefill, which the trace's passes fix)
 _UNMODELLED_VALUE = {
-    "-t", "--threads", "-tb", "--threads-batch", "-b", "--batch-size", "-ub", "--ubatch-size", "-m", "--model",
+    "-t", "--threads", "-tb", "--threads-batch", "-m", "--model",
     "--host", "--port", "-np", "--parallel", "-n", "--n-predict", "-p", "--prompt",
     "--temp", "--seed", "-s", "--numa", "-a", "--alias",
 }  # fmt: skip
@@ -119,6 +119,9 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
                 raise ConfigError(f"system.flags: {a} {value(a)} is not one of {', '.join(KV_TYPES)}")
             knobs["kv_k" if a in ("-ctk", "--cache-type-k") else "kv_v"] = value(a)
             i += 2
+        elif a in ("-ub", "--ubatch-size", "-b", "--batch-size"):
+            knobs["ubatch" if a in ("-ub", "--ubatch-size") else "batch"] = _int(a, value(a))
+            i += 2
         elif a == "--moe-expert-cache":
             knobs["cache"] = dataclasses.replace(system.cache, layer_slots=_int(a, value(a)))
             i += 2
@@ -138,12 +141,15 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
         else:
             raise ConfigError(
                 f"system.flags: {args[i]} is not a {system.runtime} flag this simulator knows (fix: drop it, or one "
-                f"of --n-cpu-moe, --cpu-moe, -ot, -ngl, --no-mmap, -c, -ctk, -ctv, --moe-expert-cache)"
+                f"of --n-cpu-moe, --cpu-moe, -ot, -ngl, --no-mmap, -c, -ctk, -ctv, -ub, -b, --moe-expert-cache)"
             )
     if cpu_layers:
         if "n_cpu_moe" in knobs:
             cpu_layers |= set(range(min(knobs.pop("n_cpu_moe"), num_layers)))
         knobs["cpu_moe_layers"] = sorted(cpu_layers)
+    batch = knobs.pop("batch", None)
+    if batch is not None:  # a prompt's passes are at most -ub tokens and never more than -b (llama-context.cpp)
+        knobs["ubatch"] = min(batch, knobs.get("ubatch", system.ubatch) or batch)
     k, v = knobs.pop("kv_k", None), knobs.pop("kv_v", None)
     if k or v:
         knobs["kv_bits"] = (KV_TYPES[k or "f16"] + KV_TYPES[v or "f16"]) / 2
@@ -163,7 +169,7 @@ def _int(flag: str, text: str) -> int:
 # KTransformers' kt-kernel through SGLang (kvcache-ai/sglang's server_args.py and kt_ep_wrapper.py; docs/references.md,
 # Systems compared): flags that only size threads, buffers or the server
 _KT_UNMODELLED = {
-    "--kt-cpuinfer", "--cpu_infer", "--cpu-infer", "--kt-threadpool-count", "--chunked-prefill-size", "--chunk_size",
+    "--kt-cpuinfer", "--cpu_infer", "--cpu-infer", "--kt-threadpool-count",
     "--cache_lens", "--max_new_tokens", "--kt-weight-path", "--model", "--model-path", "--port", "--host",
     "--mem-fraction-static", "--max-running-requests", "--max-total-tokens", "--tp", "--tp-size",
     "--attention-backend", "--trust-remote-code", "--served-model-name", "--gguf_path", "--model_path",
@@ -203,6 +209,8 @@ def _ktransformers(system: SystemConfig, args: list[str], num_experts: int) -> F
             if val not in ("uniform", "frequency", "front-loading"):
                 raise ConfigError(f"system.flags: {a} {val}: modelled are uniform, frequency and front-loading")
             knobs["gpu_experts_strategy"] = val
+        elif a in ("--chunked-prefill-size", "--chunk_size"):  # a prompt runs in passes of at most N tokens
+            knobs["ubatch"] = 0 if val.strip() == "-1" else _int(a, val)  # -1: SGLang's "no chunking"
         elif a == "--kt-method":
             if val.upper() not in _KT_METHODS:
                 raise ConfigError(f"system.flags: {a} {val} is not one of {', '.join(_KT_METHODS)}")

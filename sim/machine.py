@@ -1,11 +1,12 @@
 """A machine described by the few numbers its owner knows, worked out into a hardware config.
 
-``describe(gpu="rtx4090", pcie="4x16", ram="128GB:ddr5-6000x2", ssd="7GB/s", cpu_cores=16)`` returns the
+``describe(gpu="rtx4090", pcie="4x16", ram="128GB:ddr5-6000x2", ssd="7GB/s", cpu="ryzen9-7950x")`` returns the
 ``HardwareConfig`` field values and, for each field, a :class:`Derivation`: how the value was had (given, a data
 sheet, derived, carried over from a preset, or assumed) and its source. The data sheets are conf/parts.yaml (package
 data of ``hobbit.conf``), each figure citing its own source. ``compute_efficiency`` is never fitted here: it is
-carried over from the preset the GPU's entry names (``like``). What cannot be derived keeps HardwareConfig's default,
-said to be assumed. ``KEYS`` lists the keys and ``*_FORMS`` their forms; sizes in GB or G are decimal (1e9 bytes),
+carried over from the preset the GPU's entry names (``like``). A CPU (``cpu=``, its ``sockets=``) gives the cores and,
+where ``ram=`` leaves them out, the platform's memory channels (x sockets) and rated DDR speed. What cannot be derived
+keeps HardwareConfig's default, said to be assumed. ``KEYS`` lists the keys and ``*_FORMS`` their forms; sizes in GB or G are decimal (1e9 bytes),
 in GiB binary. Bad input raises ``ConfigError`` naming the key, the value and the accepted forms.
 """
 
@@ -36,6 +37,8 @@ KEYS: dict[str, str] = {
     "ram_gbps": "a measured host memory bandwidth, GB/s (85)",
     "ssd": "an NVMe drive of conf/parts.yaml or its sequential read rate (samsung-990-pro, 7GB/s)",
     "ssd_fault_gbps": "a measured mmap page-fault read rate, GB/s",
+    "cpu": "a CPU of conf/parts.yaml by name (ryzen9-7950x, xeon-gold-6454s, ...): cores, memory channels, DDR speed",
+    "sockets": "CPU sockets in use, with cpu= (2: each socket's cores and memory channels count)",
     "cpu_cores": "the CPU's physical cores (16)",
     "cpu_tflops": "the CPU's 16-bit GEMV TFLOP/s (1.5)",
     "expert_source": "where experts off the GPU live: host | ssd",
@@ -162,6 +165,30 @@ def lookup(key: str, value: object, table: dict[str, Any], also: str) -> tuple[s
     raise ConfigError(f"{key}={value}: not in conf/parts.yaml{hint} Known: {', '.join(by.values())}; {also}")
 
 
+def _cpu_words(name: str) -> list[str]:
+    """A CPU name's words, lower case, without the maker, trademarks and filler (``AMD Ryzen™ 9 7950X`` -> ryzen, 9,
+    7950x)."""
+    words = re.findall(r"[a-z0-9]+", name.lower().replace("™", " ").replace("®", " "))
+    return [w for w in words if w not in ("amd", "intel", "processor", "cpu", "r", "tm")]
+
+
+def lookup_cpu(value: object) -> tuple[str, dict[str, Any]]:
+    """The entry of conf/parts.yaml ``cpus`` that ``value`` names: by its key or name (case, spaces, dashes, maker and
+    trademarks ignored: ``AMD Ryzen 9 7950X``, ``ryzen9-7950x``), else the one entry whose model number (the key's last
+    part: 7950x, 14900k, 6454s) is a word of ``value`` (``Intel i9-14900K``); an unknown name raises ``ConfigError``
+    with the closest names and every known one."""
+    table: dict[str, Any] = parts()["cpus"]
+    want = "".join(_cpu_words(str(value)))
+    for key, cpu in table.items():
+        if want in ("".join(_cpu_words(key)), "".join(_cpu_words(cpu["name"]))):
+            return key, cpu
+    words = set(_cpu_words(str(value)))
+    hits = [key for key in table if key.rsplit("-", 1)[-1] in words]
+    if len(hits) == 1:
+        return hits[0], table[hits[0]]
+    return lookup("cpu", value, table, "or give cpu_cores= and ram=capacity:type-MT/s x channels")
+
+
 def pcie_gbps(gen: int, lanes: int) -> float:
     """Theoretical PCIe bandwidth per direction, GB/s: GT/s x lanes x encoding's payload share / 8."""
     g = parts()["pcie"]["generations"][gen]
@@ -201,7 +228,8 @@ def describe(**keys: object) -> tuple[dict[str, Any], list[Derivation]]:
     gpu_key, gpu = _gpu(keys, put)
     link_name = _link(keys, gpu, put)
     _ssd(keys, out, put)
-    _ram(keys, out, put)
+    cpu = _cpu(keys, put)
+    _ram(keys, out, put, cpu)
     for key, field in (("cpu_cores", "cpu_cores"), ("cpu_tflops", "cpu_tflops"), ("ram_gbps", "cpu_mem_gbps")):
         if key in keys:
             value = parse_number(key, keys[key], whole=key == "cpu_cores")
@@ -292,24 +320,74 @@ def _ssd(keys: dict[str, object], out: dict[str, Any], put: Put) -> None:
         put("ssd_fault_gbps", parse_number("ssd_fault_gbps", keys["ssd_fault_gbps"]), "given (measured)", "")
 
 
-def _ram(keys: dict[str, object], out: dict[str, Any], put: Put) -> None:
-    """host_memory_bytes from ram=; cpu_mem_gbps from its type, speed and channels (ram_gbps= overrides it)."""
-    if "ram" not in keys:
+class Cpu(NamedTuple):
+    """A CPU of conf/parts.yaml as a machine uses it: its entry's key, sockets in use, and the entry."""
+
+    key: str
+    sockets: int
+    entry: dict[str, Any]
+
+    @property
+    def source(self) -> str:
+        return f"conf/parts.yaml (cpus.{self.key}): {self.entry['source']}"
+
+
+def _cpu(keys: dict[str, object], put: Put) -> Cpu | None:
+    """cpu_cores from cpu= (cores x sockets) unless given; the CPU, for the RAM's defaults."""
+    if "cpu" not in keys:
+        if "sockets" in keys:
+            raise ConfigError(f"sockets={keys['sockets']}: needs cpu= (the CPU whose sockets they are)")
+        return None
+    key, entry = lookup_cpu(keys["cpu"])
+    sockets = int(parse_number("sockets", keys["sockets"], whole=True)) if "sockets" in keys else 1
+    if sockets > entry["sockets"]:
+        raise ConfigError(f"sockets={sockets}: the {entry['name']} takes at most {entry['sockets']} (conf/parts.yaml)")
+    cpu = Cpu(key, sockets, entry)
+    if "cpu_cores" not in keys:
+        cores = entry["cores"] * sockets
+        per = f" x {sockets} sockets" if sockets > 1 else ""
+        put("cpu_cores", cores, f"data sheet of the {entry['name']}: {entry['cores']} physical cores{per}", cpu.source)
+    return cpu
+
+
+def _ram(keys: dict[str, object], out: dict[str, Any], put: Put, cpu: Cpu | None = None) -> None:
+    """host_memory_bytes from ram=; cpu_mem_gbps from its type, speed and channels (ram_gbps= overrides it), those
+    ram= leaves out taken from the CPU's platform (its rated speed; its channels x sockets) when cpu= names it."""
+    if "ram" not in keys and cpu is None:
         return
-    ram = parse_ram("ram", keys["ram"])
-    put("host_memory_bytes", ram.capacity_bytes, f"given (ram={keys['ram']})", "")
-    if not ram.kind:
+    ram = parse_ram("ram", keys["ram"]) if "ram" in keys else None
+    if ram is not None:
+        put("host_memory_bytes", ram.capacity_bytes, f"given (ram={keys['ram']})", "")
+    if cpu is None and (ram is None or not ram.kind):
         how = "assumed: HardwareConfig's default (ram= gave no type and speed: ram=128GB:ddr5-6000x2, or ram_gbps=)"
         put("cpu_mem_gbps", out["cpu_mem_gbps"], how, "docs/references.md (Values assumed without a source)")
         return
     dram = parts()["dram"]
-    peak = ram.channels * ram.mts * dram["channel_bytes"] / 1000
-    chans = "" if ram.channels_given else " (2 channels assumed)"
+    source = "conf/parts.yaml (dram)"
+    if ram is not None and ram.kind:
+        kind, mts, channels = ram.kind, ram.mts, ram.channels
+        note = "" if ram.channels_given else " (2 channels assumed)"
+    else:
+        kind, mts, channels, note = "", 0, 0, ""
+    if cpu is not None and not (ram is not None and ram.kind and ram.channels_given):
+        e, per = cpu.entry, f" x {cpu.sockets} sockets" if cpu.sockets > 1 else ""
+        channels = e["channels"] * cpu.sockets
+        source = f"{source}; {cpu.source}"
+        if kind:
+            note = f" (channels: the {e['name']}'s {e['channels']}{per})"
+        else:
+            kind, mts = e["dram"], e["mts"]
+            what = "ram= not given" if ram is None else "ram= gave no type and speed"
+            note = (
+                f" ({what}: the {e['name']}'s rated speed and its {e['channels']} channels{per}, assumed populated "
+                f"at one DIMM per channel)"
+            )
+    peak = channels * mts * dram["channel_bytes"] / 1000
     how = (
-        f"derived from {ram.kind}-{ram.mts} x{ram.channels}{chans}: {ram.channels} x {ram.mts} MT/s x "
+        f"derived from {kind}-{mts} x{channels}{note}: {channels} x {mts} MT/s x "
         f"{dram['channel_bytes']} B = {peak:g} GB/s peak x {dram['stream_fraction']} (assumed streaming share)"
     )
-    put("cpu_mem_gbps", round(peak * dram["stream_fraction"], 6), how, "conf/parts.yaml (dram)")
+    put("cpu_mem_gbps", round(peak * dram["stream_fraction"], 6), how, source)
 
 
 def hardware_config(**keys: object) -> HardwareConfig:

@@ -110,6 +110,12 @@ def _proxy(mass: np.ndarray) -> dict[str, float]:
     return {"low_mass": low, "skip_mass": skip, "degraded_mass": low + skip}
 
 
+def _per_request(request: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` of the ``rows`` summed per request, in request order: a prefill in several chunks is one prompt."""
+    _, which = np.unique(request[rows], return_inverse=True)
+    return np.bincount(which, weights=values[rows]) if len(which) else values[rows]
+
+
 def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> Columns:
     stall = tl.pass_stall(wl.num_layers)
     return {
@@ -166,7 +172,7 @@ def summarise(
         "tokens": {"total": int(tokens.sum()), "prefill": int(tokens[pre_rows].sum()), "decode": int(dec_tokens.sum())},
         "requests": len(set(wl.pass_request)),
         "decode_ms_per_token": _stats(latency[dec_rows] / np.clip(dec_tokens, 1, None)),
-        "prefill_ms_per_request": _stats(latency[pre_rows]),
+        "prefill_ms_per_request": _stats(_per_request(passes["request_id"], pre_rows, latency)),
         "precision_rule_mix": mix
         if mix is not None
         else rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
@@ -174,7 +180,7 @@ def summarise(
         "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
         "bound": {
             "decode_ms_per_token": _mean(passes["bound_ms"][dec_rows] / np.clip(dec_tokens, 1, None)),
-            "prefill_ms_per_request": _mean(passes["bound_ms"][pre_rows]),
+            "prefill_ms_per_request": _mean(_per_request(passes["request_id"], pre_rows, passes["bound_ms"])),
         },
         "quality_proxy": _proxy(dec.mass),
         "prefetch": {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +28,7 @@ from hobbit.sim.memory import (
     check_layers,
     check_static,
     fit,
+    gib,
     host_ram_share,
     pools,
 )
@@ -36,7 +37,7 @@ from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.timeline import Timeline
-from hobbit.sim.workload import Workload, build_workload, split_requests
+from hobbit.sim.workload import Workload, build_workload, chunk_prefill, split_requests
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
 from hobbit.traces.knobs import check_knobs
@@ -114,15 +115,46 @@ def size_cache(
     max_context: int,
     layer_share: float = 1.0,
     memory: MemoryFit | None = None,
+    layers: Sequence[int] | None = None,
 ) -> CacheSizing:
     """The cache's pools: explicit sizes, or the free device memory split by ``high_fraction`` (``sim.memory.pools``).
 
     ``layer_share``: the fraction of the model's MoE layers the trace recorded; the free
     memory a partial trace's layers may use shrinks in proportion (their share of the cache).
     ``memory``: the run's memory fit, if already made (else it is made here at ``max_context``).
+    ``layers``: the model's MoE layers the trace recorded (None: as many as ``layer_share`` says, at the mean size);
+    with ``cache.per_layer`` and ``layer_partition=bytes`` a pool's slots are its layers' regions' (``cache_regions``).
     """
     c = system.cache
     mem = memory if memory is not None else fit(model, hw, system, max_context, layer_share)
+    high, low, note, eb = _pool_bytes(model, hw, system, mem, layer_share)
+    slots = [high // eb[HIGH], low // eb[LOW]]
+    cap = layer_cap(model, c)
+    if c.per_layer and c.layer_partition == "bytes":  # the regions' slots, each layer's in experts of its own size
+        lb = recorded_bytes(mem, layers, _recorded_count(model, layer_share))
+        regions = [layer_slots(size, lb[:, pr], c.layer_partition, cap) for pr, size in ((HIGH, high), (LOW, low))]
+        slots = [int(r.sum()) for r in regions]
+        if cap:
+            high = min(high, int((regions[HIGH] * lb[:, HIGH]).sum()))
+            low = min(low, int((regions[LOW] * lb[:, LOW]).sum()))
+    elif cap:
+        layers_n = _recorded_count(model, layer_share)
+        slots = [min(n, cap * layers_n) for n in slots]
+        high, low = min(high, slots[HIGH] * eb[HIGH]), min(low, slots[LOW] * eb[LOW])
+    return CacheSizing(slots[HIGH], slots[LOW], high, low, mem.free_bytes, note)
+
+
+def _recorded_count(model: ModelConfig, layer_share: float) -> int:
+    """How many of the model's MoE layers a trace that recorded ``layer_share`` of them holds."""
+    return max(round(model.num_layers * layer_share), 1)
+
+
+def _pool_bytes(
+    model: ModelConfig, hw: HardwareConfig, system: SystemConfig, mem: MemoryFit, layer_share: float
+) -> tuple[int, int, str, tuple[int, int]]:
+    """(high pool bytes, low pool bytes, the note of what was derived, one expert's bytes (high: the mean over the
+    model's layers, low)) before any cap per layer; a pool set under one expert is refused."""
+    c = system.cache
     eb = (round(sum(mem.expert_bytes) / len(mem.expert_bytes)), mem.low_bytes)
     high, low, note = pools(mem, model, hw, system)
     if c.high_bytes < 0 and c.low_bytes < 0:  # a partial trace's layers take their share of the free memory
@@ -137,13 +169,76 @@ def size_cache(
                 f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for no pool or at least "
                 f"{one}"
             )
-    slots = [high // eb[HIGH], low // eb[LOW]]
+    return high, low, note, eb
+
+
+def recorded_bytes(mem: MemoryFit, layers: Sequence[int] | None, count: int) -> np.ndarray:
+    """One expert's bytes (high, low) in each layer of a trace, [L, 2] int64: the model's MoE ``layers`` it recorded;
+    None: ``count`` layers, each the mean over the model's layers (all of them, exactly, when it recorded them all)."""
+    if layers is None:
+        if count == len(mem.expert_bytes):
+            layers = range(count)
+        else:
+            mean = round(sum(mem.expert_bytes) / len(mem.expert_bytes))
+            return np.array([[mean, mem.low_bytes]] * count, np.int64).reshape(-1, 2)
+    return np.array([[mem.expert_bytes[i], mem.low_bytes] for i in layers], np.int64).reshape(-1, 2)
+
+
+def layer_slots(pool_bytes: int, layer_bytes: Sequence[int] | np.ndarray, partition: str, cap: int = 0) -> np.ndarray:
+    """A per-layer pool's slots in each layer, [L] int64, in experts of each layer's own size (``layer_bytes``), by
+    ``cache.layer_partition``: ``slots``, every layer as many as the pool's bytes over one expert of every layer
+    (pool_bytes // sum(layer_bytes)); ``bytes``, every layer the same bytes, floor(pool_bytes / L / layer_bytes[l])
+    of its own experts. ``cap`` > 0: at most that many in a layer (``layer_cap``)."""
+    eb = np.maximum(np.asarray(layer_bytes, np.int64), 1)
+    L = len(eb)
+    if L == 0 or pool_bytes <= 0:
+        return np.zeros(L, np.int64)
+    if partition == "slots":
+        n = np.full(L, pool_bytes // int(eb.sum()), np.int64)
+    elif partition == "bytes":
+        n = pool_bytes // (L * eb)  # floor((pool_bytes / L) / eb), in integers
+    else:
+        raise ConfigError(f"system.cache.layer_partition={partition} must be slots or bytes")
+    return np.minimum(n, cap) if cap > 0 else n
+
+
+def cache_regions(
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    memory: MemoryFit,
+    layer_share: float,
+    layer_bytes: np.ndarray,
+) -> np.ndarray:
+    """A per-layer cache's split (``cache.per_layer``): each pool's slots in each of the trace's layers, [2, L] int64,
+    by ``cache.layer_partition`` (``layer_slots``) and ``layer_cap``, before TEC's pinned hot set and staging slots
+    take theirs (``simulate``). ``layer_bytes``: one expert's bytes (high, low) in each layer, [L, 2]."""
+    high, low, _, _ = _pool_bytes(model, hw, system, memory, layer_share)
+    c = system.cache
     cap = layer_cap(model, c)
-    if cap:
-        layers = max(round(model.num_layers * layer_share), 1)
-        slots = [min(n, cap * layers) for n in slots]
-        high, low = min(high, slots[HIGH] * eb[HIGH]), min(low, slots[LOW] * eb[LOW])
-    return CacheSizing(slots[HIGH], slots[LOW], high, low, mem.free_bytes, note)
+    lb = np.asarray(layer_bytes, np.int64).reshape(-1, 2)
+    return np.stack([layer_slots(size, lb[:, pr], c.layer_partition, cap) for pr, size in ((HIGH, high), (LOW, low))])
+
+
+def layer_note(c: CacheBase, sizing: CacheSizing, regions: np.ndarray, layer_bytes: np.ndarray) -> str:
+    """What a per-layer split leaves, for results.json ``memory.notes``: each pool's slots per layer (the same in
+    every layer, or the least and the most) and the bytes they use of the pools'."""
+    L = regions.shape[1]
+    lb = np.asarray(layer_bytes, np.int64).reshape(-1, 2)
+    parts = []
+    for pr, name, size in ((HIGH, "high", sizing.high_bytes), (LOW, "low", sizing.low_bytes)):
+        if size <= 0:
+            continue
+        r = regions[pr]
+        lo, hi = (int(r.min()), int(r.max())) if L else (0, 0)
+        if lo == hi:
+            parts.append(f"{lo} {name} slot{'' if lo == 1 else 's'} in each of {L} layers")
+        else:
+            parts.append(f"{lo}-{hi} {name} slots per layer ({int(r.sum())} in {L} layers)")
+    used = int((regions[HIGH] * lb[:, HIGH]).sum() + (regions[LOW] * lb[:, LOW]).sum())
+    total = sizing.high_bytes + sizing.low_bytes
+    what = " and ".join(parts) if parts else "no pool"
+    return f"cache per layer (layer_partition={c.layer_partition}): {what}, {gib(used)} of {gib(total)} used"
 
 
 def layer_cap(model: ModelConfig, c: CacheBase) -> int:
@@ -313,6 +408,9 @@ def simulate(
     if profile is not None:
         check_topology(profile, model)
     trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
+    if system.ubatch:  # a prompt runs in passes of at most -ub tokens
+        n = system.ubatch
+        wl = wl.derived(("ubatch", n), lambda: chunk_prefill(wl, n))
     if context:  # every pass also attends over the history already in the KV cache
         wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
     share = wl.num_layers / wl.layers_total
@@ -322,7 +420,8 @@ def simulate(
         memory = wl.derived(
             ("host_ram", memory, system.host_cache), lambda: host_ram_share(memory, system, wl.ids, passes)
         )
-    sizing = size_cache(model, hw, system, max(wl.pass_context), share, memory)
+    recorded = trace.meta.layers  # the model's layers the trace's layers are
+    sizing = size_cache(model, hw, system, max(wl.pass_context), share, memory, recorded)
     cost = CostModel(
         model,
         hw,
@@ -331,14 +430,30 @@ def simulate(
         memory=memory,
     )
     placement = place(wl, model, hw, system, sizing, prof, memory)
-    slots = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
-    if system.cache.layer_pinned > 0 and placement.resident:  # the hot set's slots leave the cache
-        slots = (slots[0] - pinned_per_layer(system, sizing, wl.num_layers) * wl.num_layers, slots[1])
-    if p.staging_slots and prefetcher_class(p.kind).loads_ahead and system.cpu_misses != "always":
-        slots = (max(slots[0] - p.staging_slots, 0), slots[1])  # staging slots, from the high pool's memory
-    eb = (cost.expert_bytes(HIGH), cost.expert_bytes(LOW))  # the mean over layers: for the rules that compare costs
-    recorded = trace.meta.layers  # the model's layers the trace's layers are
     per_layer = np.array([[memory.expert_bytes[i], memory.low_bytes] for i in recorded], np.int64)  # what copies move
+    slots: tuple[int, int] | np.ndarray = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
+    # the hot set's slots per layer leave the cache; staging slots come from the high pool's memory
+    pinned = (
+        pinned_per_layer(system, sizing, wl.num_layers) if system.cache.layer_pinned > 0 and placement.resident else 0
+    )
+    staging = p.staging_slots if prefetcher_class(p.kind).loads_ahead and system.cpu_misses != "always" else 0
+    layout = ""  # a per-layer split's note
+    if system.cache.per_layer:  # each pool's slots in each layer, [2, L]
+        regions = cache_regions(model, hw, system, memory, share, per_layer)
+        if not placement.static:
+            layout = layer_note(system.cache, sizing, regions, per_layer)
+        held = regions if not placement.static else np.zeros_like(regions)
+        # the staging slots take first what the split leaves of the high pool's slots, then one slot of every layer
+        # per L of them (the slots per layer of (pool - pinned - staging) // L when every layer has the same)
+        spare = max(int(slots[HIGH]) - int(held[HIGH].sum()), 0)
+        cut = pinned + -(-max(staging - spare, 0) // max(wl.num_layers, 1))
+        held[HIGH] = np.maximum(held[HIGH] - cut, 0)
+        slots = held
+    else:
+        slots = (slots[HIGH] - pinned * wl.num_layers, slots[LOW])
+        if staging:
+            slots = (max(slots[HIGH] - staging, 0), slots[LOW])
+    eb = (cost.expert_bytes(HIGH), cost.expert_bytes(LOW))  # the mean over layers: for the rules that compare costs
 
     def cpu_faster(prec: int, tokens: int) -> bool:
         """HOBBIT's CPU mode, Fiddler: computing a miss on the CPU beats loading it and computing it here."""
@@ -415,6 +530,8 @@ def simulate(
         res.summary["flags"] = {"runtime": system.runtime, "given": system.flags, "unmodelled": list(flags.unmodelled)}
     if sizing.derived:
         res.summary["memory"]["notes"].append(sizing.derived)
+    if layout:
+        res.summary["memory"]["notes"].append(layout)
     res.workload, res.cost = wl, cost
     return res
 

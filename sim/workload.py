@@ -1,7 +1,8 @@
 """A trace laid out for replay: per-token arrays and the forward passes they form.
 
-Batch 1, requests in sequence: a request's prefill is one forward pass over its prompt
-tokens, then one pass per decoded token. When the trace has no lookahead predictions,
+Batch 1, requests in sequence: a request's prefill is the forward passes over its prompt
+tokens as the trace records them (one, or several chunks; ``chunk_prefill`` splits it as a runtime's
+batch size would), then one pass per decoded token. When the trace has no lookahead predictions,
 a named fallback fills them: ``oracle`` (the true experts of layer l+d, each replaced by a
 random other expert with probability 1 - accuracy), ``history`` (the experts layer l+d
 used most so far in the request) or ``none``.
@@ -10,6 +11,7 @@ Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,6 +104,24 @@ def split_requests(trace: Trace, share: float) -> tuple[Trace | None, Trace]:
         Trace(trace.meta, trace.arrays.take(held_rows), trace.path),
         Trace(trace.meta, trace.arrays.take(timed_rows), trace.path),
     )
+
+
+def chunk_prefill(wl: Workload, ubatch: int) -> Workload:
+    """``wl`` with every prefill pass longer than ``ubatch`` tokens split into passes of at most ``ubatch`` (the last
+    one shorter), as a runtime with that batch size runs a prompt (llama.cpp's -ub): each chunk attends over the
+    tokens before it, so its context is the sequence length at its end. Decode passes, and prefill passes already
+    within the size (a trace recorded in chunks), are kept."""
+    req, start, end, phase, ctx = [], [], [], [], []
+    for r, a, b, ph, c in zip(wl.pass_request, wl.pass_start, wl.pass_end, wl.pass_phase, wl.pass_context):
+        cuts = range(a, b, ubatch) if ph == 0 else range(a, a + 1)
+        for lo in cuts:
+            hi = min(lo + ubatch, b) if ph == 0 else b
+            req.append(r)
+            start.append(lo)
+            end.append(hi)
+            phase.append(ph)
+            ctx.append(c - (b - hi))
+    return dataclasses.replace(wl, pass_request=req, pass_start=start, pass_end=end, pass_phase=phase, pass_context=ctx)
 
 
 def _passes(request: np.ndarray, step: np.ndarray, position: np.ndarray, phase: np.ndarray):

@@ -117,3 +117,37 @@ def test_a_command_checks_gpu_experts_before_any_work():
     cfg = compose_sim("system=ktransformers", "system.weights=fp16")
     with pytest.raises(ConfigError, match="experts per layer fit"):
         check(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, gpu_experts=8))
+
+
+def test_batch_flags_set_the_prompt_passes():
+    """-ub sets the most tokens of a prompt pass; -b caps it (llama.cpp: n_ubatch = min(n_batch, n_ubatch));
+    SGLang's --chunked-prefill-size does the same for KTransformers, -1 meaning no chunking."""
+    assert _llama("").ubatch == 512  # llama.cpp's default n_ubatch
+    assert apply_flags(_llama("-ub 128"), 32).system.ubatch == 128
+    assert apply_flags(_llama("-b 64"), 32).system.ubatch == 64
+    assert apply_flags(_llama("-b 4096 -ub 1024"), 32).system.ubatch == 1024
+    assert apply_flags(_llama("--ubatch-size=256 --batch-size=100"), 32).system.ubatch == 100
+    kt = compose_sim("system=ktransformers").system
+    assert apply_flags(dataclasses.replace(kt, flags="--chunked-prefill-size 4096"), 32).system.ubatch == 4096
+    assert apply_flags(dataclasses.replace(kt, flags="--chunked-prefill-size -1"), 32).system.ubatch == 0
+
+
+def test_a_prompt_runs_in_ubatch_passes():
+    """With -ub 32 each prompt of the bundled trace (up to 178 tokens) runs as ceil(P / 32) passes; a request's
+    prefill time is the sum of its passes; decoding (no expert cache here) is unchanged."""
+    import numpy as np
+
+    tr = bundled(8)
+    cfg = compose_sim("system=llama-cpp", "system.weights=fp16")
+    whole = simulate(tr, cfg.model, cfg.hardware, cfg.system)
+    chunked = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="-ub 32"))
+    pw, pc = whole.passes, chunked.passes
+    prompt = pw["tokens"][pw["phase"] == 0]
+    assert int((pc["phase"] == 0).sum()) == int(np.ceil(prompt / 32).sum()) > len(prompt)
+    assert pc["tokens"][pc["phase"] == 0].max() == 32 and pc["tokens"].sum() == pw["tokens"].sum()
+    sums = {}
+    for r, ph, lat in zip(pc["request_id"], pc["phase"], pc["latency_ms"]):
+        if ph == 0:
+            sums[r] = sums.get(r, 0.0) + lat
+    assert chunked.summary["prefill_ms_per_request"]["mean"] == pytest.approx(np.mean(list(sums.values())))
+    assert chunked.summary["decode_ms_per_token"]["mean"] == pytest.approx(whole.summary["decode_ms_per_token"]["mean"])

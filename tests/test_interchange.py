@@ -129,6 +129,34 @@ def test_csv_layout_is_the_moe_trace_tool_s(tmp_path):
     assert out.read_text() == f.read_text()  # block numbers and row order as the tool wrote them
 
 
+def test_csv_prompt_in_ubatch_chunks_keeps_its_passes(tmp_path):
+    """Blocks 3 and 7, top-1: a prompt run as a 3-token and a 2-token ubatch (two passes of 2+ tokens), then two
+    decode passes. The chunks are the prefill's steps 0 and 1, decode steps 2 and 3; the simulator replays the
+    prompt in those two passes, and the file writes back as read."""
+    from hobbit.sim.workload import build_workload, chunk_prefill
+    from hobbit.traces.io import Trace
+
+    passes = [[0, 1, 2], [3, 0], [1], [2]]  # each pass's tokens' expert, the same in both blocks
+    rows = [f"{b},{e}" for ids in passes for b in (3, 7) for e in ids]
+    f = tmp_path / "moe_trace.csv"
+    f.write_text("\n".join(rows) + "\n")
+    a, meta = read_llamacpp_csv(f, ConvertConfig("llamacpp_csv", str(f), "", top_k=1, num_experts=4))
+    assert meta.source["pass_sizes"] == [3, 2, 1, 1]
+    tok = slice(None, None, 2)  # a row per token and block
+    assert a.phase[tok].tolist() == [0, 0, 0, 0, 0, 1, 1] and a.step[tok].tolist() == [0, 0, 0, 1, 1, 2, 3]
+    assert a.position[tok].tolist() == list(range(7)) and a.request_id.tolist() == [0] * 14
+    wl = build_workload(Trace(meta, a, f), "none")
+    assert (wl.pass_start, wl.pass_end, wl.pass_phase) == ([0, 3, 5, 6], [3, 5, 6, 7], [0, 0, 1, 1])
+    assert wl.pass_context == [3, 5, 6, 7]
+    # a runtime with -ub 2 splits the 3-token chunk again; each part attends over what came before it
+    ub = chunk_prefill(wl, 2)
+    assert (ub.pass_start, ub.pass_end, ub.pass_context) == ([0, 2, 3, 5, 6], [2, 3, 5, 6, 7], [2, 3, 5, 6, 7])
+    out = tmp_path / "again.csv"
+    write = __import__("hobbit.traces.llamacpp_csv", fromlist=["x"]).write_llamacpp_csv
+    write(a, meta, out)
+    assert out.read_text() == f.read_text()
+
+
 def test_tec_layout_is_fitz_tec_s(tmp_path):
     """RTRACE01 as fitz-tec's load_trace reads it: header, then (token_idx, layer_idx, probs[E]) records."""
     e = 4

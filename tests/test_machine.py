@@ -16,6 +16,7 @@ from hobbit.sim.machine import (
     describe,
     hardware_config,
     link_share,
+    lookup_cpu,
     parse_machine,
     parse_number,
     parse_pcie,
@@ -231,3 +232,69 @@ def test_every_number_in_parts_yaml_has_a_comment():
 def test_parts_yaml_is_package_data_and_parses():
     assert parts() == yaml.safe_load(PARTS.read_text())
     assert (ROOT / "hobbit" / "conf" / "parts.yaml").resolve() == PARTS.resolve()
+
+
+def test_a_cpu_gives_its_cores_and_the_ram_speed_and_channels_ram_leaves_out():
+    """cpu= names a CPU of conf/parts.yaml: its cores (x sockets), and where ram= gives only a capacity, its platform's
+    rated DDR speed and channels (x sockets), derived and said so."""
+    f, lines = describe(cpu="ryzen9-7950x", ram="96GiB")
+    why = {d.field: d for d in lines}
+    assert f["cpu_cores"] == 16 and "data sheet of the AMD Ryzen 9 7950X: 16 physical cores" in why["cpu_cores"].how
+    assert f["host_memory_bytes"] == 96 * 2**30
+    assert f["cpu_mem_gbps"] == pytest.approx(2 * 5200 * 8 / 1000 * 0.75)  # DDR5-5200 x2: 83.2 GB/s peak x 0.75
+    how = why["cpu_mem_gbps"].how
+    assert how.startswith("derived from ddr5-5200 x2 (ram= gave no type and speed: the AMD Ryzen 9 7950X's rated speed")
+    assert "cpus.ryzen9-7950x" in why["cpu_mem_gbps"].source and "amd.com" in why["cpu_mem_gbps"].source
+    # cpu= alone: the platform's bandwidth; the RAM's size stays unstated
+    f, lines = describe(cpu="AMD Ryzen 9 7950X")
+    assert f["host_memory_bytes"] == 0 and f["cpu_mem_gbps"] == pytest.approx(62.4)
+    assert "ram= not given" in next(d.how for d in lines if d.field == "cpu_mem_gbps")
+    # a type and speed without channels: the platform's channels x sockets, not the two assumed without a CPU
+    f, lines = describe(cpu="xeon-gold-6454s", sockets=2, ram="1TB:ddr5-4400")
+    assert f["cpu_cores"] == 64 and f["cpu_mem_gbps"] == pytest.approx(16 * 4400 * 8 / 1000 * 0.75)
+    how = next(d.how for d in lines if d.field == "cpu_mem_gbps")
+    assert "(channels: the Intel Xeon Gold 6454S's 8 x 2 sockets)" in how and "assumed)" not in how.split(":")[0]
+    assert describe(ram="1TB:ddr5-4400")[0]["cpu_mem_gbps"] == pytest.approx(2 * 4400 * 8 / 1000 * 0.75)
+    # channels given win (sockets do not multiply them), as do given cores and a measured bandwidth
+    f, _ = describe(cpu="xeon-gold-6454s", sockets=2, ram="512GiB:ddr5-4800x8")
+    assert f["cpu_mem_gbps"] == pytest.approx(8 * 4800 * 8 / 1000 * 0.75) and f["cpu_cores"] == 64
+    f, _ = describe(cpu="core-i9-14900k", cpu_cores=8, ram="64GB", ram_gbps=80)
+    assert (f["cpu_cores"], f["cpu_mem_gbps"]) == (8, 80.0)
+    assert describe(cpu="epyc-9175f", ram="768GiB:ddr5-6400x12")[0]["cpu_mem_gbps"] == pytest.approx(460.8)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("Intel i9-14900K", "core-i9-14900k"),
+        ("Intel Core i9-14900K", "core-i9-14900k"),
+        ("AMD EPYC 9175F (16C)", "epyc-9175f"),
+        ("Intel Xeon Gold 6454S, 32 cores/socket, 2 sockets", "xeon-gold-6454s"),
+        ("amd ryzen 9 9950x", "ryzen9-9950x"),
+        ("AMD Ryzen™ 9 7950X", "ryzen9-7950x"),
+    ],
+)
+def test_cpu_names_as_people_write_them(name, key):
+    assert lookup_cpu(name)[0] == key
+
+
+def test_cpu_errors_name_the_key_and_the_known_cpus():
+    with pytest.raises(ConfigError, match=r"^cpu=Ryzen 7 5800X3D: not in conf/parts.yaml.* Known: .*ryzen9-7950x"):
+        describe(cpu="Ryzen 7 5800X3D")
+    with pytest.raises(ConfigError, match=r"^sockets=2: the AMD Ryzen 9 7950X takes at most 1"):
+        describe(cpu="ryzen9-7950x", sockets=2)
+    with pytest.raises(ConfigError, match=r"^sockets=2: needs cpu="):
+        describe(sockets=2)
+    with pytest.raises(ConfigError, match=r"^sockets=1.5: .*whole number"):
+        describe(cpu="epyc-9175f", sockets="1.5")
+
+
+def test_every_cpu_has_a_source_and_positive_numbers():
+    cpus = parts()["cpus"]
+    assert {"ryzen9-7950x", "ryzen9-9950x", "epyc-9175f", "xeon-gold-6454s", "core-i9-14900k"} <= set(cpus)
+    for key, c in cpus.items():
+        assert c["source"].startswith("https://"), key
+        assert c["cores"] > 0 and c["channels"] > 0 and c["mts"] > 0 and c["sockets"] >= 1, key
+        assert c["dram"] in parts()["dram"]["types"], key
+        f, _ = describe(cpu=key)
+        assert f["cpu_cores"] == c["cores"] and HardwareConfig(**f).cpu_mem_gbps > 0

@@ -15,7 +15,8 @@ What it does not carry, and how this reader fills it in (recorded in ``meta.sour
   mixed-precision rule needs weights (uniform-precision systems run as usual).
 - tokens, passes, requests: a pass ends where the block number stops increasing; a run of
   one block's rows holds n_tokens x k ids. The first pass is a prefill; a pass of 2+ tokens
-  after a prefill pass continues it (a ubatch chunk); a pass of 2+ tokens after a decode
+  after a prefill pass continues it (a ubatch chunk, kept as a step of its own: the trace
+  replays the prompt in the passes the run made); a pass of 2+ tokens after a decode
   pass starts a new request (traces concatenated, as users do); a one-token pass is a
   decode step. Positions count tokens within a request. Ambiguous by construction: a
   request whose prompt is one token merges into the previous one, and a prompt whose last
@@ -157,13 +158,13 @@ def _tokens(sizes: list[int]) -> tuple[np.ndarray, ...]:
     for n in sizes:
         if last is None or (n > 1 and last == DECODE):
             r, s, p, ph = r + 1, 0, 0, PREFILL
-        elif n > 1:  # after a prefill pass: its next ubatch chunk
-            ph = PREFILL
+        elif n > 1:  # after a prefill pass: its next ubatch chunk, a pass of its own
+            ph, s = PREFILL, s + 1
         else:
             ph, s = DECODE, s + 1
         req += [r] * n
         phase += [ph] * n
-        step += [0 if ph == PREFILL else s] * n
+        step += [s] * n
         pos += list(range(p, p + n))
         p, last = p + n, ph
     return tuple(np.asarray(x) for x in (req, phase, step, pos))
@@ -246,7 +247,7 @@ def _lines(arrays: TraceArrays, meta: TraceMeta) -> list[str]:
     starts = ix.token_starts(arrays)
     tok_req = arrays.request_id[starts]
     tok_step = arrays.step[starts]
-    # one pass per (request, step): the prefill tokens of a request together, then each decode step
+    # one pass per (request, step): each prefill chunk of a request, then each decode step
     key = np.stack([tok_req, tok_step], 1)
     cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1), True])
     out = []
@@ -259,7 +260,7 @@ def _lines(arrays: TraceArrays, meta: TraceMeta) -> list[str]:
 
 
 def write_llamacpp_csv(arrays: TraceArrays, meta: TraceMeta, path: Path) -> list[str]:
-    """Write the trace as the moe-trace CSV (one pass per request prefill and per decode step);
+    """Write the trace as the moe-trace CSV (one pass per prefill chunk and per decode step);
     returns what the format dropped."""
     lines = _lines(arrays, meta)
 

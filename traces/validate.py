@@ -155,10 +155,13 @@ def _check_keys(a: TraceArrays, meta: TraceMeta, file: str) -> None:
         bad = (ph != 0) & (ph != 1)
         if bad.any():
             raise TraceError(file, "phase must be 0 (prefill) or 1 (decode)", row=lo + _first(bad), field="phase")
-        bad = ((ph == 0) & (st != 0)) | ((ph == 1) & (st < 1))
+        bad = (ph == 1) & (st < 1)
         if bad.any():
             raise TraceError(
-                file, "prefill rows have step 0 and decode rows step >= 1", row=lo + _first(bad), field="step"
+                file,
+                "decode rows have step >= 1 (prefill chunks take steps from 0, decode steps follow them)",
+                row=lo + _first(bad),
+                field="step",
             )
         for name in ("request_id", "position"):
             col = getattr(a, name)[lo:hi]
@@ -180,6 +183,18 @@ def _check_keys(a: TraceArrays, meta: TraceMeta, file: str) -> None:
                 row=s + 1 + _first(~ok),
                 field="layer",
                 fix="write through traces.io, which sorts rows",
+            )
+        # a request's prefill passes (its prompt's chunks) come before its decode passes, and a pass has one phase
+        dph = np.subtract(a.phase[s + 1 : hi], a.phase[s : hi - 1], dtype=np.int64)
+        bad = (dr == 0) & ((dph < 0) | ((ds == 0) & (dph != 0)))
+        if bad.any():
+            row = s + 1 + _first(bad)
+            raise TraceError(
+                file,
+                f"request {a.request_id[row]} has a prefill row after a decode row, or a step with both phases",
+                row=row,
+                field="phase",
+                fix="prefill chunks take steps 0..c-1 and decode steps come after them",
             )
         new_tok[s + 1 : hi] = (dr != 0) | (ds != 0) | (dp != 0)
     starts = np.flatnonzero(new_tok)

@@ -42,7 +42,9 @@ from hobbit.sim.decide import (
     DecisionTables,
     NotKept,
     Placement,
+    cache_slots,
     layer_bytes,
+    layer_regions,
     log_dtype,
     tables_from_steps,
 )
@@ -313,10 +315,22 @@ def _fld_table(w_fld: float, num_layers: int) -> np.ndarray:
     return w_fld * (1.0 - ((x[None, :] - x[:, None] + num_layers) % num_layers) / num_layers)
 
 
+def region_offsets(slots: Any, num_layers: int, per_layer: bool) -> np.ndarray:
+    """The pools' regions as the compiled walk takes them (``walk._region``), [2, L + 1] int64: with ``per_layer``,
+    layer l's region of pool p is slots ``roff[p, l]`` .. ``roff[p, l + 1]`` - 1 (``decide.layer_regions``); without,
+    ``roff[p, L]`` is the pool's slots, every other entry 0 (a copy of any layer may take any slot)."""
+    roff = np.zeros((2, num_layers + 1), np.int64)
+    if per_layer:
+        roff[:, 1:] = np.cumsum(layer_regions(slots, num_layers), axis=1)
+    else:
+        roff[:, num_layers] = cache_slots(slots)
+    return roff
+
+
 def _walk_inputs(
     wl: Workload,
     system: SystemConfig,
-    slots: tuple[int, int],
+    slots: Any,
     expert_bytes: Any,
     placement: Placement | None,
     cpu_faster: Callable[[int, int], bool] | None,
@@ -387,10 +401,11 @@ def _walk_inputs(
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
+    roff = region_offsets(slots, L, bool(ev.per_layer))
     state_args = (
         L,
         E,
-        np.array(slots, np.int64),
+        roff,
         bool(ev.per_layer),
         policy,
         int(pf.staging_slots),
@@ -412,7 +427,7 @@ def _walk_inputs(
         np.asarray(wl.token_in_request, np.int64),
         resident,
         cpu_layer,
-        np.array(slots, np.int64),
+        bool(ev.per_layer and ev.wide_step == "bypass"),
         bool(ev.per_layer),
         policy,
         wts,
@@ -442,7 +457,8 @@ def _walk_inputs(
         float(system.split_threshold),
         int(system.split_max_fetch),
         per_expert,
-        layer_bytes(expert_bytes, wl.num_layers),  # [L, 2]: a copy charges its layer's bytes
+        frozen(layer_bytes(expert_bytes, wl.num_layers)),  # [L, 2]: a copy charges its layer's bytes (read-only
+        # whatever it was given as: one compiled walk)
     )
     if bound_inputs is None:
         bnd = (False, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), False, np.zeros(1))
@@ -455,7 +471,7 @@ def _decisions(
     st: np.ndarray,
     served: np.ndarray,
     mass: np.ndarray,
-    slots: tuple[int, int],
+    slots: Any,
     system: SystemConfig,
     steps,
     tables: DecisionTables | None,
@@ -471,7 +487,7 @@ def _decisions(
         bytes_requested=int(st[walk.BYTES]),
         mass=mass,
         evictions=int(st[walk.EVICTIONS]),
-        slots=(int(slots[HIGH]), int(slots[LOW])),
+        slots=cache_slots(slots),
         staging=int(pf.staging_slots) if prefetching else 0,
         prefetch_dropped=int(st[walk.DROPPED]),
         tables=tables,
@@ -482,7 +498,7 @@ def _decisions(
 def decide(
     wl: Workload,
     system: SystemConfig,
-    slots: tuple[int, int],
+    slots: Any,
     expert_bytes: Any,
     placement: Placement | None = None,
     cpu_faster: Callable[[int, int], bool] | None = None,
@@ -523,7 +539,7 @@ def decide(
 def decide_or_refer(
     wl: Workload,
     system: SystemConfig,
-    slots: tuple[int, int],
+    slots: Any,
     expert_bytes: Any,
     placement: Placement | None = None,
     keep_log: bool = False,
@@ -649,7 +665,7 @@ CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many s
 def stream(
     wl: Workload,
     system: SystemConfig,
-    slots: tuple[int, int],
+    slots: Any,
     expert_bytes: Any,
     cost: CostModel,
     demand_first: bool = True,

@@ -5,8 +5,8 @@ differential tests in tests/test_fast.py hold it to that) for the eviction polic
 ``POLICIES`` (every registered one: those that score slots, MoE-Infinity's priority, SIEVE,
 LFRU, S3-FIFO, ARC, LIRS) and every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle,
 MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, skips, staging
-slots, per-layer pools, resident and CPU placements, cpu_misses (never, always, faster, split)
-and cpu_insert.
+slots, per-layer pools (regions of any sizes, ``roff``; wide steps kept or bypassed, ``cache.wide_step``),
+resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert.
 
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
@@ -127,12 +127,13 @@ def _grow(a, need):
     return b
 
 
-@njit(cache=True)
-def _region(size, per_layer, num_layers, key_layer):
+@njit(cache=True, inline="always")
+def _region(roff, pr, per_layer, key_layer):
+    """The slots ``r0:r1`` a copy of layer ``key_layer`` may take in pool ``pr``: the pool, or with ``per_layer`` its
+    layer's region (``roff``: [2, L + 1] region offsets, ``fast.region_offsets``; regions may differ in size)."""
     if not per_layer:
-        return 0, size
-    per = size // num_layers
-    return key_layer * per, (key_layer + 1) * per
+        return 0, roff[pr, roff.shape[1] - 1]
+    return roff[pr, key_layer], roff[pr, key_layer + 1]
 
 
 @njit(cache=True)
@@ -457,10 +458,10 @@ def _bel_push(bel, fut_off, fut_steps, cur, pool, pr, g, r0, slot, key):
 
 
 @njit(cache=True, _nrt=False)
-def _bel_admit(bel, fut_off, fut_steps, cur, pool, size, per_layer, pr, layer, e, slot, num_layers, num_experts):
+def _bel_admit(bel, fut_off, fut_steps, cur, pool, roff, per_layer, pr, layer, e, slot, num_layers, num_experts):
     """A copy of expert ``e`` of ``layer`` took ``slot`` (a free slot, or its region's heap root, the victim): its next
     use and its place in the heap, or out of it while it is pinned."""
-    g, r0 = layer if per_layer else 0, _region(size[pr], per_layer, num_layers, layer)[0]
+    g, r0 = layer if per_layer else 0, _region(roff, pr, per_layer, layer)[0]
     i, n = bel[BH_POS, pr, slot], bel[BH_N, pr, g]
     if i < 0:
         if not pool[pr, slot, PINNED]:
@@ -481,10 +482,10 @@ def _bel_admit(bel, fut_off, fut_steps, cur, pool, size, per_layer, pr, layer, e
 
 
 @njit(cache=True, _nrt=False)
-def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, size, per_layer, step):
+def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, roff, per_layer, step):
     """At the start of ``step``: the keys the step before selected (its tokens ``t0:t1`` at ``layer``) move their
     cursors to their next use; each copy of one in a heap moves up (it is needed later than it was)."""
-    L, E = index.shape[1], index.shape[2]
+    E = index.shape[2]
     for t in range(t0, t1):
         for k in range(ids.shape[2]):
             e = ids[t, layer, k]
@@ -498,7 +499,7 @@ def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, s
                 s = index[pr, layer, e]
                 if s >= 0 and bel[BH_POS, pr, s] >= 0:
                     bel[BH_NU, pr, s] = nu
-                    _bel_up(bel, pool, pr, _region(size[pr], per_layer, L, layer)[0], bel[BH_POS, pr, s])
+                    _bel_up(bel, pool, pr, _region(roff, pr, per_layer, layer)[0], bel[BH_POS, pr, s])
 
 
 @njit(cache=True)
@@ -1408,17 +1409,17 @@ def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
 
 
 @njit(cache=True, _nrt=False)
-def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, per_layer, policy, w):
+def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, per_layer, policy, w):
     """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's, FIFO's and MRU's lists, SIEVE,
     LFRU, S3-FIFO, ARC, LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss
     hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
     state tuple ``gp`` and ``rare`` never pass through the inlined admit path (each array an inlined call takes
     is counted up and down)."""
-    num_layers, num_experts = index.shape[1], index.shape[2]
-    if size[pr] == 0:
+    num_experts = index.shape[2]
+    r0, r1 = _region(roff, pr, per_layer, layer)
+    if r1 == r0:  # no slot at all (the pool, or the layer's region): the policy hears nothing
         return -1
     g = layer if per_layer else 0
-    r0, r1 = _region(size[pr], per_layer, num_layers, layer)
     if policy == S3FIFO:
         _s3_on_miss(gp, pr, g, layer * num_experts + e)
     elif policy == ARC:
@@ -1429,7 +1430,7 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
         for s in range(r0, r1):
             if pool[pr, s, LAYER] < 0:
                 return -1
-    elif nfree[pr] < size[pr]:
+    elif nfree[pr] < r1:
         return -1
     if _listed(policy):
         return _lru_evict(gp, pool, pr, g, policy)
@@ -1445,10 +1446,10 @@ def _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, pr, layer_now, 
 
 
 @njit(cache=True, _nrt=False)
-def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
+def _post_admit(gp, pool, roff, index, pr, layer, slot, per_layer, policy, w):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
     g = layer if per_layer else 0
-    r0, r1 = _region(size[pr], per_layer, index.shape[1], layer)
+    r0, r1 = _region(roff, pr, per_layer, layer)
     if policy == SIEVE or policy == LFRU or _listed(policy):
         _on_insert(gp, pool, policy, pr, g, slot)
     elif policy == S3FIFO:
@@ -1462,7 +1463,7 @@ def _post_admit(gp, pool, size, index, pr, layer, slot, per_layer, policy, w):
 @njit(cache=True, inline="always")
 def _admit(
     pool,
-    size,
+    roff,
     nfree,
     index,
     rec,
@@ -1494,17 +1495,17 @@ def _admit(
     that were a fifth of the walk's time on a 512-expert model. A call inlined this way takes at most 30
     arguments (CPython passes more as ``*args``, which numba cannot inline)."""
     num_layers, num_experts = index.shape[1], index.shape[2]
-    if size[pr] == 0:
+    r0, r1 = _region(roff, pr, per_layer, layer)
+    if r1 == r0:  # no slot at all (the pool, or the layer's region)
         return -1, -1
     st[CLOCK] += 1
-    r0, r1 = _region(size[pr], per_layer, num_layers, layer)
     slot, victim = -1, -1
     if per_layer:
         for s in range(r0, r1):
             if pool[pr, s, LAYER] < 0:
                 slot = s
                 break
-    elif nfree[pr] < size[pr]:
+    elif nfree[pr] < r1:
         slot = nfree[pr]
         nfree[pr] += 1
     if slot < 0:
@@ -1561,7 +1562,7 @@ def _admit(
 @njit(cache=True, inline="always")
 def _admit_used(
     pool,
-    size,
+    roff,
     nfree,
     index,
     rec,
@@ -1592,7 +1593,7 @@ def _admit_used(
     kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
     slot, victim = _admit(
         pool,
-        size,
+        roff,
         nfree,
         index,
         rec,
@@ -1637,7 +1638,7 @@ def _admit_used(
 @njit(cache=True, inline="always")
 def _copy_ahead(
     pool,
-    size,
+    roff,
     nfree,
     index,
     rec,
@@ -1671,7 +1672,7 @@ def _copy_ahead(
     counts the copy's bytes."""
     slot, victim = _admit(
         pool,
-        size,
+        roff,
         nfree,
         index,
         rec,
@@ -1892,7 +1893,7 @@ def _split_makespan(device, cpu, n, use_cpu):
 def walk_state(
     num_layers,
     num_experts,
-    slots,
+    roff,
     per_layer,
     policy,
     staging,
@@ -1903,12 +1904,11 @@ def walk_state(
 ):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
-    one that ended at ``p0``: the same decisions as one walk over both ranges."""
+    one that ended at ``p0``: the same decisions as one walk over both ranges. ``roff``: the pools' regions
+    ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``."""
     L, E = num_layers, num_experts
-    size = np.zeros(2, np.int64)
-    size[0], size[1] = slots[0], slots[1]
-    if per_layer:
-        size[0], size[1] = slots[0] // L * L, slots[1] // L * L
+    roff = roff.copy()  # the walk's own (``walk`` reads the state's)
+    size = roff[:, L].copy()
     # a slot's fields side by side; a pool's copies take its slots in order while it has free ones, one per (layer,
     # expert) at most: L * E rows hold them all, whatever the memory (a region of a per-layer pool has its place)
     rows = max(size[0], size[1], 1) if per_layer else max(min(max(size[0], size[1]), L * E), 1)
@@ -1937,7 +1937,10 @@ def walk_state(
     gK = L * E if policy == S3FIFO or policy == ARC else 1
     cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots (ARC's and LIRS's capacity)
     for pr in range(2):
-        cap[pr] = size[pr] // L if per_layer else size[pr]
+        if per_layer:
+            cap[pr] = roff[pr, 1:] - roff[pr, :L]
+        else:
+            cap[pr] = size[pr]
     lk = np.zeros((N_LK, 2, L * E if policy == LIRS else 1), np.int64)
     lk[SLOT_OF] = -1
     n_ve = max(victim_entries, 1) if policy == LIRS else 1  # victims' entries per pool
@@ -1990,7 +1993,7 @@ def walk_state(
     )
     return (
         pool,
-        size,
+        roff,
         nfree,
         eam_match,
         g_on,
@@ -2025,7 +2028,7 @@ def walk_state(
 
 STATE = (
     "pool",
-    "size",
+    "roff",
     "nfree",
     "eam_match",
     "g_on",
@@ -2075,7 +2078,7 @@ def walk(
     token_in_request,
     resident,
     cpu_layer,
-    slots,
+    wide_bypass,
     per_layer,
     policy,
     w,
@@ -2119,7 +2122,9 @@ def walk(
 ):
     """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables (views
     of the buffers, which the next walk with this state overwrites), the counters, the pins' table and the buffers
-    (grown, they replace ``state``'s).
+    (grown, they replace ``state``'s). ``wide_bypass`` (``cache.wide_step=bypass``, per-layer pools): a step that
+    selects more distinct experts than its layer's region of a pool has slots keeps none of its misses there (no
+    demand load's copy, nor a copy behind the CPU; prefetches, staged ones included, as ever: ``sim.decide``).
 
     With ``bnd_on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: its tables
     ``bnd_dense``, ``bnd_other``, ``bnd_min``, ``bnd_cpu`` and ``bnd_uses_cpu``) into ``bnd_out[p]``, from the
@@ -2131,7 +2136,7 @@ def walk(
     D = min(pred.shape[2], max_depth)
     (
         pool,
-        size,
+        roff,
         nfree,
         eam_match,
         g_on,
@@ -2212,10 +2217,10 @@ def walk(
     nl = ng = nc = nx = nv = nk = 0
     # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
     # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``tabs``, ``pins_own``)
-    owners = (pool, size, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_key, served, mass, row, rc, rm)
-    pool, size, nfree, index, rec, st = (
+    owners = (pool, roff, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_key, served, mass, row, rc, rm)
+    pool, roff, nfree, index, rec, st = (
         _borrowed(pool),
-        _borrowed(size),
+        _borrowed(roff),
         _borrowed(nfree),
         _borrowed(index),
         _borrowed(rec),
@@ -2240,7 +2245,7 @@ def walk(
         if p > 0 and pass_request[p] != pass_request[p - 1]:
             rec[:] = 0
             for pr in range(2):  # the slots taken so far (the others hold no record)
-                for s in range(size[pr] if per_layer else nfree[pr]):
+                for s in range(roff[pr, L] if per_layer else nfree[pr]):
                     pool[pr, s, LAST_USE] = 0
                     pool[pr, s, USES] = 0
                     pool[pr, s, HIGH_USES] = 0
@@ -2277,7 +2282,7 @@ def walk(
                     pass_start[q],
                     pass_end[q],
                     (i - 1) % L,
-                    size,
+                    roff,
                     per_layer,
                     i,
                 )
@@ -2329,6 +2334,10 @@ def walk(
                     if need_c[e] != SKIP:
                         need_c[e] = HIGH
             st[INSERTS] = 0
+            # wide_step=bypass: a step that selects more experts than its layer's region of a pool has slots keeps
+            # none of its misses there (``Decider.run``)
+            by_h = wide_bypass and n_need > roff[HIGH, layer + 1] - roff[HIGH, layer]
+            by_l = wide_bypass and n_need > roff[LOW, layer + 1] - roff[LOW, layer]
             # ---- FreeToken's split
             if cpu_misses == CM_SPLIT:
                 nm, maxn = 0, 0
@@ -2407,7 +2416,7 @@ def walk(
                                 bel_b,
                                 pool,
                                 hp,
-                                _region(size[hp], per_layer, L, layer)[0],
+                                _region(roff, hp, per_layer, layer)[0],
                                 bel_b[BH_N, hp, layer if per_layer else 0],
                                 bel_b[BH_POS, hp, slot],
                             )
@@ -2457,24 +2466,26 @@ def walk(
                             mode = 1
                         elif cpu_misses == CM_FASTER:
                             if per_layer:
-                                r0, r1 = _region(size[prec], per_layer, L, layer)
+                                r0, r1 = _region(roff, prec, per_layer, layer)
                                 for s in range(r0, r1):
                                     if pool[prec, s, LAYER] < 0:
                                         mode = 2
                                         break
-                            elif nfree[prec] < size[prec]:
+                            elif nfree[prec] < roff[prec, L]:
                                 mode = 2
+                        if mode and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
+                            mode = 0
                         if mode:  # _copy_ahead, not pinned
                             ch = (
                                 _pre_admit(
-                                    gp, rare, pool, size, nfree, index, st, layer, e, prec, layer, per_layer, policy, w
+                                    gp, rare, pool, roff, nfree, index, st, layer, e, prec, layer, per_layer, policy, w
                                 )
                                 if policy >= BELADY or _listed(policy)
                                 else -1
                             )
                             slot, nl, nv, nk = _copy_ahead(
                                 pool,
-                                size,
+                                roff,
                                 nfree,
                                 index,
                                 rec,
@@ -2504,9 +2515,9 @@ def walk(
                                 nk,
                             )
                             if slot >= 0 and (policy >= SIEVE or _listed(policy)):
-                                _post_admit(gp, pool, size, index, prec, layer, slot, per_layer, policy, w)
+                                _post_admit(gp, pool, roff, index, prec, layer, slot, per_layer, policy, w)
                             elif slot >= 0 and policy == BELADY:
-                                _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, prec, layer, e, slot, L, E)
+                                _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
                             if slot >= 0:
                                 st[BYTES] += expert_bytes[layer, prec]
                             if slot >= 0 and mode == 1:
@@ -2523,16 +2534,20 @@ def walk(
                         served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
-                        got, a_tid = prec, tid
+                        got = prec
+                        if by_l if prec == LOW else by_h:  # a wide step's miss: used once, not kept
+                            _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, prec, token)
+                        else:
+                            a_tid = tid
                 if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
                     ch = (
-                        _pre_admit(gp, rare, pool, size, nfree, index, st, layer, e, got, layer, per_layer, policy, w)
+                        _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, got, layer, per_layer, policy, w)
                         if policy >= BELADY or _listed(policy)
                         else -1
                     )
                     slot, nv, nk = _admit_used(
                         pool,
-                        size,
+                        roff,
                         nfree,
                         index,
                         rec,
@@ -2560,9 +2575,9 @@ def walk(
                         nk,
                     )
                     if slot >= 0 and (policy >= SIEVE or _listed(policy)):
-                        _post_admit(gp, pool, size, index, got, layer, slot, per_layer, policy, w)
+                        _post_admit(gp, pool, roff, index, got, layer, slot, per_layer, policy, w)
                     elif slot >= 0 and policy == BELADY:
-                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, got, layer, e, slot, L, E)
+                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, got, layer, e, slot, L, E)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
             eam_fresh[layer] = False  # its counts changed: _best_match works its cosines out again
@@ -2595,7 +2610,7 @@ def walk(
                                 pool,
                                 pr,
                                 pl if per_layer else 0,
-                                _region(size[pr], per_layer, L, pl)[0],
+                                _region(roff, pr, per_layer, pl)[0],
                                 s,
                                 pl * E + pe,
                             )
@@ -2740,13 +2755,13 @@ def walk(
                     n_stg += 1
                 else:
                     ch = (
-                        _pre_admit(gp, rare, pool, size, nfree, index, st, tl, te, prec, layer, per_layer, policy, w)
+                        _pre_admit(gp, rare, pool, roff, nfree, index, st, tl, te, prec, layer, per_layer, policy, w)
                         if policy >= BELADY or _listed(policy)
                         else -1
                     )
                     slot, nl, nv, nk = _copy_ahead(
                         pool,
-                        size,
+                        roff,
                         nfree,
                         index,
                         rec,
@@ -2776,9 +2791,9 @@ def walk(
                         nk,
                     )
                     if slot >= 0 and (policy >= SIEVE or _listed(policy)):
-                        _post_admit(gp, pool, size, index, prec, tl, slot, per_layer, policy, w)
+                        _post_admit(gp, pool, roff, index, prec, tl, slot, per_layer, policy, w)
                     elif slot >= 0 and policy == BELADY:
-                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, size, per_layer, prec, tl, te, slot, L, E)
+                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, tl, te, slot, L, E)
                     if slot < 0:
                         st[DROPPED] += 1
                         continue

@@ -4,7 +4,12 @@ Pools are sized in slots (bytes / expert bytes at the pool's precision) and kept
 arrays, one entry per slot, so that an eviction policy scores a whole pool at once.
 Which slot leaves a full pool is the policy's choice (``to_evict``); evicting is the
 cache's. When a pool (or, per layer, its region) has no slot it may take (none at all, or
-every one pinned), the copy is used once and not kept.
+every one pinned), the copy is used once and not kept; a pool or region of no slots at all
+tells a hooked policy nothing of it.
+
+With ``per_layer`` each pool is split into one region per layer, side by side in layer order: a copy of
+layer l's expert takes only region l. Regions may differ in size (``cache.layer_partition=bytes``: each
+layer the same bytes, in experts of its own size); by default every layer has the pool's slots // L.
 
 Records (paper §3.4: last use R, uses F, high-precision uses H) are kept per (layer, expert)
 for the whole request, whether or not the expert is cached now: they survive eviction, a
@@ -20,24 +25,42 @@ layer's part of it): a miss about to be admitted (``on_miss``), an insertion (``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import accumulate
 from typing import cast
 
 from hobbit.sim.policies.base import HIGH, LOW, CacheView, EvictionPolicy, Hooked, Key, Pool
 
 
 class ExpertCache:
-    """Two pools of expert copies; ``per_layer`` splits each pool evenly across layers."""
+    """Two pools of expert copies; ``per_layer`` splits each pool across layers (``regions``)."""
 
     def __init__(
-        self, high_slots: int, low_slots: int, policy: EvictionPolicy, num_layers: int, per_layer: bool = False
+        self,
+        high_slots: int,
+        low_slots: int,
+        policy: EvictionPolicy,
+        num_layers: int,
+        per_layer: bool = False,
+        regions: Sequence[Sequence[int]] | None = None,
     ) -> None:
+        """``regions`` (with ``per_layer``): each pool's slots in each layer, [2][L] (the pools are then their sums);
+        None: every layer ``high_slots // num_layers`` and ``low_slots // num_layers`` (the rest unused)."""
         self.policy = policy
         # the policy again, typed for its hooks, when it keeps its own order (``hooked``); None otherwise
         self.hooks: Hooked | None = cast(Hooked, policy) if getattr(policy, "hooked", False) else None
         self.num_layers = num_layers
         self.per_layer = per_layer
         if per_layer:
-            high_slots, low_slots = high_slots // num_layers * num_layers, low_slots // num_layers * num_layers
+            if regions is None:
+                regions = ([high_slots // num_layers] * num_layers, [low_slots // num_layers] * num_layers)
+            if any(len(r) != num_layers or min(r, default=0) < 0 for r in regions):
+                raise ValueError(f"regions: a count >= 0 per layer of each pool ({num_layers} layers), got {regions}")
+            # region of layer l in pool p: slots offsets[p][l] .. offsets[p][l + 1] - 1
+            self.offsets = tuple(tuple(accumulate((int(n) for n in r), initial=0)) for r in regions)
+            high_slots, low_slots = self.offsets[HIGH][-1], self.offsets[LOW][-1]
+        else:
+            self.offsets = ((0, high_slots), (0, low_slots))
         self.pools = (Pool(high_slots, HIGH), Pool(low_slots, LOW))
         self.index: tuple[dict[Key, int], dict[Key, int]] = ({}, {})  # key -> slot, per pool
         self.free = (list(range(high_slots - 1, -1, -1)), list(range(low_slots - 1, -1, -1)))  # empty slots
@@ -65,8 +88,7 @@ class ExpertCache:
         """Whether a copy of ``layer`` would find an empty slot in the pool (no eviction)."""
         p = self.pools[precision]
         if self.per_layer:
-            per = p.size // self.num_layers
-            return any(p.layer[s] < 0 for s in range(layer * per, (layer + 1) * per))
+            return any(p.layer[s] < 0 for s in self.region(p, layer))
         return bool(self.free[precision])
 
     def contains(self, key: Key) -> bool:
@@ -99,8 +121,12 @@ class ExpertCache:
         """The slots a copy of layer ``key_layer`` may take: the pool, or with ``per_layer`` its layer's part."""
         if not self.per_layer:
             return range(p.size)
-        per = p.size // self.num_layers
-        return range(key_layer * per, (key_layer + 1) * per)
+        off = self.offsets[p.precision]
+        return range(off[key_layer], off[key_layer + 1])
+
+    def region_slots(self, precision: int, layer: int) -> int:
+        """How many slots a copy of ``layer`` may take in pool ``precision`` (its region's, or the pool's)."""
+        return len(self.region(self.pools[precision], layer))
 
     def use(self, pool: int, slot: int, token: int, hit: bool = True) -> None:
         """A cached copy served a use by the request's token number ``token``, recorded (``note_use``);
@@ -135,7 +161,7 @@ class ExpertCache:
         """Insert a copy (``pinned``: until ``unpin``); returns (its slot or -1 if it is not kept, the
         evicted key or None)."""
         p = self.pools[precision]
-        if p.size == 0:
+        if p.size == 0 or (self.per_layer and not self.region(p, key[0])):  # no slot at all: nothing to tell
             return -1, None
         self.clock += 1
         if self.hooks is not None:

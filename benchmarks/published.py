@@ -1,0 +1,124 @@
+"""Predict every published measurement of a CSV and compare: prefill and decode tokens/s, and same-machine ratios.
+
+    python benchmarks/published.py [--csv FILE] [--rows 1,2,8] [--locality typical] [--seed 0]
+
+Each row (benchmarks/published/development.csv by default; any file with its columns) is read from its free text by
+``hobbit.published`` (model, file format, runtime and flags, machine, prompt) and predicted by ``hobbit.plan`` on
+synthetic routing (no trace of these models ships with the project). Prints one line per row (measured, predicted,
+error, what was assumed), the rows that could not be read or are not modelled and why, the error of every ratio of two
+settings on one machine, and ends with
+
+    published decode_mape=<f> prefill_mape=<f> ratio_mape=<f> rows=<n>
+
+over the rows that were predicted (``ratio_mape``: decode ratios). ``memory-stated`` repeats the MAPEs over the rows
+whose source states the machine's memory configuration (type, speed and channels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import time
+from pathlib import Path
+
+from hobbit.plan import predict_setting
+from hobbit.published import read_settings
+from hobbit.sim.config import ConfigError
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CSV = HERE / "published" / "development.csv"
+
+
+def _ape(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or meas is None or not meas or math.isnan(pred):
+        return None
+    return abs(pred - meas) / meas
+
+
+def _mape(errors: list[float | None]) -> float:
+    got = [e for e in errors if e is not None]
+    return sum(got) / len(got) if got else float("nan")
+
+
+def _memory_stated(setting) -> bool:
+    """Whether the source states the RAM's type, speed and channels (nothing about RAM assumed)."""
+    ram = setting.hardware.get("ram", "") + setting.hardware.get("ram_gbps", "")
+    stated = "ram_gbps" in setting.hardware or ("ddr" in ram.lower() and "x" in ram.split(":")[-1])
+    return stated and not any("RAM" in a or "DDR" in a for a in setting.assumed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="a file with the development set's columns")
+    ap.add_argument("--rows", default="", help="only these row ids, comma-separated")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    settings, failed = read_settings(args.csv)
+    if args.rows:
+        keep = set(args.rows.split(","))
+        settings = [s for s in settings if s.row in keep]
+        failed = [f for f in failed if f[0] in keep]
+    print(f"# {args.csv}: {len(settings)} rows read, {len(failed)} not read")
+    print("| row | machine | model | runtime | flags | pp meas | pp pred | pp err | tg meas | tg pred | tg err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    done: list[tuple] = []
+    skipped: list[tuple[str, str]] = list(failed)
+    t0 = time.perf_counter()
+    for s in settings:
+        if s.unmodelled:
+            skipped.append((s.row, s.unmodelled))
+            continue
+        try:
+            p = predict_setting(s, seed=args.seed)
+        except ConfigError as exc:
+            skipped.append((s.row, f"the simulator refused it: {exc}"))
+            continue
+        pe, te = _ape(p.prefill_tok_s, s.pp_tok_s), _ape(p.decode_tok_s, s.tg_tok_s)
+        done.append((s, p, pe, te))
+        fmt = lambda v: "" if v is None else f"{v:.3g}"
+        pct = lambda v: "" if v is None else f"{v:.0%}"
+        print(
+            f"| {s.row} | {s.machine} | {s.model} {s.weights} | {s.runtime or s.system} | `{s.flags}` | "
+            f"{fmt(s.pp_tok_s)} | {fmt(p.prefill_tok_s)} | {pct(pe)} | {fmt(s.tg_tok_s)} | {fmt(p.decode_tok_s)} | "
+            f"{pct(te)} |"
+        )
+        sys.stdout.flush()
+    print(f"\n{len(done)} rows predicted in {time.perf_counter() - t0:.0f} s")
+    if skipped:
+        print("\nNot predicted:")
+        for row, why in skipped:
+            print(f"- row {row}: {why}")
+    assumed = [(s.row, a) for s, *_ in done for a in s.assumed]
+    if assumed:
+        print("\nAssumed (the source does not say):")
+        for row, a in assumed:
+            print(f"- row {row}: {a}")
+    ratios: list[float | None] = []
+    print("\nSame-machine decode ratios (measured / predicted):")
+    by_machine: dict[str, list[tuple]] = {}
+    for d in done:
+        by_machine.setdefault(d[0].machine, []).append(d)
+    for machine, rows in by_machine.items():
+        for (a, pa, *_), (b, pb, *_) in itertools.combinations(rows, 2):
+            if not (a.tg_tok_s and b.tg_tok_s):
+                continue
+            meas, pred = a.tg_tok_s / b.tg_tok_s, pa.decode_tok_s / pb.decode_tok_s
+            err = _ape(pred, meas)
+            ratios.append(err)
+            print(f"- {machine} row {a.row} / row {b.row}: measured {meas:.2f}, predicted {pred:.2f} ({err:.0%})")
+    stated = [d for d in done if _memory_stated(d[0])]
+    print(
+        f"\nmemory-stated rows={len(stated)} decode_mape={_mape([d[3] for d in stated]):.3f} "
+        f"prefill_mape={_mape([d[2] for d in stated]):.3f}"
+    )
+    print(
+        f"published decode_mape={_mape([d[3] for d in done]):.3f} prefill_mape={_mape([d[2] for d in done]):.3f} "
+        f"ratio_mape={_mape(ratios):.3f} rows={len(done)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Predicted prefill and decode speed of a runtime's setting on a machine, from synthetic routing when there is no trace.
+
+``predict(model, hardware, system, prompt=, gen=, context=)`` runs the simulator on routing drawn for the model's
+topology (``synthetic_trace``: ``traces.synthetic`` at a locality of conf/routing.yaml, written once per shape to the
+system's temporary directory) and returns a :class:`Prediction`: prefill tokens/s over the prompt, decode tokens/s
+at the context, the memory the setting takes, and what the run's time went to. ``predict_setting`` does the same for
+a published measurement read by ``hobbit.published`` (its model, format, runtime flags and machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hobbit.api import configure, read_trace, simulate_config
+from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
+from hobbit.sim.machine import hardware_config
+from hobbit.traces import io as trace_io
+from hobbit.traces.synthetic import SyntheticConfig, generate
+
+DECODE_TOKENS = 32  # decode passes timed per request: enough for the cache to settle, few enough to stay quick
+REQUESTS = 2  # requests of a synthetic trace: the second finds the cache as the first left it
+DEFAULT_PROMPT = 512  # llama-bench's pp512, when a measurement or a question gives no prompt length
+LOCALITY = "typical"  # the routing preset a prediction is made at; "low" and "high" bound its range
+
+
+@functools.cache
+def routing_presets() -> dict[str, dict[str, float]]:
+    """conf/routing.yaml's locality presets (low, typical, high): SyntheticConfig knobs fitted to real traces
+    (``benchmarks/routing_fit.py``, ``hobbit.traces.locality``), each of one trace, cited there."""
+    text = (resources.files("hobbit.conf") / "routing.yaml").read_text()
+    presets = yaml.safe_load(text)["presets"]
+    return {name: {k: float(v) for k, v in p.items() if k != "trace"} for name, p in presets.items()}
+
+
+def locality_knobs(locality: str | dict[str, float] | None) -> dict[str, float]:
+    """SyntheticConfig knobs of a preset name of conf/routing.yaml, or the knobs as given (None: ``LOCALITY``)."""
+    if isinstance(locality, dict):
+        return locality
+    name = locality or LOCALITY
+    presets = routing_presets()
+    if name not in presets:
+        raise ValueError(f"locality={name} is not a preset of conf/routing.yaml ({', '.join(presets)})")
+    return presets[name]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a setting is predicted to do."""
+
+    prefill_tok_s: float
+    """Prompt tokens per second over the prompt (its passes summed)."""
+    decode_tok_s: float
+    """Decode tokens per second at the context."""
+    prompt: int
+    """Prompt tokens the prefill figure is over."""
+    context: int
+    """Tokens in the KV cache before the prompt."""
+    summary: dict[str, Any] = field(repr=False)
+    """The run's results.json summary (memory, placement, flags, served mix)."""
+
+
+def synthetic_trace(model: ModelConfig, prompt: int, decode: int, locality: dict[str, float], seed: int = 0) -> Path:
+    """A synthetic trace of ``model``'s topology: ``REQUESTS`` requests of ``prompt`` prompt tokens and ``decode``
+    decode tokens, routing drawn at ``locality`` (SyntheticConfig's zipf, reuse, cross_layer), written once per shape
+    to a folder of the system's temporary directory. No lookahead predictions: a system that prefetches fills them
+    by its fallback (``system.prefetch.fallback``)."""
+    knobs = "-".join(f"{k}{v:g}" for k, v in sorted(locality.items()))
+    folder = Path(tempfile.gettempdir()) / "hobbit-synthetic"
+    name = f"synthetic-{model.name}"
+    path = folder / (
+        f"{name}-L{model.num_layers}-E{model.num_experts}-k{model.top_k}-p{prompt}-d{decode}-r{REQUESTS}"
+        f"-{knobs}-s{seed}.parquet"
+    )
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        cfg = SyntheticConfig(
+            name=name,
+            num_layers=model.num_layers,
+            num_experts=model.num_experts,
+            top_k=model.top_k,
+            requests=REQUESTS,
+            prompt_tokens=max(prompt, 1),
+            decode_tokens=decode,
+            lookahead_depth=0,
+            seed=seed,
+            **locality,
+        )
+        trace_io.write_trace(path, *generate(cfg))
+    return path
+
+
+def predict(
+    model: str | ModelConfig,
+    hardware: str | HardwareConfig,
+    system: str | SystemConfig,
+    *,
+    prompt: int = DEFAULT_PROMPT,
+    decode: int = DECODE_TOKENS,
+    context: int = 0,
+    locality: str | dict[str, float] | None = None,
+    seed: int = 0,
+    trace: str | Path | None = None,
+    **knobs: Any,
+) -> Prediction:
+    """Prefill and decode speed of ``system`` running ``model`` on ``hardware`` (names or typed configs, plus knobs
+    by path as ``hobbit.configure`` takes them): over ``trace`` when given, else synthetic routing at ``locality``
+    with ``prompt`` prompt tokens and ``decode`` decode tokens per
+    request; ``locality``: a preset of conf/routing.yaml (None: ``LOCALITY``) or SyntheticConfig's knobs; ``context``
+    tokens already in the KV cache."""
+    cfg = configure(model, hardware, system, context=context, seed=seed, **knobs)
+    path = trace if trace is not None else synthetic_trace(cfg.model, prompt, decode, locality_knobs(locality), seed)
+    tr = read_trace(path)
+    s = simulate_config(tr, cfg, keep_decisions=False).summary
+    prefill_ms = s["prefill_ms_per_request"]["mean"]
+    prompt_tokens = s["tokens"]["prefill"] / max(s["requests"], 1)
+    decode_ms = s["decode_ms_per_token"]["mean"]
+    return Prediction(
+        prefill_tok_s=prompt_tokens / (prefill_ms / 1000.0) if prefill_ms else float("nan"),
+        decode_tok_s=1000.0 / decode_ms if decode_ms else float("nan"),
+        prompt=round(prompt_tokens),
+        context=context,
+        summary=s,
+    )
+
+
+def setting_system(setting: Any, base: SystemConfig) -> SystemConfig:
+    """``base`` (the setting's conf/system preset) with the setting's weights format, runtime and flags."""
+    return dataclasses.replace(
+        base, weights=setting.weights, runtime=setting.runtime or base.runtime, flags=setting.flags
+    )
+
+
+def predict_setting(setting: Any, locality: str | dict[str, float] | None = None, seed: int = 0) -> Prediction:
+    """``predict`` for a published measurement read by ``hobbit.published.parse_row`` (a ``Setting``)."""
+    hw = hardware_config(**setting.hardware)
+    base = configure(setting.model, hw, setting.system).system
+    return predict(
+        setting.model,
+        hw,
+        setting_system(setting, base),
+        prompt=setting.prompt_tokens or DEFAULT_PROMPT,
+        context=setting.context,
+        locality=locality,
+        seed=seed,
+    )
