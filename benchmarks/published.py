@@ -10,8 +10,18 @@ settings on one machine, and ends with
 
     published decode_mape=<f> prefill_mape=<f> ratio_mape=<f> rows=<n>
 
-over the rows that were predicted (``ratio_mape``: decode ratios). ``memory-stated`` repeats the MAPEs over the rows
-whose source states the machine's memory configuration (type, speed and channels).
+over the rows that were predicted (``ratio_mape``: decode ratios). ``settings-stated`` repeats them over the rows whose
+source states the runtime's offload settings (with the median decode error and how many rows are within 25 %),
+``memory-stated`` over the rows whose source states the machine's memory configuration (type, speed and channels).
+
+    python benchmarks/published.py --fit [--csv FILE]
+
+fits each runtime family's calibration constants (``FIT``: the shares of the GPU's peak bandwidth and FLOPs its
+kernels reach, ``system.gpu_efficiency`` and ``gpu_flops_efficiency``, and its cost of a kernel launch,
+``system.launch_overhead_s``) to the rows of that family
+whose offload settings the source states, by a grid search minimising the mean absolute log error of decode and
+prefill tokens/s together, and prints the best values with every row's residual. The presets carry the values it
+printed, cited as fits (docs/results/published.md).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from hobbit.plan import predict_setting
 from hobbit.published import read_settings
@@ -42,6 +53,14 @@ def _mape(errors: list[float | None]) -> float:
     return sum(got) / len(got) if got else float("nan")
 
 
+def _median(errors: list[float | None]) -> float:
+    got = sorted(e for e in errors if e is not None)
+    if not got:
+        return float("nan")
+    mid = len(got) // 2
+    return got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+
+
 def _memory_stated(setting) -> bool:
     """Whether the source states the RAM's type, speed and channels (nothing about RAM assumed)."""
     ram = setting.hardware.get("ram", "") + setting.hardware.get("ram_gbps", "")
@@ -49,13 +68,83 @@ def _memory_stated(setting) -> bool:
     return stated and not any("RAM" in a or "DDR" in a for a in setting.assumed)
 
 
+# runtime family -> its rows' systems and the grid of each constant fitted to them
+FIT: dict[str, tuple[tuple[str, ...], dict[str, tuple[float, ...]]]] = {
+    "llama.cpp": (
+        ("llama-cpp", "llama-cpp-lru"),
+        {
+            "gpu_efficiency": (0.5, 0.6, 0.7, 0.8, 0.9),
+            "gpu_flops_efficiency": (0.05, 0.1, 0.15, 0.2, 0.3),
+            "launch_overhead_s": (1e-6, 2e-6, 4e-6),
+        },
+    ),
+}
+
+
+def _log_err(pred: float, meas: float | None) -> float | None:
+    if meas is None or not meas or not pred or math.isnan(pred):
+        return None
+    return math.log(pred / meas)
+
+
+def fit_rows(settings, systems: tuple[str, ...]) -> list:
+    """The rows a family's constants are fitted to: its predicted rows whose offload settings the source states
+    (a row whose flags were assumed says nothing about the runtime's kernels)."""
+    return [
+        s
+        for s in settings
+        if not s.unmodelled and s.system in systems and not any("flags not stated" in a for a in s.assumed)
+    ]
+
+
+def fit(settings) -> None:
+    """Grid-search each family's constants over its rows (mean absolute log error of decode and prefill tokens/s
+    together); print the best and every row's residual."""
+    for family, (systems, grid) in FIT.items():
+        rows = fit_rows(settings, systems)
+        if not rows:
+            continue
+        best: tuple[float, dict, list] | None = None
+        names = list(grid)
+        for values in itertools.product(*(grid[n] for n in names)):
+            knobs: dict[str, Any] = dict(zip(names, values))
+            errs, table = [], []
+            for s in rows:
+                try:
+                    p = predict_setting(s, **knobs)
+                except ConfigError:
+                    continue
+                pe, te = _log_err(p.prefill_tok_s, s.pp_tok_s), _log_err(p.decode_tok_s, s.tg_tok_s)
+                errs += [abs(e) for e in (pe, te) if e is not None]
+                table.append((s, p, pe, te))
+            loss = sum(errs) / max(len(errs), 1)
+            if best is None or loss < best[0]:
+                best = (loss, knobs, table)
+        assert best is not None
+        loss, knobs, table = best
+        said = " ".join(f"{k}={v:g}" for k, v in knobs.items())
+        print(f"\n## {family}: {said} (mean |log error| {loss:.3f}, rows {', '.join(s.row for s in rows)})")
+        print("| row | pp meas | pp fit | pp residual | tg meas | tg fit | tg residual |")
+        print("|---|---|---|---|---|---|---|")
+        for s, p, pe, te in table:
+            res = lambda e: "" if e is None else f"{math.exp(e) - 1:+.0%}"
+            print(
+                f"| {s.row} | {s.pp_tok_s or ''} | {p.prefill_tok_s:.3g} | {res(pe)} | {s.tg_tok_s or ''} | "
+                f"{p.decode_tok_s:.3g} | {res(te)} |"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="a file with the development set's columns")
     ap.add_argument("--rows", default="", help="only these row ids, comma-separated")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fit", action="store_true", help="fit each runtime family's calibration constants")
     args = ap.parse_args(argv)
     settings, failed = read_settings(args.csv)
+    if args.fit:
+        fit(settings)
+        return 0
     if args.rows:
         keep = set(args.rows.split(","))
         settings = [s for s in settings if s.row in keep]
@@ -108,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
             err = _ape(pred, meas)
             ratios.append(err)
             print(f"- {machine} row {a.row} / row {b.row}: measured {meas:.2f}, predicted {pred:.2f} ({err:.0%})")
+    flags = [d for d in done if not any("flags not stated" in a for a in d[0].assumed)]
+    within = sum(1 for d in flags if d[3] is not None and d[3] <= 0.25)
+    print(
+        f"\nsettings-stated rows={len(flags)} decode_mape={_mape([d[3] for d in flags]):.3f} "
+        f"decode_median={_median([d[3] for d in flags]):.3f} prefill_mape={_mape([d[2] for d in flags]):.3f} "
+        f"decode_within_25pct={within}"
+    )
     stated = [d for d in done if _memory_stated(d[0])]
     print(
         f"\nmemory-stated rows={len(stated)} decode_mape={_mape([d[3] for d in stated]):.3f} "

@@ -138,14 +138,17 @@ def setting_system(setting: Any, base: SystemConfig) -> SystemConfig:
     )
 
 
-def predict_setting(setting: Any, locality: str | dict[str, float] | None = None, seed: int = 0) -> Prediction:
-    """``predict`` for a published measurement read by ``hobbit.published.parse_row`` (a ``Setting``)."""
+def predict_setting(
+    setting: Any, locality: str | dict[str, float] | None = None, seed: int = 0, **system_knobs: Any
+) -> Prediction:
+    """``predict`` for a published measurement read by ``hobbit.published.parse_row`` (a ``Setting``);
+    ``system_knobs``: SystemConfig fields to set on its preset (a calibration's trial values)."""
     hw = hardware_config(**setting.hardware)
     base = configure(setting.model, hw, setting.system).system
     return predict(
         setting.model,
         hw,
-        setting_system(setting, base),
+        dataclasses.replace(setting_system(setting, base), **system_knobs),
         prompt=setting.prompt_tokens or DEFAULT_PROMPT,
         context=setting.context,
         locality=locality,

@@ -437,6 +437,9 @@ class SystemConfig:
     LIMITS: ClassVar[dict[str, str]] = {
         "n_cpu_moe": ">=-1",
         "cpu_kernel_efficiency": "(0,1]",
+        "gpu_efficiency": "[0,1]",
+        "gpu_flops_efficiency": "[0,1]",
+        "launch_overhead_s": ">=-1",
         "cpu_insert": ">=0",
         "split_threshold": ">=0",
         "split_max_fetch": ">=-1",
@@ -444,6 +447,7 @@ class SystemConfig:
         "gpu_experts": ">=0",
         "kv_bits": ">0",
         "ubatch": ">=0",
+        "offload_min_batch": ">=0",
     }
 
     name: str = "hobbit"
@@ -482,6 +486,17 @@ class SystemConfig:
     CPU's computation of the expert (FreeToken's auto backend: CPU bandwidth over twice the link's)."""
     split_max_fetch: int = -1
     """cpu_misses=split: a cap on the copies per layer and pass (FreeToken's --moe-hybrid-max-fetch); -1: none."""
+    gpu_efficiency: float = 0.0
+    """This runtime's GPU kernels' share of the GPU's peak memory bandwidth, replacing ``hardware.compute_efficiency``
+    (which describes the executor's PyTorch kernels) for work bound by bytes (decoding); 0: the hardware's. The
+    llama.cpp presets' value is a fit to published measurements (docs/results/published.md)."""
+    gpu_flops_efficiency: float = 0.0
+    """This runtime's GPU kernels' share of the GPU's peak FLOPs (work bound by compute: a prompt's passes); 0:
+    ``hardware.compute_efficiency``. The llama.cpp presets' value is a fit (docs/results/published.md)."""
+    launch_overhead_s: float = -1.0
+    """This runtime's cost of one GPU kernel launch, seconds (a runtime that replays CUDA graphs launches for less);
+    -1: ``hardware.kernel_overhead_s``. The llama.cpp presets' value is a fit to published measurements
+    (docs/results/published.md)."""
     cpu_kernel_efficiency: float = 1.0
     """This system's CPU expert kernel relative to the hardware's cpu_* figures, which describe Fiddler's AVX512
     kernel (HOBBIT quotes ~3 ms per Mixtral expert for Fiddler and ~5 ms for llama.cpp)."""
@@ -510,6 +525,13 @@ class SystemConfig:
     """Tokens of KV cache the runtime allocates up front (llama.cpp's -c); 0: what the run's context needs."""
     kv_bits: float = 16.0
     """Bits per KV cache element (llama.cpp's -ctk/-ctv: q8_0 is 8.5)."""
+    offload_min_batch: int = 0
+    """A pass of at least this many tokens computes the experts held in host memory (placement=static's CPU layers,
+    and the misses ``cpu_misses`` would compute there) on the device instead: each distinct one the pass uses is
+    copied over the link and used once, not kept (llama.cpp's op offload: ggml's scheduler moves a matrix product
+    whose weights are in host memory to the GPU at a batch of 32 or more, copying only the experts the batch uses
+    since PR #15346); with runtime=ik_llama.cpp the pass needs this many tokens per expert, N x experts / top-k
+    (ik_llama.cpp PR #520); 0: never."""
     ubatch: int = 0
     """Most tokens of a prompt in one forward pass (llama.cpp's -ub/--ubatch-size, vLLM's chunked prefill): a longer
     prefill runs as several passes, each attending over the ones before it; 0: the trace's own passes (a prefill
@@ -517,6 +539,15 @@ class SystemConfig:
 
     def __hash__(self) -> int:  # the layer list: hash what the fields print as
         return hash(repr(self))
+
+
+def offload_tokens(s: SystemConfig, num_experts: int, top_k: int) -> int:
+    """The fewest tokens of a pass that ``offload_min_batch`` moves host-side experts to the device for (0: never)."""
+    if s.offload_min_batch <= 0:
+        return 0
+    if s.runtime == "ik_llama.cpp":  # MoE products offloaded only at N tokens per expert on average (PR #520)
+        return -(-s.offload_min_batch * num_experts // max(top_k, 1))
+    return s.offload_min_batch
 
 
 def check_system(s: SystemConfig) -> None:

@@ -62,15 +62,28 @@ class CostModel:
     hw: HardwareConfig
     layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
     cpu_efficiency: float = 1.0  # the system's CPU expert kernel relative to the hardware's cpu_* figures
+    gpu_efficiency: float = 0.0  # the system's GPU kernels' share of peak memory bandwidth (0: the hardware's)
+    gpu_flops_efficiency: float = 0.0  # their share of peak FLOPs (0: the hardware's)
+    launch_s: float = -1.0  # the system's cost of one kernel launch on the GPU (-1: the hardware's kernel_overhead_s)
     memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """One memo for every cost model of the same model, hardware and scales (``MEMOS_KEPT``, the last used): a
         sweep's points build a cost model each and ask it the same few thousand sizes. Every value depends on those
-        four fields (and the class) alone."""
+        fields (and the class) alone."""
         try:
-            key = (type(self), self.model, self.hw, self.layer_scale, self.cpu_efficiency, self.memory)
+            key = (
+                type(self),
+                self.model,
+                self.hw,
+                self.layer_scale,
+                self.cpu_efficiency,
+                self.gpu_efficiency,
+                self.gpu_flops_efficiency,
+                self.launch_s,
+                self.memory,
+            )
             hash(key)  # (an empty dict's pop would not hash it)
         except TypeError:  # a field that cannot be hashed (a measured profile's lists): this model keeps its own memo
             return
@@ -89,8 +102,14 @@ class CostModel:
         return self._memo[key]
 
     @property
+    def _launch_s(self) -> float:
+        """One kernel launch: the system's (a runtime that replays CUDA graphs or fuses a layer's experts launches
+        for less) when it states one, else the hardware's ``kernel_overhead_s``."""
+        return self.launch_s if self.launch_s >= 0 else self.hw.kernel_overhead_s
+
+    @property
     def _mem_bps(self) -> float:
-        return self.hw.device_mem_gbps * GB * self.hw.compute_efficiency
+        return self.hw.device_mem_gbps * GB * (self.gpu_efficiency or self.hw.compute_efficiency)
 
     @property
     def contention(self) -> Contention:
@@ -104,7 +123,7 @@ class CostModel:
 
     @property
     def _flops(self) -> float:
-        return self.hw.device_tflops * TFLOP * self.hw.compute_efficiency
+        return self.hw.device_tflops * TFLOP * (self.gpu_flops_efficiency or self.hw.compute_efficiency)
 
     @property
     def link_gbps(self) -> float:
@@ -159,7 +178,7 @@ class CostModel:
         nbytes = weights + kv_per_layer * context
         flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
         t = max(nbytes / self._mem_bps, flops / self._flops)
-        return self.layer_scale * (t + DENSE_KERNELS * self.hw.kernel_overhead_s)
+        return self.layer_scale * (t + DENSE_KERNELS * self._launch_s)
 
     def other_s(self, tokens: int) -> float:
         """Embeddings, LM head and dense FFN layers: once per forward pass."""
@@ -171,7 +190,7 @@ class CostModel:
         m = self.model
         weights = 2 * m.other_params if self.memory is None else self.memory.other_bytes
         t = max(weights / self._mem_bps, 2 * m.other_params * tokens / self._flops)
-        return t + 2 * self.hw.kernel_overhead_s
+        return t + 2 * self._launch_s
 
     def expert_s(self, cls: int, tokens: int) -> float:
         """One expert's SwiGLU for ``tokens`` tokens on the device, weights resident."""
@@ -183,7 +202,7 @@ class CostModel:
         nbytes = self.expert_bytes(cls)
         bw = self._mem_bps * (1.0 if cls == HIGH else self.hw.low_precision_efficiency)
         flops = 2 * self.model.expert_params * tokens
-        return max(nbytes / bw, flops / self._flops) + EXPERT_KERNELS * self.hw.kernel_overhead_s
+        return max(nbytes / bw, flops / self._flops) + EXPERT_KERNELS * self._launch_s
 
     def cpu_expert_s(self, tokens: int) -> float:
         """One expert on the host CPU at high precision (Fiddler, llama.cpp, HOBBIT's CPU mode), plus

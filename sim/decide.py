@@ -30,7 +30,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from hobbit.sim.config import SystemConfig, policy_knobs
+from hobbit.sim.config import SystemConfig, offload_tokens, policy_knobs
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs, Precision, PrefetchContext
 from hobbit.sim.policies.cache import ExpertCache
 from hobbit.sim.policies.precision import classes_for
@@ -419,6 +419,8 @@ class Decider:
         )
         self.wide = ev.per_layer and ev.wide_step == "bypass"  # a wide step's misses are not kept (``run``)
         self.bypass = (False, False)  # per pool: this step's misses are not kept there
+        self.offload_at = offload_tokens(system, wl.num_experts, wl.top_k)  # a pass this wide copies host experts
+        self.offload = False  # this pass computes host-side experts on the device (``offload_min_batch``)
         placement = placement or Placement()
         self.resident, self.cpu_layers = placement.resident, placement.cpu_layers
         self.counts = np.zeros((wl.num_layers, wl.num_experts), np.int64)  # activation matrix of the request
@@ -512,6 +514,8 @@ class Decider:
             step.gpu_keys.append(key)
             self._log(p, layer, e, "hit", HIGH)
             return HIGH
+        if layer in self.cpu_layers and self.offload:  # op offload: copied for this pass, used once
+            return self._offload(p, layer, e, n, step)
         if layer in self.cpu_layers:
             self.out.served[CPU] += 1
             step.cpu.append(n)
@@ -546,6 +550,8 @@ class Decider:
             self._log(p, layer, e, "skip", SKIP)
             return SKIP
         prec = c if self.mixed else self.uniform
+        if self.offload and self.cpu_misses != "never":  # op offload: the CPU's misses copied, used once
+            return self._offload(p, layer, e, n, step, prec, token)
         if (
             self.cpu_misses == "always"
             or (self.cpu_misses == "faster" and self.cpu_faster(prec, n))
@@ -577,6 +583,19 @@ class Decider:
             self.cache.note_use(key, prec, token)
         else:
             self._admit(p, key, prec, layer, tid, token, step)
+        return prec
+
+    def _offload(self, p: int, layer: int, e: int, n: int, step: LayerStep, prec: int = HIGH, token: int = 0) -> int:
+        """A host-side expert computed on the device in a pass of ``offload_min_batch`` tokens or more: a demand copy,
+        used once and not kept (a miss's use is still recorded, ``token`` > 0)."""
+        key = (layer, e)
+        tid = self._transfer(step, key, prec, True)
+        self.out.served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
+        self._log(p, layer, e, "load", prec)
+        step.gpu.append(Compute(tid, PRECISION[prec], n))
+        step.gpu_keys.append(key)
+        if token:
+            self.cache.note_use(key, prec, token)
         return prec
 
     def _copy_ahead(self, p: int, layer: int, key: tuple[int, int], prec: int, step: LayerStep, pinned: bool) -> bool:
@@ -695,6 +714,7 @@ class Decider:
                 self.counts[:] = 0
             token = int(wl.token_in_request[b - 1]) + 1
             self.cache.tokens = token
+            self.offload = 0 < self.offload_at <= b - a
             for layer in range(L):
                 self.cache.step = p * L + layer
                 step = LayerStep(p, layer)

@@ -105,6 +105,9 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
                     f"modelled (fix: {a} 999 with --n-cpu-moe N, the experts of N layers on the CPU)"
                 )
             i += 2
+        elif a in ("--no-op-offload", "-nopo"):  # host-weight products stay on the CPU at any batch
+            knobs["offload_min_batch"] = 0
+            i += 1
         elif a == "--no-mmap":
             knobs["host_load"] = "load"
             i += 1

@@ -427,6 +427,9 @@ def simulate(
         hw,
         layer_scale=wl.layers_total / wl.num_layers,
         cpu_efficiency=system.cpu_kernel_efficiency,
+        gpu_efficiency=system.gpu_efficiency,
+        gpu_flops_efficiency=system.gpu_flops_efficiency,
+        launch_s=system.launch_overhead_s,
         memory=memory,
     )
     placement = place(wl, model, hw, system, sizing, prof, memory)

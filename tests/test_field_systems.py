@@ -75,13 +75,22 @@ def test_tec_caps_each_layers_cache_at_its_share_of_the_experts(trace):
 
 
 def test_llama_cpp_cache_computes_misses_on_the_cpu_and_copies_two_behind(trace):
-    res = _run(trace, "llama-cpp-lru")
+    """Misses on the CPU, at most two copies behind it per layer and step; a prompt pass of 32+ tokens computes its
+    misses on the GPU instead, each copied and not kept (op offload, ``offload_min_batch``)."""
+    res = _run(trace, "llama-cpp-lru", "system.offload_min_batch=0")
     dec = res.decisions
     assert dec.served[HIGH_LOAD] == 0 and dec.served[CPU] > 0 and dec.served[HIGH_HIT] > 0
     for step in dec.steps:
         assert len(step.loads) <= 2 and not any(demand for _, _, demand in step.loads)
         assert all(v[0] == step.layer for v in step.evicted)  # per-layer LRU
-    no_insert = _run(trace, "llama-cpp-lru", "system.cpu_insert=0")
+    wl, offload = res.workload, _run(trace, "llama-cpp-lru").decisions
+    assert wl is not None
+    assert offload.served[HIGH_LOAD] > 0
+    for step in offload.steps:
+        wide = wl.pass_end[step.pass_index] - wl.pass_start[step.pass_index] >= 32
+        assert wide or (len(step.loads) <= 2 and not any(demand for _, _, demand in step.loads))
+        assert not wide or not step.kept  # what a wide pass copies is used once
+    no_insert = _run(trace, "llama-cpp-lru", "system.cpu_insert=0", "system.offload_min_batch=0")
     assert no_insert.decisions.served[HIGH_HIT] == 0 and no_insert.summary["bytes_loaded"] == 0
 
 

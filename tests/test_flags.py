@@ -61,7 +61,8 @@ def test_a_run_with_flags_reports_them_and_places_as_they_say():
     cfg = compose_sim("system=llama-cpp", "system.weights=fp16")
     every = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags="--cpu-moe -t 8"))
     assert every.summary["flags"] == {"runtime": "llama.cpp", "given": "--cpu-moe -t 8", "unmodelled": ["-t 8"]}
-    assert every.summary["served_mix"]["cpu"] == pytest.approx(1.0)  # every routed expert on the CPU
+    mix = every.summary["served_mix"]  # every routed expert on the CPU, but a prompt pass's: on the GPU (op offload)
+    assert mix["cpu"] + mix["high_load"] == pytest.approx(1.0) and 0 < mix["high_load"] < 0.1
     six = r'-ot "blk\.([0-9]|1[0-9]|2[0-5])\.=CPU"'  # 26 layers' experts on the CPU, 6 (16.5 GiB at fp16) on the GPU
     some = simulate(tr, cfg.model, cfg.hardware, dataclasses.replace(cfg.system, flags=six))
     assert some.summary["system_config"]["cpu_moe_layers"] == list(range(26))
@@ -151,3 +152,37 @@ def test_a_prompt_runs_in_ubatch_passes():
             sums[r] = sums.get(r, 0.0) + lat
     assert chunked.summary["prefill_ms_per_request"]["mean"] == pytest.approx(np.mean(list(sums.values())))
     assert chunked.summary["decode_ms_per_token"]["mean"] == pytest.approx(whole.summary["decode_ms_per_token"]["mean"])
+
+
+@pytest.mark.parametrize("runtime", ["llama.cpp", "ik_llama.cpp"])
+def test_op_offload_copies_the_host_experts_a_wide_pass_uses(runtime):
+    """llama.cpp computes a prompt pass of 32+ tokens on the GPU, copying each host-side expert the pass uses once
+    (not kept); ik_llama.cpp only at 32 x experts / top-k tokens (here 128). The bytes moved are those experts'
+    bytes, worked out from the trace; one-token decode passes stay on the CPU; --no-op-offload turns it off. The
+    compiled walk decides as the reference does."""
+    import numpy as np
+
+    from hobbit.sim.run import simulate as run
+
+    tr = bundled(8)
+    cfg = compose_sim("system=llama-cpp", "system.weights=fp16")
+    system = dataclasses.replace(cfg.system, runtime=runtime, flags="--cpu-moe")
+    on = run(tr, cfg.model, cfg.hardware, system)
+    off = run(tr, cfg.model, cfg.hardware, dataclasses.replace(system, flags="--cpu-moe --no-op-offload"))
+    plain = run(tr, cfg.model, cfg.hardware, system, engine="plain")
+    wl = on.workload
+    assert wl is not None
+    at = 32 if runtime == "llama.cpp" else 32 * cfg.model.num_experts // cfg.model.top_k
+    expert = on.summary["memory"]["expert_bytes"]
+    want = sum(
+        len(np.unique(wl.ids[a:b, layer])) * expert
+        for a, b in zip(wl.pass_start, wl.pass_end)
+        if b - a >= at
+        for layer in range(wl.num_layers)
+    )
+    assert want > 0 and on.summary["bytes_loaded"] == want and off.summary["bytes_loaded"] == 0
+    assert on.summary["served_mix"]["high_load"] > 0 == off.summary["served_mix"]["high_load"]
+    assert on.summary["decode_ms_per_token"]["mean"] == pytest.approx(off.summary["decode_ms_per_token"]["mean"])
+    assert on.summary["prefill_ms_per_request"]["mean"] != off.summary["prefill_ms_per_request"]["mean"]
+    for key in ("bytes_loaded", "served_mix", "decode_ms_per_token", "prefill_ms_per_request"):
+        assert plain.summary[key] == pytest.approx(on.summary[key], rel=1e-9), key

@@ -34,7 +34,7 @@ try:
 except ImportError:  # not POSIX: no lock, every process compiles for itself (as numba alone does)
     fcntl = None
 
-from hobbit.sim.config import SystemConfig, policy_knobs
+from hobbit.sim.config import SystemConfig, offload_tokens, policy_knobs
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import (
     Decider,
@@ -428,6 +428,7 @@ def _walk_inputs(
         resident,
         cpu_layer,
         bool(ev.per_layer and ev.wide_step == "bypass"),
+        offload_tokens(system, wl.num_experts, wl.top_k),
         bool(ev.per_layer),
         policy,
         wts,

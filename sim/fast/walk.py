@@ -2079,6 +2079,7 @@ def walk(
     resident,
     cpu_layer,
     wide_bypass,
+    offload_at,
     per_layer,
     policy,
     w,
@@ -2334,6 +2335,9 @@ def walk(
                     if need_c[e] != SKIP:
                         need_c[e] = HIGH
             st[INSERTS] = 0
+            # offload_min_batch: a pass this wide computes host-side experts on the device, each copied and used once
+            offload = offload_at > 0 and T >= offload_at
+            off_miss = offload and cpu_misses != CM_NEVER
             # wide_step=bypass: a step that selects more experts than its layer's region of a pool has slots keeps
             # none of its misses there (``Decider.run``)
             by_h = wide_bypass and n_need > roff[HIGH, layer + 1] - roff[HIGH, layer]
@@ -2382,6 +2386,16 @@ def walk(
                 if resident[layer, e]:
                     served[HIGH_HIT] += 1
                     gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, -1, HIGH, n, e
+                    ng += 1
+                    got = HIGH
+                elif cpu_layer[layer] and offload:  # op offload: a demand copy, not kept (``Decider._offload``)
+                    tid = st[NEXT_TID]
+                    st[NEXT_TID] += 1
+                    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, HIGH
+                    nl += 1
+                    st[BYTES] += expert_bytes[layer, HIGH]
+                    served[HIGH_LOAD] += 1
+                    gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, HIGH, n, e
                     ng += 1
                     got = HIGH
                 elif cpu_layer[layer]:
@@ -2457,7 +2471,9 @@ def walk(
                     got = SKIP
                 if got < 0:
                     prec = c if mixed else uniform
-                    if cpu_misses == CM_ALWAYS or (cpu_misses == CM_FASTER and cpu_faster[prec, n]) or on_cpu[e]:
+                    if not off_miss and (
+                        cpu_misses == CM_ALWAYS or (cpu_misses == CM_FASTER and cpu_faster[prec, n]) or on_cpu[e]
+                    ):
                         served[CPU] += 1
                         cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
                         nc += 1
@@ -2535,7 +2551,7 @@ def walk(
                         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
                         ng += 1
                         got = prec
-                        if by_l if prec == LOW else by_h:  # a wide step's miss: used once, not kept
+                        if off_miss or (by_l if prec == LOW else by_h):  # op offload, a wide step: used once
                             _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, prec, token)
                         else:
                             a_tid = tid
