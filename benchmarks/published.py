@@ -73,8 +73,8 @@ FIT: dict[str, tuple[tuple[str, ...], dict[str, tuple[float, ...]]]] = {
     "llama.cpp": (
         ("llama-cpp", "llama-cpp-lru"),
         {
-            "gpu_efficiency": (0.5, 0.6, 0.7, 0.8, 0.9),
-            "gpu_flops_efficiency": (0.05, 0.1, 0.15, 0.2, 0.3),
+            "gpu_efficiency": (0.2, 0.3, 0.4, 0.5, 0.7, 0.9),
+            "gpu_flops_efficiency": (0.05, 0.1, 0.2),
             "launch_overhead_s": (1e-6, 2e-6, 4e-6),
         },
     ),

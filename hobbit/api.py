@@ -67,9 +67,16 @@ def trace_file(trace: str | None, model: ModelConfig, seed: int = 0) -> Path:
         return bundled_trace()
     if trace != SYNTHETIC:
         return Path(trace)
+    return synthetic_file(model, SYNTHETIC_SHAPE, seed)
+
+
+def synthetic_file(model: ModelConfig, knobs: Mapping[str, Any], seed: int = 0, tag: str = "") -> Path:
+    """A synthetic trace of ``model``'s topology drawn with SyntheticConfig's ``knobs`` (its shape and statistics)
+    and ``seed``, written once to a folder of the system's temporary directory; ``tag`` names the knobs in the file's
+    name (one file per topology, tag and seed)."""
     folder = Path(tempfile.gettempdir()) / "hobbit-synthetic"
     name = f"synthetic-{model.name}"
-    path = folder / f"{name}-L{model.num_layers}-E{model.num_experts}-k{model.top_k}-s{seed}.parquet"
+    path = folder / f"{name}-L{model.num_layers}-E{model.num_experts}-k{model.top_k}{tag}-s{seed}.parquet"
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         cfg = SyntheticConfig(
@@ -78,7 +85,7 @@ def trace_file(trace: str | None, model: ModelConfig, seed: int = 0) -> Path:
             num_experts=model.num_experts,
             top_k=model.top_k,
             seed=seed,
-            **SYNTHETIC_SHAPE,
+            **knobs,
         )
         trace_io.write_trace(path, *generate(cfg))
     return path

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,11 +18,9 @@ from typing import Any
 
 import yaml
 
-from hobbit.api import configure, read_trace, simulate_config
+from hobbit.api import configure, read_trace, simulate_config, synthetic_file
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
 from hobbit.sim.machine import hardware_config
-from hobbit.traces import io as trace_io
-from hobbit.traces.synthetic import SyntheticConfig, generate
 
 DECODE_TOKENS = 32  # decode passes timed per request: enough for the cache to settle, few enough to stay quick
 REQUESTS = 2  # requests of a synthetic trace: the second finds the cache as the first left it
@@ -73,28 +70,8 @@ def synthetic_trace(model: ModelConfig, prompt: int, decode: int, locality: dict
     to a folder of the system's temporary directory. No lookahead predictions: a system that prefetches fills them
     by its fallback (``system.prefetch.fallback``)."""
     knobs = "-".join(f"{k}{v:g}" for k, v in sorted(locality.items()))
-    folder = Path(tempfile.gettempdir()) / "hobbit-synthetic"
-    name = f"synthetic-{model.name}"
-    path = folder / (
-        f"{name}-L{model.num_layers}-E{model.num_experts}-k{model.top_k}-p{prompt}-d{decode}-r{REQUESTS}"
-        f"-{knobs}-s{seed}.parquet"
-    )
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        cfg = SyntheticConfig(
-            name=name,
-            num_layers=model.num_layers,
-            num_experts=model.num_experts,
-            top_k=model.top_k,
-            requests=REQUESTS,
-            prompt_tokens=max(prompt, 1),
-            decode_tokens=decode,
-            lookahead_depth=0,
-            seed=seed,
-            **locality,
-        )
-        trace_io.write_trace(path, *generate(cfg))
-    return path
+    shape = {"requests": REQUESTS, "prompt_tokens": max(prompt, 1), "decode_tokens": decode, "lookahead_depth": 0}
+    return synthetic_file(model, {**shape, **locality}, seed, tag=f"-p{prompt}-d{decode}-r{REQUESTS}-{knobs}")
 
 
 def predict(
