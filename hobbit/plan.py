@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from hobbit.api import configure, read_trace, simulate_config, synthetic_file
-from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
+from hobbit.sim.config import HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.machine import hardware_config
 
 DECODE_TOKENS = 32  # decode passes timed per request: enough for the cache to settle, few enough to stay quick
@@ -93,6 +93,19 @@ def predict(
     request; ``locality``: a preset of conf/routing.yaml (None: ``LOCALITY``) or SyntheticConfig's knobs; ``context``
     tokens already in the KV cache."""
     cfg = configure(model, hardware, system, context=context, seed=seed, **knobs)
+    return predict_config(cfg, prompt=prompt, decode=decode, locality=locality, trace=trace)
+
+
+def predict_config(
+    cfg: SimConfig,
+    *,
+    prompt: int = DEFAULT_PROMPT,
+    decode: int = DECODE_TOKENS,
+    locality: str | dict[str, float] | None = None,
+    trace: str | Path | None = None,
+) -> Prediction:
+    """``predict`` for a composed ``SimConfig`` (its context and seed are the run's)."""
+    seed, context = cfg.seed, cfg.context
     path = trace if trace is not None else synthetic_trace(cfg.model, prompt, decode, locality_knobs(locality), seed)
     tr = read_trace(path)
     s = simulate_config(tr, cfg, keep_decisions=False).summary
@@ -121,13 +134,8 @@ def predict_setting(
     """``predict`` for a published measurement read by ``hobbit.published.parse_row`` (a ``Setting``);
     ``system_knobs``: SystemConfig fields to set on its preset (a calibration's trial values)."""
     hw = hardware_config(**setting.hardware)
-    base = configure(setting.model, hw, setting.system).system
-    return predict(
-        setting.model,
-        hw,
-        dataclasses.replace(setting_system(setting, base), **system_knobs),
-        prompt=setting.prompt_tokens or DEFAULT_PROMPT,
-        context=setting.context,
-        locality=locality,
-        seed=seed,
+    cfg = configure(setting.model, hw, setting.system, context=setting.context, seed=seed)  # composed once
+    system = dataclasses.replace(setting_system(setting, cfg.system), **system_knobs)
+    return predict_config(
+        dataclasses.replace(cfg, system=system), prompt=setting.prompt_tokens or DEFAULT_PROMPT, locality=locality
     )
