@@ -68,6 +68,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare_main",
         "every system and HOBBIT tuned for it on your trace and machine, ranked (compare.md/.json/.png)",
     ),
+    "plan": (
+        "hobbit.plan_command",
+        "plan_main",
+        "each runtime's best flags for a model on your machine, and its predicted prefill and decode tok/s, ranked",
+    ),
     "reproduce": (
         "hobbit.reproduce",
         "reproduce_main",

@@ -4,8 +4,9 @@ Captures a routing trace from the bundled tiny MoE model on its held-out prompts
 its statistics (text, JSON, plots), then simulates HOBBIT, its ablations and the systems
 it is compared with, today's field and HOBBIT tuned on requests held apart, replaying that trace as
 Mixtral-8x7B (same topology) on an RTX 4090 (``hobbit compare``: a ranked table and a plot); then
-sweeps T1 x T2 x cache size on the bundled trace and builds the sweep report, and validates the
-simulator against a real replay. Everything lands in the run directory.
+sweeps T1 x T2 x cache size on the bundled trace and builds the sweep report, validates the
+simulator against a real replay, and plans the model on the machine from the captured routing (``hobbit plan``:
+each runtime's best flags and predicted speed). Everything lands in the run directory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hobbit.compare import CompareConfig, compare
 from hobbit.executor.config import ValidateConfig
 from hobbit.executor_commands import summary_line, validate_to
 from hobbit.glue import CONF, compose, hydra_command
+from hobbit.plan_command import PlanConfig, plan, plan_table
 from hobbit.results_io import decode_text
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
@@ -94,10 +96,10 @@ class DemoConfig:
 
 @hydra_command(CONF, "demo", DemoConfig)
 def demo_main(cfg: DemoConfig) -> None:
-    """Capture on the bundled model, statistics, systems compared, a sweep and a validation."""
+    """Capture on the bundled model, statistics, systems compared, a sweep, a validation and a plan."""
     out = Path(cfg.out_dir)
     t0 = time.perf_counter()
-    print(f"[1/5] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
+    print(f"[1/6] capture: bundled tiny MoE, {cfg.max_prompts} prompts x {cfg.max_new_tokens} new tokens")
     res = capture(
         CaptureConfig(
             out=str(out / "trace.parquet"),
@@ -107,7 +109,7 @@ def demo_main(cfg: DemoConfig) -> None:
             batch_size=cfg.batch_size,
         )
     )
-    print("[2/5] trace statistics")
+    print("[2/6] trace statistics")
     trace = read_trace(res.path)
     summary = summarize(trace)
     text = render(summary, max_layer_rows=0)
@@ -116,19 +118,38 @@ def demo_main(cfg: DemoConfig) -> None:
     plots = plot_trace_summary(summary, out)
     print(text)
     which = f"{len(cfg.systems)} systems" if cfg.systems else "every system"
-    print(f"[3/5] compare {which} and HOBBIT tuned for this trace: the trace as {cfg.model} on {cfg.hardware}")
+    print(f"[3/6] compare {which} and HOBBIT tuned for this trace: the trace as {cfg.model} on {cfg.hardware}")
     written = _compare(trace, cfg, out / "compare")
     n = len(cfg.sweep_t1) * len(cfg.sweep_t2) * len(cfg.sweep_high_gb)
-    print(f"[4/5] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
+    print(f"[4/6] sweep T1 x T2 x cache size ({n} configurations) on the bundled trace, and its report")
     written += _sweep(cfg, out / "sweep")
     print(
-        f"[5/5] calibrate this machine and validate the simulator against a real replay ({cfg.model} at 1/"
+        f"[5/6] calibrate this machine and validate the simulator against a real replay ({cfg.model} at 1/"
         f"{cfg.validate_scale} width)"
     )
     written += _validate(cfg, out / "validate")
+    print(f"[6/6] plan: each runtime's best flags and predicted tok/s for {cfg.model} on {cfg.hardware}, on this trace")
+    written += _plan(res.path, cfg, out / "plan")
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; results in {out.resolve()}:")
     for p in [res.path, out / "trace_info.txt", out / "trace_info.json", *plots, *written]:
         print(f"  {Path(p).resolve()}")
+
+
+def _plan(trace: Path, cfg: DemoConfig, out: Path) -> list[Path]:
+    pc = compose(
+        "plan",
+        PlanConfig,
+        [
+            f"model={cfg.model}",
+            f"hardware={cfg.hardware}",
+            f"trace={trace}",
+            f"tune_trials={cfg.compare_trials}",
+            f"out_dir={out}",
+        ],
+    )
+    result = plan(pc, out)
+    print(plan_table(result.rows))
+    return result.files
 
 
 def _compare(trace: Trace, cfg: DemoConfig, out: Path) -> list[Path]:

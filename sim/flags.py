@@ -80,8 +80,9 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
         a, _, inline = args[i].partition("=") if args[i].startswith("--") else (args[i], "", "")
         if inline:  # --flag=value
             args[i : i + 1] = [a, inline]
-        if a in ("--n-cpu-moe", "-ncmoe"):
-            knobs["n_cpu_moe"] = _int(a, value(a))
+        if a in ("--n-cpu-moe", "-ncmoe"):  # blocks 0..N-1 (common/arg.cpp: one llm_ffn_exps_block_regex(i) per
+            # block), so dense-first blocks, which have no expert tensors, count towards N
+            knobs["n_cpu_moe"] = max(_int(a, value(a)) - dense_layers, 0)
             i += 2
         elif a in ("--cpu-moe", "-cmoe"):
             cpu_layers |= set(range(num_layers))
@@ -146,6 +147,8 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
                 f"system.flags: {args[i]} is not a {system.runtime} flag this simulator knows (fix: drop it, or one "
                 f"of --n-cpu-moe, --cpu-moe, -ot, -ngl, --no-mmap, -c, -ctk, -ctv, -ub, -b, --moe-expert-cache)"
             )
+    if cpu_layers and system.placement == "cache" and cpu_layers >= set(range(num_layers)):
+        cpu_layers = set()  # --cpu-moe with an expert cache (PR #27861): every expert is host-side already
     if cpu_layers:
         if "n_cpu_moe" in knobs:
             cpu_layers |= set(range(min(knobs.pop("n_cpu_moe"), num_layers)))

@@ -50,6 +50,9 @@ def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
         "sweep/report/runs.parquet",
         "validate/results.json",
         "validate/report.md",
+        "plan/plan.md",
+        "plan/plan.json",
+        "plan/plan.png",
     ]:
         assert (run_dir / name).is_file(), name
         assert str((run_dir / name).resolve()) in out
@@ -68,3 +71,8 @@ def test_demo_writes_trace_stats_and_plots(tmp_path, capsys):
     assert "| hobbit |" in table and "| on-demand |" in table and "| fiddler (CPU) |" in table
     ranked = json.loads((run_dir / "compare" / "compare.json").read_text())["systems"]
     assert [r["rank"] for r in ranked] == [1, 2, 3]
+    # the last step plans the model on the machine from the captured routing, every runtime ranked or refused
+    planned = json.loads((run_dir / "plan" / "plan.json").read_text())
+    assert planned["trace"] == str(run_dir / "trace.parquet") and planned["model"] == "mixtral-8x7b"
+    assert {r["runtime"] for r in planned["ranked"]} >= {"llama.cpp", "ktransformers", "hobbit"}
+    assert planned["ranked"][0]["rank"] == 1 and "| 1 |" in out

@@ -29,9 +29,16 @@ def test_llama_cpp_flags_set_the_knobs_they_name():
     assert row8.cpu_moe_layers == list(range(34, 48)) and row8.kv_context == 32768
     # dense-first blocks count in llama.cpp's tensor names: blk.3 is the first MoE layer of DeepSeek-V3
     assert apply_flags(_llama(r"-ot 'blk\.3\.ffn_.*_exps=CPU'"), 58, dense_layers=3).system.cpu_moe_layers == [0]
+    # and so they do in --n-cpu-moe N, which overrides blocks 0..N-1 (common/arg.cpp): 5 blocks, 2 MoE layers
+    assert apply_flags(_llama("--n-cpu-moe 5"), 58, dense_layers=3).system.n_cpu_moe == 2
+    assert apply_flags(_llama("--n-cpu-moe 2"), 58, dense_layers=3).system.n_cpu_moe == 0
     lru = dataclasses.replace(compose_sim("system=llama-cpp-lru").system)
     lru = apply_flags(dataclasses.replace(lru, flags="--moe-expert-cache 48 --moe-expert-cache-inserts 3"), 32).system
     assert (lru.cache.layer_slots, lru.cpu_insert) == (48, 3)
+    # the PR's own command line keeps every layer's experts on the CPU (--cpu-moe): what the cache system does already
+    pr = compose_sim("system=llama-cpp-lru").system
+    pr = apply_flags(dataclasses.replace(pr, flags="-ngl 999 --cpu-moe --moe-expert-cache 64"), 32).system
+    assert (pr.cache.layer_slots, pr.cpu_moe_layers, pr.placement) == (64, [], "cache")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,134 @@
+"""``hobbit plan``: three models (Mixtral-class, 128-expert top-8, 256-expert) on two machines each; every setting it
+prints fits by the memory rules every run checks, the runtimes rank by predicted decode speed, the flags are the
+runtime's own, and the search chose the most the GPU can hold."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from hobbit.api import check, configure, read_trace
+from hobbit.glue import compose
+from hobbit.plan_command import RUNTIMES, PlanConfig, _block_regex, plan
+from hobbit.sim.config import ConfigError
+from hobbit.sim.flags import _tensor_layers, apply_flags
+
+from conftest import run_cli
+
+MACHINES = {
+    "rtx4090": ["hardware=rtx4090-pcie4"],  # HOBBIT's machine: 24 GB over PCIe 4, 256 GB of RAM
+    "16gb-ddr5": ["gpu=rtx4060ti-16gb", "ram=64GB:ddr5-6000x2"],  # a 16 GB card, dual-channel DDR5 (by its parts)
+}
+MODELS = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"]
+
+
+def _cfg(model: str, machine: str, tmp_path, *more: str) -> PlanConfig:
+    return compose(
+        "plan",
+        PlanConfig,
+        [f"model={model}", *MACHINES[machine], "tune_trials=3", "points=3", f"out_dir={tmp_path}", *more],
+    )
+
+
+def _system(cfg: PlanConfig, name: str, flags: str):
+    """The system the plan's row says to run: the runtime's preset with the printed flags (or hobbit's knobs)."""
+    rt = RUNTIMES[name]
+    if rt.grammar:
+        base = configure(cfg.model, "rtx4090-pcie4", rt.preset).system
+        return dataclasses.replace(base, weights=cfg.weights, runtime=rt.grammar, flags=flags)
+    over = flags.split()[1:] if flags.startswith("system=") else []
+    return configure(cfg.model, "rtx4090-pcie4", rt.preset, overrides=over).system
+
+
+@pytest.mark.parametrize("machine", list(MACHINES))
+@pytest.mark.parametrize("model", MODELS)
+def test_plan_prints_settings_that_fit_ranked_by_decode_speed(model, machine, tmp_path):
+    from hobbit.plan_command import machine as machine_of
+
+    cfg = _cfg(model, machine, tmp_path)
+    hw = machine_of(cfg)
+    result = plan(cfg, tmp_path, progress=False)
+    trace = read_trace(result.trace)
+    fits = [r for r in result.rows if r["fits"]]
+    assert fits, result.rows
+    # ranked by predicted decode speed, the runtimes that cannot run last, each saying why
+    decode = [r["decode_tok_s"] for r in fits]
+    assert decode == sorted(decode, reverse=True)
+    assert [r["rank"] for r in fits] == list(range(1, len(fits) + 1))
+    assert result.rows[: len(fits)] == fits
+    for r in result.rows[len(fits) :]:
+        assert r["why"].startswith("does not fit: ") and len(r["why"]) > 30
+    for r in fits:
+        name = r["runtime"]
+        system = _system(cfg, name, r["flags"])
+        # the flags are the runtime's own: its grammar reads every one of them
+        applied = apply_flags(system, cfg.model.num_layers, cfg.model.dense_layers, cfg.model.num_experts)
+        assert applied.unmodelled == ()
+        # it fits, by the same rules a run checks (the device's and the host's memory)
+        check(trace, cfg.model, hw, system, profile=trace, context=cfg.context)
+        assert r["gpu_bytes"] <= hw.device_memory_bytes - hw.reserve_bytes
+        lo, hi = r["decode_range"]
+        assert lo <= r["decode_tok_s"] <= hi and r["prefill_tok_s"] > 0
+        assert r["why"]
+    # llama.cpp's chosen split holds the most expert layers the GPU can: one more is refused by the memory rules
+    llama = next((r for r in fits if r["runtime"] == "llama.cpp"), None)
+    if llama is not None and (m := re.search(r"--n-cpu-moe (\d+)", llama["flags"])):
+        blocks = int(m.group(1)) - 1
+        tighter = _system(cfg, "llama.cpp", llama["flags"].replace(m.group(0), f"--n-cpu-moe {blocks}"))
+        if blocks > cfg.model.dense_layers:
+            with pytest.raises(ConfigError, match="experts"):
+                check(trace, cfg.model, hw, tighter, profile=trace, context=cfg.context)
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert [r["runtime"] for r in doc["ranked"]] == [r["runtime"] for r in result.rows]
+    assert (tmp_path / "plan.png").stat().st_size > 10_000
+    md = (tmp_path / "plan.md").read_text()
+    assert f"Run **{fits[0]['label']}**" in md and fits[0]["flags"] in md
+
+
+def test_a_model_whose_file_fits_in_the_gpu_is_planned_whole_on_it(tmp_path):
+    """Mixtral at Q4_K_M (26 GB) on an 80 GB A100: llama.cpp keeps every expert on the GPU (no --n-cpu-moe), and
+    nothing bounds it but the GPU."""
+    cfg = compose(
+        "plan",
+        PlanConfig,
+        ["model=mixtral-8x7b", "hardware=a100-pcie4", "runtimes=[llama.cpp]", "points=2", f"out_dir={tmp_path}"],
+    )
+    (row,) = plan(cfg, None, progress=False).rows
+    assert row["flags"] == f"-ngl 999 -c {cfg.prompt + cfg.gen}"
+    assert row["why"].startswith("GPU-bound")
+
+
+def test_ik_llama_cpp_regex_names_exactly_the_cpu_blocks():
+    """The -ot regex the plan prints for ik_llama.cpp keeps blocks 0..n-1 on the CPU, no more (llama.cpp's tensor
+    names, as sim.flags reads them)."""
+    for n in (1, 2, 9, 10, 11, 20, 24, 30, 56, 61, 99):
+        rx = rf"blk\.{_block_regex(n)}\.ffn_.*_exps"
+        assert _tensor_layers(rx, 100, 0) == set(range(n)), n
+
+
+def test_plan_with_a_trace_uses_it_and_gives_no_locality_range(tmp_path):
+    """trace=: the user's routing (here the bundled tiny model's, as Mixtral: same topology) replaces the synthetic
+    one; its range collapses to the one prediction."""
+    from hobbit.traces.tiny import bundled_trace
+
+    cfg = _cfg("mixtral-8x7b", "rtx4090", tmp_path, f"trace={bundled_trace()}", "runtimes=[llama.cpp,ktransformers]")
+    result = plan(cfg, tmp_path, progress=False)
+    assert result.trace == bundled_trace()
+    for r in result.rows:
+        assert r["decode_range"] == [r["decode_tok_s"], r["decode_tok_s"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["runtimes=[vllm]"], "runtimes=['vllm'] are not runtimes the plan knows"),
+        (["gpu=rtx9999"], "rtx9999"),
+        (["ram=lots"], "ram"),
+    ],
+)
+def test_bad_input_exits_2_naming_it(args, needle, tmp_path, capsys):
+    assert run_cli(["plan", "model=mixtral-8x7b", *args, f"hydra.run.dir={tmp_path}"]) == 2
+    assert needle in capsys.readouterr().err
