@@ -12,13 +12,15 @@ settings on one machine, and ends with
 
 over the rows that were predicted (``ratio_mape``: decode ratios). ``settings-stated`` repeats them over the rows whose
 source states the runtime's offload settings (with the median decode error and how many rows are within 25 %),
-``memory-stated`` over the rows whose source states the machine's memory configuration (type, speed and channels).
+``memory-stated`` over the rows whose source states the machine's memory configuration (type, speed and channels),
+with the ratios between two such rows.
 
     python benchmarks/published.py --fit [--csv FILE]
 
-fits each runtime family's calibration constants (``FIT``: the shares of the GPU's peak bandwidth and FLOPs its
-kernels reach, ``system.gpu_efficiency`` and ``gpu_flops_efficiency``, and its cost of a kernel launch,
-``system.launch_overhead_s``) to the rows of that family
+fits each runtime family's calibration constants (``FIT``: for llama.cpp, the shares of the GPU's peak bandwidth and
+FLOPs its kernels reach, ``system.gpu_efficiency`` and ``gpu_flops_efficiency``, and its cost of a kernel launch,
+``system.launch_overhead_s``; for KTransformers, its CPU kernels' share of the CPU's FLOPs, ``system.cpu_flops_efficiency``)
+to the rows of that family
 whose offload settings the source states, by a grid search minimising the mean absolute log error of decode and
 prefill tokens/s together, and prints the best values with every row's residual. The presets carry the values it
 printed, cited as fits (docs/results/published.md).
@@ -65,7 +67,7 @@ def _memory_stated(setting) -> bool:
     """Whether the source states the RAM's type, speed and channels (nothing about RAM assumed)."""
     ram = setting.hardware.get("ram", "") + setting.hardware.get("ram_gbps", "")
     stated = "ram_gbps" in setting.hardware or ("ddr" in ram.lower() and "x" in ram.split(":")[-1])
-    return stated and not any("RAM" in a or "DDR" in a for a in setting.assumed)
+    return stated and not any(("RAM" in a or "DDR" in a) and "not stated" in a for a in setting.assumed)
 
 
 # runtime family -> its rows' systems and the grid of each constant fitted to them
@@ -78,6 +80,7 @@ FIT: dict[str, tuple[tuple[str, ...], dict[str, tuple[float, ...]]]] = {
             "launch_overhead_s": (1e-6, 2e-6, 4e-6),
         },
     ),
+    "ktransformers": (("ktransformers",), {"cpu_flops_efficiency": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)}),
 }
 
 
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         for row, a in assumed:
             print(f"- row {row}: {a}")
     ratios: list[float | None] = []
+    stated_ratios: list[float | None] = []
     print("\nSame-machine decode ratios (measured / predicted):")
     by_machine: dict[str, list[tuple]] = {}
     for d in done:
@@ -196,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             meas, pred = a.tg_tok_s / b.tg_tok_s, pa.decode_tok_s / pb.decode_tok_s
             err = _ape(pred, meas)
             ratios.append(err)
+            if _memory_stated(a) and _memory_stated(b):
+                stated_ratios.append(err)
             print(f"- {machine} row {a.row} / row {b.row}: measured {meas:.2f}, predicted {pred:.2f} ({err:.0%})")
     flags = [d for d in done if not any("flags not stated" in a for a in d[0].assumed)]
     within = sum(1 for d in flags if d[3] is not None and d[3] <= 0.25)
@@ -207,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     stated = [d for d in done if _memory_stated(d[0])]
     print(
         f"\nmemory-stated rows={len(stated)} decode_mape={_mape([d[3] for d in stated]):.3f} "
-        f"prefill_mape={_mape([d[2] for d in stated]):.3f}"
+        f"prefill_mape={_mape([d[2] for d in stated]):.3f} ratio_mape={_mape(stated_ratios):.3f} "
+        f"ratios={len(stated_ratios)}"
     )
     print(
         f"published decode_mape={_mape([d[3] for d in done]):.3f} prefill_mape={_mape([d[2] for d in done]):.3f} "

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from hobbit.analysis.plots import pyplot, save
 from hobbit.api import configure, read_trace
-from hobbit.glue import CONF, hydra_command, load_hardware
+from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, policy_knobs
 from hobbit.sim.flags import apply_flags
@@ -503,6 +503,19 @@ def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Pla
     return result
 
 
+def plan_for(
+    model: str, hardware: str | None = None, *, out: Path | None = None, progress: bool = False, **knobs: Any
+) -> Plan:
+    """``plan`` from Python as the command line takes it: ``plan_for("qwen3-30b-a3b", gpu="rtx4060ti-16gb",
+    ram="64GB:ddr5-6000x2", context=4096)``; ``hardware``: a preset (None: conf/plan.yaml's, unless machine keys are
+    given); ``out``: where plan.md, plan.json and plan.png go (None: nowhere)."""
+    over = [f"model={model}", f"out_dir={out or '.'}"] + ([f"hardware={hardware}"] if hardware else [])
+    for key, value in knobs.items():
+        text = "[" + ",".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else value
+        over.append(f"{key}={'null' if text is None else text}")
+    return plan(compose("plan", PlanConfig, over), out, progress=progress)
+
+
 def _row(name: str, rt: Runtime, p: Point, hw: HardwareConfig, model: ModelConfig) -> dict[str, Any]:
     assert p.prediction is not None
     spread = [x for x in (p.low, p.prediction, p.high) if x is not None]
@@ -522,9 +535,19 @@ def _row(name: str, rt: Runtime, p: Point, hw: HardwareConfig, model: ModelConfi
         "host_bytes": p.host_bytes,
         "ssd_share": p.ssd_share,
         "weights": p.prediction.summary["memory"]["weights_format"],
+        "shown": _shown(rt, p),
         "why": bound_by(p, hw, model) + _quality(p),
         "notes": p.prediction.summary["memory"]["notes"],
     }
+
+
+def _shown(rt: Runtime, p: Point) -> str:
+    """The setting as the table shows it: the flags, or for HOBBIT (whose knobs are hobbit's own, in plan.json) its
+    thresholds and cache split."""
+    if rt.preset != "hobbit":
+        return f"`{p.flags}`" if p.flags else "(its defaults)"
+    pr, c = p.system.precision, p.system.cache
+    return f"T1 {pr.t1:.2f}, T2 {pr.t2:.2f}, {c.high_fraction:.0%} of the cache fp16 (hobbit knobs: plan.json)"
 
 
 def _quality(p: Point) -> str:
@@ -555,7 +578,7 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
             continue
         ssd = f" (+{r['ssd_share']:.0%} of reads from SSD)" if r["ssd_share"] > 0.01 else ""
         host = gib(r["host_bytes"]) + ssd if r["host_bytes"] else "experts on the SSD" if ssd else "-"
-        flags = f"`{r['flags']}`" if r["flags"] else "(its defaults)"
+        flags = r["shown"]
         out.append(
             f"| {r['rank']} | {r['label']} ({r['weights']}) | {flags} | {gib(r['gpu_bytes'])} of "
             f"{gib(r['gpu_capacity_bytes'])} | {host} | "
@@ -652,4 +675,4 @@ def plan_main(cfg: PlanConfig) -> None:
         print(f"  {Path(p).resolve()}")
 
 
-__all__ = ["KEYS", "RUNTIMES", "Plan", "PlanConfig", "Point", "plan", "plan_table"]
+__all__ = ["KEYS", "RUNTIMES", "Plan", "PlanConfig", "Point", "plan", "plan_for", "plan_table"]

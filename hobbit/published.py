@@ -838,7 +838,7 @@ def _cpu_and_ram(r: _Row, hw: dict[str, str], info: dict[str, Any], fmt: str) ->
         elif not re.search(r"dual[- ]socket|use_numa\s*=\s*1|both sockets", flags_low):
             r.assume(
                 f"socket use not stated: all {sockets} sockets' cores and memory channels counted "
-                f"(cross-socket traffic is not modelled)"
+                f"(a runtime with one copy of the experts reads them at one socket's bandwidth: system.numa)"
             )
     if cpu_text and not _NOT_STATED.search(cpu_text):
         try:

@@ -245,6 +245,7 @@ class HardwareConfig:
         "ssd_t0_s": ">=0",
         "cpu_tflops": ">0",
         "cpu_mem_gbps": ">0",
+        "numa_nodes": ">=1",
         "low_precision_efficiency": "(0,1]",
         "reserve_bytes": ">=0",
         "host_memory_bytes": ">=0",
@@ -281,9 +282,13 @@ class HardwareConfig:
     """Device and host share one DRAM (Jetson): experts come from the SSD and every byte moved also spends the
     shared DRAM bandwidth."""
     cpu_tflops: float = 1.0
-    """The host CPU's throughput on 16-bit GEMV-bound work, TFLOP/s."""
+    """The host CPU's throughput on compute-bound expert work, TFLOP/s (``cpu=`` gives its fp32 vector FMA peak,
+    conf/parts.yaml; a runtime's kernels reach ``system.cpu_flops_efficiency`` of it)."""
     cpu_mem_gbps: float = 60.0
-    """The host CPU's memory bandwidth, GB/s."""
+    """The host CPU's memory bandwidth, GB/s (every NUMA node's together)."""
+    numa_nodes: int = 1
+    """NUMA nodes (CPU sockets) whose memory channels ``cpu_mem_gbps`` sums; a runtime that keeps one copy of the
+    experts reads them at one node's share (``system.numa``)."""
     low_precision_efficiency: float = 0.8
     """A low-bit kernel's bandwidth relative to a 16-bit one (its dequantisation's cost)."""
     reserve_bytes: int = 2 * 2**30
@@ -437,6 +442,7 @@ class SystemConfig:
     LIMITS: ClassVar[dict[str, str]] = {
         "n_cpu_moe": ">=-1",
         "cpu_kernel_efficiency": "(0,1]",
+        "cpu_flops_efficiency": "[0,1]",
         "gpu_efficiency": "[0,1]",
         "gpu_flops_efficiency": "[0,1]",
         "launch_overhead_s": ">=-1",
@@ -497,6 +503,15 @@ class SystemConfig:
     """This runtime's cost of one GPU kernel launch, seconds (a runtime that replays CUDA graphs launches for less);
     -1: ``hardware.kernel_overhead_s``. The llama.cpp presets' value is a fit to published measurements
     (docs/results/published.md)."""
+    numa: str = "single"
+    """How the CPU experts use a machine of several NUMA nodes (``hardware.numa_nodes``): single (one copy of the
+    experts, in one node's memory, read at that node's bandwidth: llama.cpp's mmapped file, whose --numa options
+    place threads, not weights; the PyTorch offloaders) | replicate (each node holds a copy of the experts its
+    threads compute, and reads its own channels: KTransformers' USE_NUMA=1)."""
+    cpu_flops_efficiency: float = 0.0
+    """This runtime's CPU expert kernels' share of ``hardware.cpu_tflops`` on compute-bound work (a prompt's experts
+    on the CPU); 0: ``cpu_kernel_efficiency``, as for work bound by memory. The KTransformers preset's value is a fit
+    to published measurements (docs/results/published.md)."""
     cpu_kernel_efficiency: float = 1.0
     """This system's CPU expert kernel relative to the hardware's cpu_* figures, which describe Fiddler's AVX512
     kernel (HOBBIT quotes ~3 ms per Mixtral expert for Fiddler and ~5 ms for llama.cpp)."""
@@ -595,6 +610,8 @@ def check_system(s: SystemConfig) -> None:
         )
     if s.host_cache not in ("lru", "uniform"):
         raise ConfigError(f"system.host_cache={s.host_cache} must be lru or uniform")
+    if s.numa not in ("single", "replicate"):
+        raise ConfigError(f"system.numa={s.numa} must be single or replicate")
     if s.host_load not in ("load", "mmap", "stream"):
         raise ConfigError(f"system.host_load={s.host_load} must be load, mmap or stream")
     if c.layer_partition not in ("slots", "bytes"):

@@ -62,6 +62,7 @@ class CostModel:
     hw: HardwareConfig
     layer_scale: float = 1.0  # dense work per simulated layer (> 1 when only some layers were recorded)
     cpu_efficiency: float = 1.0  # the system's CPU expert kernel relative to the hardware's cpu_* figures
+    cpu_flops_efficiency: float = 0.0  # its share of cpu_tflops on compute-bound work (0: cpu_efficiency)
     gpu_efficiency: float = 0.0  # the system's GPU kernels' share of peak memory bandwidth (0: the hardware's)
     gpu_flops_efficiency: float = 0.0  # their share of peak FLOPs (0: the hardware's)
     launch_s: float = -1.0  # the system's cost of one kernel launch on the GPU (-1: the hardware's kernel_overhead_s)
@@ -79,6 +80,7 @@ class CostModel:
                 self.hw,
                 self.layer_scale,
                 self.cpu_efficiency,
+                self.cpu_flops_efficiency,
                 self.gpu_efficiency,
                 self.gpu_flops_efficiency,
                 self.launch_s,
@@ -213,9 +215,10 @@ class CostModel:
             return interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s)
         m = self.model
         nbytes = self.expert_bytes(HIGH)
-        compute = (
-            max(nbytes / (self.hw.cpu_mem_gbps * GB), 2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP))
-            / self.cpu_efficiency
+        flops_eff = self.cpu_flops_efficiency or self.cpu_efficiency
+        compute = max(
+            nbytes / (self.hw.cpu_mem_gbps * GB * self.cpu_efficiency),
+            2 * m.expert_params * tokens / (self.hw.cpu_tflops * TFLOP * flops_eff),
         )
         act = 2 * tokens * m.hidden_size
         move = 0.0 if self.hw.unified_memory else 2 * (self.hw.link_t0_s + act / (self.hw.link_gbps * GB))

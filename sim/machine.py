@@ -38,7 +38,7 @@ KEYS: dict[str, str] = {
     "ssd": "an NVMe drive of conf/parts.yaml or its sequential read rate (samsung-990-pro, 7GB/s)",
     "ssd_fault_gbps": "a measured mmap page-fault read rate, GB/s",
     "cpu": "a CPU of conf/parts.yaml by name (ryzen9-7950x, xeon-gold-6454s, ...): cores, memory channels, DDR speed",
-    "sockets": "CPU sockets in use, with cpu= (2: each socket's cores and memory channels count)",
+    "sockets": "CPU sockets in use, with cpu= (2: each socket's cores and memory channels count, one NUMA node each)",
     "cpu_cores": "the CPU's physical cores (16)",
     "cpu_tflops": "the CPU's 16-bit GEMV TFLOP/s (1.5)",
     "expert_source": "where experts off the GPU live: host | ssd",
@@ -343,6 +343,12 @@ def _cpu(keys: dict[str, object], put: Put) -> Cpu | None:
     if sockets > entry["sockets"]:
         raise ConfigError(f"sockets={sockets}: the {entry['name']} takes at most {entry['sockets']} (conf/parts.yaml)")
     cpu = Cpu(key, sockets, entry)
+    if sockets > 1:
+        put("numa_nodes", sockets, f"sockets={sockets}: one NUMA node a socket", cpu.source)
+    if "cpu_tflops" not in keys and "fp32_tflops" in entry:
+        per = f" x {sockets} sockets" if sockets > 1 else ""
+        how = f"data sheet of the {entry['name']}: {entry['fp32_tflops']:g} TFLOP/s fp32 vector FMA peak{per}"
+        put("cpu_tflops", round(entry["fp32_tflops"] * sockets, 6), how, cpu.source)
     if "cpu_cores" not in keys:
         cores = entry["cores"] * sockets
         per = f" x {sockets} sockets" if sockets > 1 else ""

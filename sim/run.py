@@ -144,6 +144,14 @@ def size_cache(
     return CacheSizing(slots[HIGH], slots[LOW], high, low, mem.free_bytes, note)
 
 
+def host_bandwidth(hw: HardwareConfig, system: SystemConfig) -> HardwareConfig:
+    """``hw`` as ``system``'s CPU experts see it: with one copy of the experts (``system.numa=single``) on a machine
+    of several NUMA nodes, the host's memory bandwidth is one node's."""
+    if system.numa == "single" and hw.numa_nodes > 1:
+        return dataclasses.replace(hw, cpu_mem_gbps=hw.cpu_mem_gbps / hw.numa_nodes)
+    return hw
+
+
 def _recorded_count(model: ModelConfig, layer_share: float) -> int:
     """How many of the model's MoE layers a trace that recorded ``layer_share`` of them holds."""
     return max(round(model.num_layers * layer_share), 1)
@@ -424,9 +432,10 @@ def simulate(
     sizing = size_cache(model, hw, system, max(wl.pass_context), share, memory, recorded)
     cost = CostModel(
         model,
-        hw,
+        host_bandwidth(hw, system),
         layer_scale=wl.layers_total / wl.num_layers,
         cpu_efficiency=system.cpu_kernel_efficiency,
+        cpu_flops_efficiency=system.cpu_flops_efficiency,
         gpu_efficiency=system.gpu_efficiency,
         gpu_flops_efficiency=system.gpu_flops_efficiency,
         launch_s=system.launch_overhead_s,
