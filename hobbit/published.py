@@ -332,12 +332,8 @@ def _weights(r: _Row, gguf: bool, system: str) -> str:
             return fmt
     if stated_bpw:
         bpw = float(stated_bpw.group(1))
-        t = nearest_type(bpw)
-        r.assume(
-            f"quant '{text}' at {bpw:g} bits per weight (stated): {t}, the ggml type nearest "
-            f"({bits_per_weight(t):g} bpw)"
-        )
-        return t
+        r.assume(f"quant '{text}' at its stated {bpw:g} bits per weight: every tensor at it (bpw{bpw:g})")
+        return f"bpw{bpw:g}"
     if "HQQ" in up:
         r.assume(
             f"quant '{text}': Mixtral-Offloading's default HQQ, 2-bit experts (hqq2: group 16, 3.02 bits with "
@@ -397,9 +393,16 @@ def _one_type(r: _Row, tok: str, text: str, gguf: bool, stated_bpw: re.Match[str
             f"quant '{text}': {who}{tok} is not a llama.cpp file type: {ft.upper()}, the one it is built on ({why})"
         )
         return _file_type(ft)
+    if low in IK_TYPES and stated_bpw:  # a mix of ik_llama.cpp's types whose average the source states
+        bpw = float(stated_bpw.group(1))
+        r.assume(
+            f"quant '{text}': ik_llama.cpp's {tok} mix at its stated {bpw:g} bits per weight: every tensor at it "
+            f"(bpw{bpw:g}; the mix's per-tensor types are not modelled)"
+        )
+        return f"bpw{bpw:g}"
     if low in IK_TYPES:
-        bpw = float(stated_bpw.group(1)) if stated_bpw else IK_TYPES[low]
-        how = "stated" if stated_bpw else "its block's"
+        bpw = IK_TYPES[low]
+        how = "its block's"
         t = nearest_type(bpw)
         r.assume(
             f"quant '{text}': ik_llama.cpp's {tok} at {bpw:g} bits per weight ({how}): {t}, the ggml type "

@@ -462,7 +462,8 @@ class SystemConfig:
     """The format of the model file the runtime runs: every non-expert weight, and every expert it loads or computes
     at high precision, is in it. fp16 | bf16 | fp8 | a llama.cpp file type (q4_k_m, q8_0, iq4_xs, mxfp4_moe, ...: its
     quantiser's type for each tensor) | a ggml type (q4_k, ...) | int8, int4 (this project's executor) | file (the
-    sizes of a model read from a GGUF, ``model=path/to/model.gguf``)."""
+    sizes of a model read from a GGUF, ``model=path/to/model.gguf``) | bpw<N> (every weight at N bits: a file of its
+    own mix known by its average, bpw3.9)."""
     host_load: str = "load"
     """How the runtime holds the experts it does not keep on the device: load (read into RAM at start; they must fit
     in the host's RAM: llama.cpp's --no-mmap, the PyTorch offloaders) | mmap (the file is memory-mapped: what does not

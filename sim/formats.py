@@ -24,6 +24,7 @@ https://github.com/deepseek-ai/DeepSeek-V3/blob/0b39205aed0d4b1f9a2798e8551e4059
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hobbit.sim.config import ConfigError, ModelConfig
@@ -77,10 +78,12 @@ BASE_TYPE: dict[str, str] = {
 }  # fmt: skip
 
 FORMATS: list[str] = [
-    *EXECUTOR, "fp8", "file", *(t for t in GGML_TYPES if t not in EXECUTOR), *(f.upper() for f in BASE_TYPE)
+    *EXECUTOR, "fp8", "file", "bpw<N>", *(t for t in GGML_TYPES if t not in EXECUTOR), *(f.upper() for f in BASE_TYPE)
 ]  # fmt: skip
 """Every name ``weights`` takes: lower case a ggml type (every matrix at it), upper case a llama.cpp file type
-(lower case too where the name is not also a ggml type: q4_k_m)."""
+(lower case too where the name is not also a ggml type: q4_k_m), ``bpw<N>`` (every weight at N bits: a file of its
+own mix known by its average, bpw3.903)."""
+_BPW = re.compile(r"bpw(\d+(?:\.\d+)?)")
 
 # tensor_type_fallback: the type a tensor whose row length is not a multiple of the block gets instead.
 _FALLBACK = {
@@ -114,6 +117,8 @@ def bits_per_weight(fmt: str, model: ModelConfig | None = None) -> float:
     if fmt in EXECUTOR:
         m = model or ModelConfig()
         return 8 * m.expert_bytes(fmt) / m.expert_params
+    if _BPW.fullmatch(fmt):
+        return float(fmt[3:])
     raise ConfigError(f"format '{fmt}' is not one of {', '.join([*GGML_TYPES, 'fp8', *EXECUTOR])}")
 
 
@@ -315,6 +320,13 @@ def weights(model: ModelConfig, fmt: str, *, n_gqa: int = 1) -> Weights:
     if fmt in EXECUTOR:
         e = model.expert_bytes(fmt)
         return Weights((e,) * lay, (2 * model.dense_params_per_layer,) * lay, 2 * model.other_params, n_exp, fmt)
+    if _BPW.fullmatch(fmt):  # a mix known by its average: every weight at it (its per-tensor types unknown)
+        bits = float(fmt[3:])
+        if not 1.0 <= bits <= 32.0:
+            raise ConfigError(f"weights format '{fmt}': {bits:g} bits per weight is not in 1..32")
+        size = lambda params: round(params * bits / 8)
+        dense = (size(model.dense_params_per_layer),) * lay
+        return Weights((size(3 * f * h),) * lay, dense, size(model.other_params), n_exp, fmt)
     if fmt == "file":
         if len(model.layer_expert_bytes) != lay or model.file_resident_bytes < 0:
             msg = f"model {model.name} has no layer_expert_bytes for its {lay} layers and file_resident_bytes"

@@ -222,8 +222,20 @@ def test_file_sizes_split_as_the_parameters():
 def test_every_listed_format_is_accepted_and_others_are_named():
     assert {"fp16", "int4", "hqq2", "fp8", "file", "q4_k", "mxfp4", "Q4_K_M", "MXFP4_MOE", "Q4_0"} <= set(FORMATS)
     for fmt in FORMATS:
-        if fmt != "file":
+        if fmt not in ("file", "bpw<N>"):
             assert weights(tiny(), fmt).experts_bytes > 0, fmt
     for bad in ("q4_k_x", "Q4_K", "FP16"):
         with pytest.raises(ConfigError, match=bad):
             weights(tiny(), bad)
+
+
+def test_a_mix_known_by_its_bits_per_weight():
+    """bpw<N>: every weight at N bits (a file of its own mix whose average the source states, 3.903 bpw)."""
+    m = tiny()
+    w = weights(m, "bpw3.903")
+    assert w.expert_bytes == (round(3 * 256 * 512 * 3.903 / 8),) * 8
+    assert w.resident_bytes == 8 * round(300_000 * 3.903 / 8) + round(1_000_000 * 3.903 / 8)
+    assert bits_per_weight("bpw3.903") == 3.903
+    for bad in ("bpw0.5", "bpw40"):
+        with pytest.raises(ConfigError, match="bits per weight is not in 1..32"):
+            weights(m, bad)

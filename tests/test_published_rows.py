@@ -66,7 +66,7 @@ EXPECTED = [
     ("9", "qwen3-30b-a3b", "iq4_xs", "llama-cpp", "ik_llama.cpp",
      r'-ot "blk\.3[4-9]\.ffn=CPU,blk\.4[0-9]\.ffn=CPU" -rtr -fmoe -ub 512',
      {"gpu": "rtx4080", "cpu": "ryzen9-7950x"}, 16, 512, 0, 1445.39, 76.74, ""),
-    ("10", "qwen3-235b-a22b", "iq4_xs", "llama-cpp", "ik_llama.cpp",
+    ("10", "qwen3-235b-a22b", "bpw3.903", "llama-cpp", "ik_llama.cpp",
      r'-ngl 99 -ot "blk\.1[2-9]\.ffn.*=CPU" -ot "blk\.[2-8][0-9]\.ffn.*=CPU" -ot "blk\.9[0-3]\.ffn.*=CPU" -fa '
      r"-ctk q8_0 -ctv q8_0 -fmoe -rtr -c 32768 -ub 512",
      {"gpu": "rtx3090ti", "cpu": "ryzen9-9950x", "ram": "96GiB:ddr5-5600x2"}, 16, 512, 0, 122.94, 10.73, ""),
@@ -137,7 +137,9 @@ def test_what_was_assumed_is_said(read):
     assert said("4", "offload flags not stated") and said("4", "socket use not stated")
     assert said("7", "the experts' type iq4_xs; the other tensors' stated types are not modelled")
     assert said("9", "row 8's -ot taken")
-    assert said("10", "IQ3_K at 3.903 bits per weight (stated): iq4_xs") and said("10", "dropped: -amb 512")
+    assert said("10", "IQ3_K mix at its stated 3.903 bits per weight: every tensor at it (bpw3.903") and said(
+        "10", "dropped: -amb 512"
+    )
     assert said("10", "RAM speed not stated: DDR5-5600, the AMD Ryzen 9 9950X's rated speed")
     assert said("10", "2 DIMMs on the AMD Ryzen 9 9950X's 2 channels -> 2 channels")
     assert said("18", "Q4_K_L is not a llama.cpp file type: Q4_K_M") and said("18", "Q8_0 token embeddings")
