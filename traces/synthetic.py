@@ -81,10 +81,12 @@ def _choose(
         elif prev_layer is not None and u < cfg.reuse + cfg.cross_layer:
             e = int(xmap[prev_layer[slot]])
             pick = e if e not in chosen else -1
-        if pick < 0:
+        if pick < 0:  # rng.choice(E, p=...) as numpy computes it (the same draw), without its checks of p
             p = pop.copy()
             p[chosen] = 0.0
-            pick = int(rng.choice(cfg.num_experts, p=p / p.sum()))
+            cdf = (p / p.sum()).cumsum()
+            cdf /= cdf[-1]
+            pick = int(cdf.searchsorted(rng.random(), side="right"))
         chosen.append(pick)
     return np.array(chosen, dtype=np.int16)
 
