@@ -110,6 +110,10 @@ class PlanConfig:
     """The file type the llama.cpp family and KTransformers run (a GGUF type: q4_k_m, q8_0, iq4_xs, ...); HOBBIT,
     MoE-Infinity and Fiddler run their own formats (fp16 experts; HOBBIT's int4 copies). A model read from a GGUF
     runs as its file holds it."""
+    kv_cache: str = "auto"
+    """The KV cache's type for the llama.cpp family (-ctk/-ctv): f16 | q8_0 | auto (q8_0 where the f16 cache of
+    context + prompt + gen tokens would take more than an eighth of the GPU's memory, as long-context users run it;
+    f16 otherwise)."""
     context: int = 0
     """Tokens already in the KV cache when the prompt arrives (a conversation's history)."""
     prompt: int = 512
@@ -189,9 +193,29 @@ def _spread(lo: int, hi: int, n: int) -> list[int]:
     return sorted({round(x) for x in np.linspace(lo, hi, max(n, 2))})
 
 
-def _layer_flags(grammar: str, cpu_layers: int, model: ModelConfig, ctx: int) -> str:
+KV_SHARE = 1 / 8  # kv_cache=auto: q8_0 where the f16 cache would take more than this share of the GPU's memory
+
+
+def kv_type(cfg: PlanConfig, model: ModelConfig, hw: HardwareConfig) -> str:
+    """The KV cache type the llama.cpp family runs with (``kv_cache``; auto: by ``KV_SHARE``)."""
+    if cfg.kv_cache not in ("auto", "f16", "q8_0"):
+        raise ConfigError(f"kv_cache={cfg.kv_cache} must be auto, f16 or q8_0")
+    if cfg.kv_cache != "auto":
+        return cfg.kv_cache
+    return "q8_0" if model.kv_bytes_per_token * ctx_tokens(cfg) > KV_SHARE * hw.device_memory_bytes else "f16"
+
+
+def _kv_flags(grammar: str, kv: str) -> str:
+    """-ctk/-ctv at ``kv``, with flash attention, which a quantised V cache needs (llama.cpp's -fa takes on|off|auto
+    since 2025-08; ik_llama.cpp's is a switch)."""
+    if kv == "f16":
+        return ""
+    return f" -fa{' on' if grammar == 'llama.cpp' else ''} -ctk {kv} -ctv {kv}"
+
+
+def _layer_flags(grammar: str, cpu_layers: int, model: ModelConfig, ctx: int, kv: str = "f16") -> str:
     """The llama.cpp family's command line keeping the experts of the first ``cpu_layers`` MoE layers on the CPU."""
-    tail = f" -c {ctx}"
+    tail = f" -c {ctx}" + _kv_flags(grammar, kv)
     if cpu_layers == 0:
         return "-ngl 999" + tail
     if cpu_layers >= model.num_layers:
@@ -221,26 +245,30 @@ def settings(rt: Runtime, base: SystemConfig, model: ModelConfig, hw: HardwareCo
     run: the model's resident part or its host share does not fit)."""
     ctx, L, E = ctx_tokens(cfg), model.num_layers, model.num_experts
     name = next(k for k, v in RUNTIMES.items() if v is rt)
+    kv = kv_type(cfg, model, hw)
     if rt.preset == "llama-cpp":
-        probe = _with_flags(base, rt, _layer_flags(rt.grammar, L, model, ctx))
+        probe = _with_flags(base, rt, _layer_flags(rt.grammar, L, model, ctx, kv))
         applied = apply_flags(probe, L, model.dense_layers, E).system
         mem = fit(model, hw, dataclasses.replace(applied, cpu_moe_layers=[], n_cpu_moe=-1), ctx)
         if mem.free_bytes < 0:
             _free(model, hw, probe, ctx)
         least = L - mem.gpu_layers_fitting(E)
         values = _spread(least, L, cfg.points)
-        return [Point(name, n, f := _layer_flags(rt.grammar, n, model, ctx), _with_flags(base, rt, f)) for n in values]
+        return [
+            Point(name, n, f := _layer_flags(rt.grammar, n, model, ctx, kv), _with_flags(base, rt, f)) for n in values
+        ]
     if rt.preset == "ktransformers":
         free, mean = _free(model, hw, _with_flags(base, rt, "--kt-num-gpu-experts 0"), ctx)
         most = min(int(free // (mean * L)), E)
         flags = "--kt-method LLAMAFILE --kt-num-gpu-experts {}"
         return [Point(name, n, f := flags.format(n), _with_flags(base, rt, f)) for n in _spread(0, most, cfg.points)]
     if rt.preset == "llama-cpp-lru":
-        free, mean = _free(model, hw, _with_flags(base, rt, f"-ngl 999 --cpu-moe -c {ctx}"), ctx)
+        tail = f" -c {ctx}" + _kv_flags(rt.grammar, kv)
+        free, mean = _free(model, hw, _with_flags(base, rt, "-ngl 999 --cpu-moe" + tail), ctx)
         most = min(int(free // (mean * L)), E)
         if most < 1:
             raise ConfigError(f"no slot of --moe-expert-cache fits: {gib(free)} free for experts")
-        flags = "-ngl 999 --cpu-moe --moe-expert-cache {} -c " + str(ctx)
+        flags = "-ngl 999 --cpu-moe --moe-expert-cache {}" + tail
         return [
             Point(name, n, f := flags.format(n), _with_flags(base, rt, f))
             for n in _spread(max(1, most // 8), most, cfg.points)
@@ -425,6 +453,9 @@ def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Pla
     model, hw = cfg.model, machine(cfg)
     names, notes = chosen_runtimes(cfg, model)
     ctx = ctx_tokens(cfg)
+    if kv_type(cfg, model, hw) != "f16":
+        kv_gib = model.kv_bytes_per_token * ctx / GiB
+        notes.append(f"the llama.cpp family's KV cache at q8_0 (-ctk/-ctv; at f16 it would take {kv_gib:.1f} GiB)")
     work = out if out is not None else Path(tempfile.mkdtemp(prefix="hobbit-plan-"))
     if cfg.trace is not None:
         trace_path = Path(cfg.trace)

@@ -66,6 +66,7 @@ class CostModel:
     gpu_efficiency: float = 0.0  # the system's GPU kernels' share of peak memory bandwidth (0: the hardware's)
     gpu_flops_efficiency: float = 0.0  # their share of peak FLOPs (0: the hardware's)
     launch_s: float = -1.0  # the system's cost of one kernel launch on the GPU (-1: the hardware's kernel_overhead_s)
+    kv_scale: float = 1.0  # the KV cache's bytes relative to 16 bit (system.kv_bits / 16: llama.cpp's -ctk/-ctv)
     memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -84,6 +85,7 @@ class CostModel:
                 self.gpu_efficiency,
                 self.gpu_flops_efficiency,
                 self.launch_s,
+                self.kv_scale,
                 self.memory,
             )
             hash(key)  # (an empty dict's pop would not hash it)
@@ -175,7 +177,7 @@ class CostModel:
                 0.0,
             )
         m = self.model
-        kv_per_layer = m.kv_bytes_per_token / max(m.num_layers, 1)
+        kv_per_layer = m.kv_bytes_per_token * self.kv_scale / max(m.num_layers, 1)
         weights = m.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
         nbytes = weights + kv_per_layer * context
         flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size

@@ -436,6 +436,7 @@ def simulate(
         layer_scale=wl.layers_total / wl.num_layers,
         cpu_efficiency=system.cpu_kernel_efficiency,
         cpu_flops_efficiency=system.cpu_flops_efficiency,
+        kv_scale=system.kv_bits / 16.0,
         gpu_efficiency=system.gpu_efficiency,
         gpu_flops_efficiency=system.gpu_flops_efficiency,
         launch_s=system.launch_overhead_s,

@@ -51,3 +51,14 @@ def test_a_prompts_experts_on_the_cpu_run_at_the_runtimes_share_of_its_flops():
     assert half.cpu_expert_s(1) == pytest.approx(base.cpu_expert_s(1))
     move = lambda t: 2 * (hw.link_t0_s + 2 * t * cfg.model.hidden_size / (hw.link_gbps * GB))
     assert half.cpu_expert_s(512) - move(512) == pytest.approx(2 * (base.cpu_expert_s(512) - move(512)), rel=1e-6)
+
+
+def test_a_quantised_kv_cache_reads_fewer_bytes_at_long_context():
+    """system.kv_bits (llama.cpp's -ctk/-ctv) scales the KV bytes attention reads: at 64K tokens of context a
+    decode step's dense part is bound by memory, and its KV part costs 8.5/16 of f16's."""
+    cfg = compose_sim("model=qwen3-30b-a3b")
+    hw = hardware_config(gpu="rtx4060ti-16gb")
+    f16, q8 = CostModel(cfg.model, hw), CostModel(cfg.model, hw, kv_scale=8.5 / 16)
+    base = f16.dense_s(1, 0)
+    assert q8.dense_s(1, 0) == base  # no context, no KV read
+    assert q8.dense_s(1, 65536) - base == pytest.approx((f16.dense_s(1, 65536) - base) * 8.5 / 16, rel=1e-9)
