@@ -28,7 +28,8 @@ def compare_table(rows: list[dict[str, Any]]) -> str:
         d, pre, b = r["decode_ms_per_token"], r["prefill_ms_per_request"], r["bound"]
         cpu = " (CPU)" if cpu_assisted(r) else ""
         out.append(
-            f"| {r['rank']} | {r['system']}{cpu} | {d['mean']:.1f} | {r['decode_tok_s']:.2f} | {d['p95']:.1f} | {pre['mean']:.1f} | "
+            f"| {r['rank']} | {r['system']}{cpu} | {d['mean']:.1f} | {r['decode_tok_s']:.2f} | {d['p95']:.1f} | "
+            f"{'n/a' if pre['mean'] is None else format(pre['mean'], '.1f')} | "  # n/a: no prefill passes
             f"{r['hit_rate']:.3f} | {r['bytes_loaded'] / 1e9:.1f} | {r['quality_proxy']['degraded_mass']:.3f} | "
             f"{b['decode_ms_per_token']:.1f} | "
             f"{r['gap_to_bound']:.2f} | {r['gap_to_oracle']:.2f} |"
@@ -44,7 +45,7 @@ def plot_compare(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path
     total = [r["decode_ms_per_token"]["mean"] for r in rows]
     stall = [min(r["stall_ms_per_token"], t) for r, t in zip(rows, total)]
     bound = [r["bound"]["decode_ms_per_token"] for r in rows]
-    pre = [r["prefill_ms_per_request"]["mean"] for r in rows]
+    pre = [r["prefill_ms_per_request"]["mean"] or 0.0 for r in rows]  # 0: the trace has no prefill pass
     fig, (ax, ax2) = plt.subplots(
         1, 2, figsize=(11, 0.42 * len(rows) + 1.8), sharey=True, gridspec_kw={"width_ratios": [3, 2]}
     )
@@ -61,7 +62,7 @@ def plot_compare(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path
     ax.set_xlim(0, max(total) * 1.18)
     ax.legend(loc="upper right", fontsize=7)  # the fastest systems rank first: their bars are short
     ax2.barh(y, pre, color="C2")
-    ax2.set_xlabel("prefill latency (ms / request)")
+    ax2.set_xlabel("prefill latency (ms / request)" + ("" if max(pre) > 0 else ": n/a, no prefill passes"))
     ax2.set_xlim(0, max(pre) * 1.1 if max(pre) > 0 else 1)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

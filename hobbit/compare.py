@@ -27,6 +27,7 @@ from hobbit.analysis.system_plots import compare_table, cpu_assisted, plot_compa
 from hobbit.api import check, trace_file
 from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
+from hobbit.phases import require
 from hobbit.results_io import decode_text, tok_s, write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.run import needs_weights, simulate
@@ -121,7 +122,7 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows by decode latency, then prefill latency; each gains ``rank``, ``gap_to_oracle`` (its decode latency over
     the lowest bound of all rows) and ``decode_tok_s``."""
     oracle = min(r["bound"]["decode_ms_per_token"] for r in rows)
-    out = sorted(rows, key=lambda r: (r["decode_ms_per_token"]["mean"], r["prefill_ms_per_request"]["mean"]))
+    out = sorted(rows, key=lambda r: (r["decode_ms_per_token"]["mean"], r["prefill_ms_per_request"]["mean"] or 0.0))
     for i, r in enumerate(out, 1):
         r["rank"] = i
         r["gap_to_oracle"] = r["decode_ms_per_token"]["mean"] / oracle if oracle > 0 else float("nan")
@@ -153,6 +154,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"systems={unknown} are not presets of conf/system (fix: some of {', '.join(all_systems())})")
     profile, timed = split_requests(trace, cfg.profile_share)
+    require(timed, "compare", "it ranks systems by decode latency on the requests it times", decode=True)
     systems = [_system(n) for n in names]
     notes = [
         f"{len(np.unique(profile.arrays.request_id))} requests held apart for profiling and tuning"

@@ -21,6 +21,7 @@ from hobbit.executor.setup import pinned, prepare
 from hobbit.executor.validate import Validation, full_profile, validate
 from hobbit.executor.weights import first_layers, reduce_model
 from hobbit.glue import CONF, hydra_command, hydra_quote, load_hardware, load_tuned, searchpath, write_yaml
+from hobbit.phases import require
 from hobbit.results_io import decode_text, write_results
 from hobbit.sim.config import HardwareConfig, ModelConfig
 from hobbit.sim.run import check_profile, check_topology, check_weights
@@ -91,6 +92,14 @@ def validate_to(cfg: ValidateConfig, out: Path) -> dict[str, Any]:
     model = reduce_model(cfg.model, cfg.scale, cfg.layers)
     trace = read_trace(cfg.trace or bundled_trace())
     # before any work (the calibration takes a while): what the simulation would refuse after it
+    require(
+        trace,
+        "validate",
+        f"it replays {cfg.requests} request(s) after a warm-up one and times their decode tokens",
+        decode=True,
+        requests=cfg.requests + 1,
+        fewer="requests=",
+    )
     check_topology(first_layers(trace, model.num_layers), model)  # the layers it replays: the model's first
     check_weights(trace, cfg.system)
     if hw is not None:

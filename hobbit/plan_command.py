@@ -28,6 +28,7 @@ from tqdm import tqdm
 from hobbit.analysis.plots import pyplot, save
 from hobbit.api import configure, read_trace
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
+from hobbit.phases import require
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, policy_knobs
 from hobbit.sim.flags import apply_flags
@@ -459,6 +460,7 @@ def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Pla
     work = out if out is not None else Path(tempfile.mkdtemp(prefix="hobbit-plan-"))
     if cfg.trace is not None:
         trace_path = Path(cfg.trace)
+        require(read_trace(trace_path), "plan", "it ranks runtimes by decode speed", decode=True)
         notes.append(f"routing from {trace_path}")
     else:
         trace_path = synthetic_trace(model, cfg.prompt, DECODE_TOKENS, locality_knobs("typical"), cfg.seed)

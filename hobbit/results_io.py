@@ -28,20 +28,27 @@ CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache
 MANIFEST = "sha256.json"  # in a cache entry: result file -> its SHA-256
 
 
-def tok_s(ms_per_token: float) -> float:
-    """Decode throughput, tokens per second, of a decode latency in ms per token (one token per decode pass)."""
+def tok_s(ms_per_token: float | None) -> float:
+    """Decode throughput, tokens per second, of a decode latency in ms per token (one token per decode pass); NaN
+    where the trace had no decode pass (None)."""
+    if ms_per_token is None:
+        return float("nan")
     return 1000.0 / ms_per_token if ms_per_token > 0 else float("inf")
 
 
-def tok_s_text(ms_per_token: float) -> str:
+def tok_s_text(ms_per_token: float | None) -> str:
     """The throughput of a decode latency as the commands print it: ``24.3``; below 10 tok/s with a second decimal."""
+    if ms_per_token is None:
+        return "n/a"
     t = tok_s(ms_per_token)
     return f"{t:.{2 if t < 10 else 1}f}"
 
 
-def decode_text(ms_per_token: float, digits: int = 2) -> str:
+def decode_text(ms_per_token: float | None, digits: int = 2) -> str:
     """``41.20 ms/token (24.3 tok/s)``: a decode latency beside the throughput it means, as every command prints
-    them."""
+    them; ``n/a (no decode passes)`` for a trace without decode (``hobbit.phases``)."""
+    if ms_per_token is None:
+        return "n/a (no decode passes)"
     return f"{ms_per_token:.{digits}f} ms/token ({tok_s_text(ms_per_token)} tok/s)"
 
 

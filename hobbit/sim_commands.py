@@ -73,8 +73,13 @@ def summary_line(s: dict, label: str | None = None) -> str:
     model, or by ``label`` (a sweep point: its number and overrides)."""
     from hobbit.results_io import decode_text
 
-    d = s["decode_ms_per_token"]
+    d, pre = s["decode_ms_per_token"], s["prefill_ms_per_request"]
     head = label if label is not None else f"{s['system']} on {s['hardware']}, {s['model']}"
+    if d["mean"] is None:  # a trace without decode passes (hobbit.phases): its prefill is what there is
+        return (
+            f"{head}: decode {decode_text(None)}, prefill {pre['mean']:.2f} ms/request (p95 {pre['p95']:.2f}), "
+            f"hit rate {s['hit_rate']:.3f}, link busy {s['link_busy_fraction']:.2f}"
+        )
     return (
         f"{head}: decode {decode_text(d['mean'])}, p95 {d['p95']:.2f} ms/token, "
         f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "

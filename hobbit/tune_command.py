@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from hobbit.api import check, read_trace
 from hobbit.compare import tuning_base
 from hobbit.glue import CONF, hydra_command, searchpath
+from hobbit.phases import require
 from hobbit.results_io import decode_text
 from hobbit.sim.config import ConfigError
 from hobbit.sim.tune import TuneConfig, tune
@@ -30,13 +31,14 @@ TUNED_KNOBS = ("system.precision.mode", "system.cache.policy")  # what the searc
 
 def check_tune(trace: Trace, cfg: TuneConfig) -> None:
     """What ``hobbit tune`` refuses before it searches: a trace without gate weights (the T1/T2 rule it tunes reads
-    them), and anything a simulation of the base it varies would refuse (``hobbit.api.check``)."""
+    them) or without decode passes (what it minimises), and anything a simulation of the base it varies would refuse (``hobbit.api.check``)."""
     if weights_absent(trace.meta):
         raise ConfigError(
             f"trace {trace.path} has no gate weights (its source format carries none), and hobbit tune searches "
             f"the T1/T2 rule that reads them (fix: a trace with gate weights: hobbit capture, or a source that "
             f"records them)"
         )
+    require(trace, "tune", "it minimises decode latency", decode=True)
     check(trace, cfg.model, cfg.hardware, tuning_base(cfg.system))
 
 
