@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the tables are written from their columns through pyarrow, 
 
 RESULT_FILES = ("results.json", "passes.parquet", "layers.parquet")
 CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache
-MANIFEST = "sha256.json"  # in a cache entry: result file -> its SHA-256
+MANIFEST = "sha256.json"  # in a cache entry: its files' SHA-256 and the key it holds the results of
 
 
 def tok_s(ms_per_token: float | None) -> float:
@@ -78,15 +78,19 @@ def cache_root(cfg: SimConfig) -> Path | None:
     return None
 
 
-def config_key(cfg: SimConfig, trace_path: Path) -> str:
-    """What determines a run's results: the trace's bytes and every knob of the run."""
+def config_blob(cfg: SimConfig, trace_path: Path) -> str:
+    """What determines a run's results, as JSON: the trace's bytes (their SHA-256) and every knob of the run."""
     digest = _sha256(trace_path)
     knobs = {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
         if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens", "sweep_chunk")
     }
-    blob = json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
+    return json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
+
+
+def key_of(blob: str) -> str:
+    """A cache entry's name: the first 32 hex digits of its blob's SHA-256."""
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -109,22 +113,30 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _verified(entry: Path) -> bool:
-    """Whether a cache entry is whole: its manifest lists every result file with the checksum it has."""
+def _verified(entry: Path, blob: str | None) -> bool:
+    """Whether a cache entry is whole and holds the results it is named for: its manifest lists every result file
+    with the checksum it has, and the blob it was written for, which hashes to the entry's name and is the blob
+    asked for (``blob``; None: any that hashes to the name). An entry copied or renamed under another key fails."""
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
-        return all(manifest.get(f) == _sha256(entry / f) for f in RESULT_FILES)
-    except (OSError, ValueError, AttributeError):
+        files, held = manifest["files"], manifest["blob"]
+        whole = all(files.get(f) == _sha256(entry / f) for f in RESULT_FILES)
+        return whole and key_of(held) == entry.name and (blob is None or held == blob)
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return False
 
 
-def from_cache(entry: Path, out: Path) -> bool:
-    """Copy a finished run's files into ``out`` if the cache holds it whole; a corrupt or partial entry
-    is dropped with a warning (the run is simulated again and cached anew), never copied."""
+def from_cache(entry: Path, out: Path, blob: str | None = None) -> bool:
+    """Copy a finished run's files into ``out`` if the cache holds it whole, for ``blob`` (``config_blob``); a
+    corrupt, partial or misplaced entry (one whose files belong to another key) is dropped with a warning (the run is
+    simulated again and cached anew), never copied."""
     if not entry.exists():
         return False
-    if not _verified(entry):
-        warnings.warn(f"result cache entry {entry} is corrupt or partial: ignored, simulating again", stacklevel=2)
+    if not _verified(entry, blob):
+        warnings.warn(
+            f"result cache entry {entry} is corrupt, partial or holds another run's results: ignored, simulating again",
+            stacklevel=2,
+        )
         shutil.rmtree(entry, ignore_errors=True)
         return False
     for f in RESULT_FILES:
@@ -139,16 +151,18 @@ def from_cache(entry: Path, out: Path) -> bool:
     return True
 
 
-def to_cache(out: Path, entry: Path) -> None:
-    """Keep a finished run's files under ``entry`` with their checksums (atomically: a directory renamed
-    into place). A cache that cannot be written is skipped with a warning; the run's own files stand."""
+def to_cache(out: Path, entry: Path, blob: str) -> None:
+    """Keep a finished run's files under ``entry`` with their checksums and the ``blob`` they are the results of
+    (atomically: a directory renamed into place). A cache that cannot be written is skipped with a warning; the run's
+    own files stand."""
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         for f in RESULT_FILES:
             shutil.copyfile(out / f, tmp / f)
-        (tmp / MANIFEST).write_text(json.dumps({f: _sha256(tmp / f) for f in RESULT_FILES}) + "\n")
+        manifest = {"files": {f: _sha256(tmp / f) for f in RESULT_FILES}, "blob": blob}
+        (tmp / MANIFEST).write_text(json.dumps(manifest) + "\n")
         shutil.rmtree(entry, ignore_errors=True)  # a corrupt entry dropped earlier, or a twin's
         os.replace(tmp, entry)
     except OSError as exc:

@@ -95,14 +95,15 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
     from tqdm import tqdm
 
     from hobbit.api import read_trace, simulate_config, trace_file
-    from hobbit.results_io import cache_root, config_key, from_cache, to_cache, write_results
+    from hobbit.results_io import cache_root, config_blob, from_cache, key_of, to_cache, write_results
 
     trace_path = trace_file(cfg.trace, cfg.model, cfg.seed)
     trace = read_trace(trace_path)
     out = Path(cfg.out_dir)
     root = cache_root(cfg) if cfg.use_cache else None
-    entry = root / config_key(cfg, trace_path) if root is not None else None
-    if entry is not None and not cfg.timeline and from_cache(entry, out):  # a timeline needs the run itself
+    blob = config_blob(cfg, trace_path) if root is not None else ""
+    entry = root / key_of(blob) if root is not None else None
+    if entry is not None and not cfg.timeline and from_cache(entry, out, blob):  # a timeline needs the run itself
         s = json.loads((out / "results.json").read_text())
         print(summary_line(s, label) + f" (already simulated: result cache {entry})")
         if label is None:
@@ -127,7 +128,7 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
         for p in write_sim_timeline(res, cfg.system.demand_first, cfg.timeline_tokens, out):
             print(f"timeline: {p.resolve()}")
     if entry is not None:
-        to_cache(out, entry)
+        to_cache(out, entry, blob)
     print(summary_line(res.summary, label))
     if label is None:  # a single run: what its answer rests on (a sweep's points print one line each)
         print_memory_notes(res.summary)

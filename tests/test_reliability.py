@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -171,7 +172,7 @@ def test_a_corrupt_cache_entry_is_ignored_and_replaced(small_trace, tmp_path, ca
     (entry,) = (cache / "sim").iterdir()
     good = (entry / "results.json").read_text()
     (entry / "results.json").write_text(good[: len(good) // 2])  # a truncated entry
-    with pytest.warns(UserWarning, match="corrupt or partial"):
+    with pytest.warns(UserWarning, match="corrupt, partial or holds another run's results"):
         assert run_cli(_sim(small_trace, tmp_path / "b", cache)) == 0
     again = json.loads((tmp_path / "b" / "results.json").read_text())
     assert {**again, "wall_s": 0} == {**json.loads(good), "wall_s": 0}
@@ -179,6 +180,25 @@ def test_a_corrupt_cache_entry_is_ignored_and_replaced(small_trace, tmp_path, ca
     assert json.loads((entry / "results.json").read_text()) == again  # and the entry replaced
     assert run_cli(_sim(small_trace, tmp_path / "c", cache)) == 0
     assert (tmp_path / "c" / ".cached").exists()
+
+
+def test_a_cache_entry_copied_under_another_key_is_not_served(small_trace, tmp_path):
+    """An entry proves its key (issue 51, root cause 5): t1=0.3's results copied under t1=0.75's key, checksums
+    and all, are refused and t1=0.75 is simulated; the entry then holds t1=0.75's own results."""
+    cache = tmp_path / "cache"
+    assert run_cli(_sim(small_trace, tmp_path / "a", cache, "system=hobbit", "system.precision.t1=0.3")) == 0
+    (low,) = (cache / "sim").iterdir()
+    assert run_cli(_sim(small_trace, tmp_path / "b", cache, "system=hobbit", "system.precision.t1=0.75")) == 0
+    (high,) = set((cache / "sim").iterdir()) - {low}
+    truth = json.loads((high / "results.json").read_text())
+    shutil.rmtree(high)
+    shutil.copytree(low, high)  # the other key's files, with their own (true) checksums
+    with pytest.warns(UserWarning, match="holds another run's results"):
+        assert run_cli(_sim(small_trace, tmp_path / "c", cache, "system=hobbit", "system.precision.t1=0.75")) == 0
+    got = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert not (tmp_path / "c" / ".cached").exists()
+    assert got["system_config"]["precision"]["t1"] == 0.75
+    assert {**got, "wall_s": 0} == {**truth, "wall_s": 0}
 
 
 def test_an_unwritable_cache_degrades_to_no_cache(small_trace, tmp_path):
