@@ -30,6 +30,7 @@ from hobbit.sim.config import check_system
 from hobbit.sim.policies.base import HIGH, LOW, SKIP
 from hobbit.sim.policies.precision import classes_for
 from hobbit.traces.families import checkpoint_family, find_routers
+from hobbit.traces.inputs import read_text, reading
 from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir
 
 __all__ = ["PAIRS", "QualityError", "install", "measure", "run_quality", "windows"]
@@ -197,9 +198,11 @@ def run_quality(cfg: QualityConfig) -> dict:
     text_path = Path(cfg.text) if cfg.text else bundled_heldout_text()
     if not text_path.is_file():
         raise QualityError(f"text={text_path} does not exist")
-    ids = AutoTokenizer.from_pretrained(ckpt)(text_path.read_text(encoding="utf-8"))["input_ids"]
+    text = read_text(text_path, "the held-out text", "a UTF-8 text file")
+    ids = AutoTokenizer.from_pretrained(ckpt)(text)["input_ids"]
     batches = windows(ids, cfg.context_length, cfg.max_windows)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    with reading(ckpt, "the checkpoint's weights", "a whole Hugging Face checkpoint, its files as saved"):
+        model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
     p = cfg.system.precision
     mixed = install(
         model,

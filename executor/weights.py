@@ -19,6 +19,7 @@ import torch
 from hobbit.executor.kernels import ExpertKernel
 from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.sim.policies.base import HIGH, LOW
+from hobbit.traces.inputs import reading
 from hobbit.traces.io import Trace
 
 
@@ -113,7 +114,8 @@ def build_store(
     if checkpoint_dir is not None:
         from transformers import AutoModelForCausalLM
 
-        checkpoint = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32)
+        with reading(checkpoint_dir, "the checkpoint's weights", "a whole Hugging Face checkpoint, its files as saved"):
+            checkpoint = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32)
         cfg = checkpoint.config
         if (cfg.hidden_size, cfg.intermediate_size) != (model.hidden_size, model.expert_ffn):
             raise ConfigError(

@@ -48,6 +48,7 @@ from hobbit.guard import guard
 from hobbit.knob_docs import knobs, render_help
 from hobbit.overrides import overrides_problem
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
+from hobbit.traces.inputs import reading
 from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.schema import InputError, use_jemalloc_pool
@@ -363,7 +364,8 @@ def load_hardware(path: str) -> HardwareConfig:
     if not Path(path).is_file():
         raise ConfigError(f"profile={path} does not exist (fix: the hardware YAML hobbit calibrate wrote)")
     try:
-        data = OmegaConf.load(path)
+        with reading(path, "profile=, a hardware YAML,", "the YAML hobbit calibrate or hobbit hardware wrote"):
+            data = OmegaConf.load(path)
         if not isinstance(data, DictConfig):
             raise ConfigError(
                 f"profile={path} is not a mapping of hardware knobs (fix: the YAML hobbit calibrate wrote)"
@@ -371,6 +373,8 @@ def load_hardware(path: str) -> HardwareConfig:
         profile = data.pop("profile", None)
         hw = load_typed(HardwareConfig, data)
         return dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
+    except InputError:  # the input helper's refusal names the file already
+        raise
     except YAML_ERRORS as exc:
         raise ConfigError(f"profile={path}: {exc}".replace("\n", " ")) from exc
 

@@ -289,3 +289,45 @@ def test_fitted_profile_coefficients_may_be_negative_but_not_missing_numbers():
     check_knobs(HardwareConfig(profile=prof), "hardware.")
     with pytest.raises(KnobError, match="hardware.profile.dense_s"):
         check_knobs(HardwareConfig(profile=dataclasses.replace(prof, dense_s=[float("nan"), 0, 0])), "hardware.")
+
+
+# ---------------------------------------------------------------- inputs read through one helper (issue 51, 3)
+
+
+def _binary(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(range(128, 256)) * 20)  # no UTF-8 text, no JSON, no archive
+    return path
+
+
+def test_inputs_that_are_not_what_they_should_be_are_refused_naming_them(tmp_path, capsys):
+    """A binary prompts or held-out text file, a junk FLAME .pt, a binary vLLM log or hardware YAML: one line naming
+    the file and what it should be, exit 2, no traceback, nothing written (``hobbit.traces.inputs.reading``)."""
+    out = tmp_path / "o.parquet"
+    prompts = _binary(tmp_path / "prompts.txt")
+    err = refused(capsys, ["capture", f"prompts={prompts}", f"out={out}"], f"{prompts}: the prompts file", [prompts])
+    assert "not UTF-8 text" in err and not out.exists()
+    text = _binary(tmp_path / "heldout.txt")
+    err = refused(capsys, ["quality", f"text={text}", f"hydra.run.dir={tmp_path / 'q'}"], f"{text}: the held-out")
+    assert "not UTF-8 text" in err
+    pt = _binary(tmp_path / "flame" / "layer0.pt")
+    err = refused(capsys, ["convert", f"in={pt.parent}", "format=flame", f"out={out}"], f"{pt}: a FLAME trace file")
+    assert "cannot be read" in err and not out.exists()
+    log = _binary(tmp_path / "route.jsonl")
+    refused(capsys, ["convert", f"in={log}", "format=vllm", f"out={out}"], f"{log}: a vLLM routing log cannot be read")
+    yml = _binary(tmp_path / "hw.yaml")
+    refused(capsys, ["plan", f"profile={yml}", f"hydra.run.dir={tmp_path / 'p'}"], f"{yml}: profile=, a hardware YAML")
+
+
+def test_a_truncated_checkpoint_is_refused_naming_it(tiny_checkpoints, tmp_path, capsys):
+    """A model.safetensors cut short (a download that stopped): the checkpoint named, its weights unread, exit 2."""
+    import shutil
+
+    src = next(iter(tiny_checkpoints.values()))
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(src, ckpt)
+    weights = next(ckpt.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:5000])
+    out = tmp_path / "o.parquet"
+    err = refused(capsys, ["capture", f"model={ckpt}", f"out={out}", "max_prompts=1", "max_new_tokens=2"], str(ckpt))
+    assert "the checkpoint's weights cannot be read" in err and not out.exists()

@@ -20,6 +20,7 @@ import numpy as np
 
 from hobbit.traces.arrays import TraceArrays, concat
 from hobbit.traces.families import Family, checkpoint_family, find_routers, model_spec
+from hobbit.traces.inputs import read_text, reading
 from hobbit.traces.io import TraceWriter
 from hobbit.traces.schema import DECODE, PREFILL, InputError, TraceMeta, now_iso
 from hobbit.traces.tiny import bundled_model_dir, bundled_phimoe_dir, bundled_prompts_path
@@ -87,7 +88,8 @@ def read_prompts(path: str | Path) -> list[str]:
     if not p.is_file():
         raise CaptureError(f"prompts file {p} does not exist (fix: prompts=PATH to a .jsonl or .txt file)")
     prompts = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    text = read_text(p, "the prompts file", "a .jsonl or .txt file of prompts, in UTF-8")
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if p.suffix == ".jsonl":
@@ -291,7 +293,8 @@ def _load(model_dir: Path, cfg: CaptureConfig) -> tuple[Any, Any, Family]:
         raise CaptureError(f"model={model_dir}: no usable tokenizer ({exc})") from exc
     # Any: transformers declares ``to`` through functools.wraps(nn.Module.to), which a checker reads as the unbound
     # method
-    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    with reading(model_dir, "the checkpoint's weights", "a whole Hugging Face checkpoint, its files as saved"):
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
     return model.to(device).eval(), tok, family
 
 

@@ -27,10 +27,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hobbit.traces.arrays import TraceArrays, sort_by_weight
+from hobbit.traces.inputs import reading
 from hobbit.traces.io import write_trace
 from hobbit.traces.jsonl_format import read_generic_jsonl
 from hobbit.traces.llamacpp_csv import read_llamacpp_csv
-from hobbit.traces.schema import DECODE, INT16_MAX, INT32_MAX, PREFILL, ModelSpec, TraceError, TraceMeta, now_iso
+from hobbit.traces.schema import (
+    DECODE,
+    INT16_MAX,
+    INT32_MAX,
+    PREFILL,
+    InputError,
+    ModelSpec,
+    TraceError,
+    TraceMeta,
+    now_iso,
+)
 from hobbit.traces.tec_format import read_tec
 from hobbit.traces.validate import validate_source
 
@@ -192,13 +203,16 @@ def _flame_pt(folder: Path, cfg: ConvertConfig) -> tuple[TraceArrays, TraceMeta]
     parts = []
     for f in files:
         try:
-            d = torch.load(f, weights_only=True, map_location="cpu")
+            with reading(f, "a FLAME trace file", "the .pt files FLAME-MoE's tracer wrote, whole"):
+                d = torch.load(f, weights_only=True, map_location="cpu")
             n = len(d["samples"])
             if "token_position" in d:
                 seq, pos = np.arange(n), np.full(n, int(d["token_position"]))
             else:
                 seq, pos = np.arange(n) // int(d["sequence_length"]), np.arange(n) % int(d["sequence_length"])
             parts.append((seq, pos, np.full(n, int(d["layer"])), d["indices"].numpy(), d["scores"].float().numpy()))
+        except InputError:
+            raise
         except (KeyError, RuntimeError, ValueError) as exc:
             raise TraceError(f, f"not a FLAME trace file ({exc!r})") from exc
     seq, pos, layer, ids, w = (np.concatenate([p[i] for p in parts]) for i in range(5))
@@ -227,7 +241,10 @@ def _read_vllm_file(path: Path) -> tuple[dict, dict[int, list[list[tuple]]]]:
     meta: dict = {}
     layers: dict[int, list[list[tuple]]] = {}
     last_idx: dict[int, int] = {}
-    with open(path, encoding="utf-8") as fh:
+    with (
+        reading(path, "a vLLM routing log", "the JSONL log vLLM's routing hook wrote"),
+        open(path, encoding="utf-8") as fh,
+    ):
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -406,7 +423,7 @@ def convert(cfg: ConvertConfig) -> Path:
         raise TraceError(cfg.input, f"prefill={cfg.prefill} must be keep or drop", field="prefill")
     try:
         arrays, meta = CONVERTERS[cfg.format](cfg)
-    except TraceError:
+    except (TraceError, InputError):  # a converter's own refusal, or the input helper's, naming the file
         raise
     except (
         ValueError,
