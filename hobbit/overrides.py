@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import math
 import sys
 import types
 import typing
@@ -22,6 +23,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
+from hobbit.traces.knobs import say_limit, within
+
+_BOOLS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}
 OPEN = "*"  # a knob tree's node under which any key may follow (a mapping, a list, Any)
 
 
@@ -152,6 +156,69 @@ def override_problem(
     )
 
 
+def _leaf(schema: type, path: str) -> tuple[type, Any, str] | None:
+    """The dataclass that holds knob ``path`` of ``schema``, its type hint and its field name; None where the path
+    runs through an open node or a hint only a type checker resolves."""
+    cls: Any = schema
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        try:
+            hints = typing.get_type_hints(cls)
+        except (NameError, TypeError):
+            return None
+        if part not in hints:
+            return None
+        hint = hints[part]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+            hint = args[0]
+        if i == len(parts) - 1:
+            return cls, hint, part
+        if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+            return None
+        cls = hint
+    return None
+
+
+def value_problem(o: Override, schema: type) -> str | None:
+    """What is wrong with the value(s) of a knob's override (every value of a sweep's list): a whole-number knob
+    given a fraction or a word, a number knob given a word, a number outside the knob's declared limits
+    (``LIMITS``, as ``check_knobs`` checks a composed config). None: nothing this check can see."""
+    key = o.key_or_group
+    leaf = _leaf(schema, key)
+    if leaf is None or o.is_delete():
+        return None
+    cls, hint, name = leaf
+    if hint not in (int, float, bool):
+        return None
+    value = o.value()
+    if o.is_sweep_override():
+        values = getattr(value, "list", None)
+        if values is None:  # a range or interval sweep: Hydra expands it
+            return None
+    else:
+        values = [value]
+    spec = getattr(cls, "LIMITS", {}).get(name)
+    for x in values:
+        if x is None:
+            continue
+        if hint is bool:  # OmegaConf's readings of a boolean
+            if not (isinstance(x, bool) or x in (0, 1) or str(x).lower() in _BOOLS):
+                return f"{key}={x}: {key} is true or false"
+            continue
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return f"{key}={x}: {key} takes a number" + (", a whole one" if hint is int else "")
+        if hint is int and not isinstance(x, int):
+            return f"{key}={x}: {key} takes a whole number"
+        if not math.isfinite(x):
+            return f"{key}={x} must be a finite number"
+        if spec is not None and not within(x, spec):
+            return f"{key}={x} must be {say_limit(spec)}" + (
+                " (a value of the sweep's list)" if len(values) > 1 else ""
+            )
+    return None
+
+
 def overrides_problem(
     config_path: str, config_name: str, schema: type, overrides: list[str], extended: bool, command: str | None = None
 ) -> str | None:
@@ -168,7 +235,7 @@ def overrides_problem(
     }
     command = command or _command(config_name)
     for o in parsed:
-        problem = override_problem(o, tree, groups, command, extended)
+        problem = override_problem(o, tree, groups, command, extended) or value_problem(o, schema)
         if problem is not None:
             return problem
     return None

@@ -331,3 +331,30 @@ def test_a_truncated_checkpoint_is_refused_naming_it(tiny_checkpoints, tmp_path,
     out = tmp_path / "o.parquet"
     err = refused(capsys, ["capture", f"model={ckpt}", f"out={out}", "max_prompts=1", "max_new_tokens=2"], str(ckpt))
     assert "the checkpoint's weights cannot be read" in err and not out.exists()
+
+
+# ---------------------------------------------------------------- every value checked before any work (issue 51, 4)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["sim", "system.precision.t1=abc"], "system.precision.t1=abc: system.precision.t1 takes a number"),
+        (["tune", "trials=2.5"], "trials=2.5: trials takes a whole number"),
+        (["sim", "use_cache=maybe"], "use_cache=maybe: use_cache is true or false"),
+        (["sim", "hardware.link_gbps=inf"], "hardware.link_gbps=inf must be a finite number"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_one_line(args, needle, tmp_path, capsys):
+    """Where Hydra printed 5-25 lines ending in its HYDRA_FULL_ERROR hint: one line naming the knob (exit 2)."""
+    err = refused(capsys, [*args, f"hydra.run.dir={tmp_path / 'r'}"], needle)
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1 and "HYDRA_FULL_ERROR" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_sweep_with_a_bad_value_in_its_list_runs_no_point(small_trace, tmp_path, capsys):
+    """t1=0.3,1.5,0.6: the middle value is refused before the sweep starts, so 0.3 is not simulated either."""
+    sweep = tmp_path / "sweep"
+    args = ["sim", "-m", f"trace={small_trace}", "system.precision.t1=0.3,1.5,0.6", f"hydra.sweep.dir={sweep}"]
+    refused(capsys, args, "system.precision.t1=1.5 must be in [0, 1] (a value of the sweep's list)")
+    assert not sweep.exists()

@@ -57,10 +57,10 @@ def check_knobs(cfg: Any, prefix: str = "") -> None:
                 raise KnobError(f"{name}={v} must be a finite number")
             spec = limits.get(f.name)
             if spec is not None and not within(x, spec):
-                raise KnobError(f"{name}={v} must be {_say(spec)}")
+                raise KnobError(f"{name}={v} must be {say_limit(spec)}")
 
 
-def _say(spec: str) -> str:
+def say_limit(spec: str) -> str:
     if _INTERVAL.match(spec):
         return "in " + spec.replace(",", ", ")
     m = _BOUND.match(spec)
