@@ -142,6 +142,10 @@ def test_command_counts_are_checked(small_trace, tmp_path, capsys):
         (HEADER, [{**ROW, "gate_weights": [0.7, 0.7]}], "weight_rule=softmax_renorm"),
         (HEADER, [{**ROW, "request_id": 2**40}], "request_id"),
         (HEADER, [{**ROW, "layer": 3}], "layer"),
+        # a misspelt key would have dropped every row's predictions (issue 51, root cause 4)
+        ({**HEADER, "lookahed_depth": 2}, None, "field 'lookahed_depth'"),
+        ({**HEADER, "lookahed_depth": 2}, None, "did you mean lookahead_depth?"),
+        ({**HEADER, "model": {**HEADER["model"], "topk": 2}}, None, "field 'model.topk'"),
     ],
 )
 def test_trace_headers_and_gate_weights_are_checked(tmp_path, capsys, header, rows, needle):

@@ -19,6 +19,7 @@ the last layer. Errors name the file, the line and the field.
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
 from collections.abc import Iterator
@@ -37,6 +38,11 @@ from hobbit.traces.schema import INT32_MAX, PHASE_NAMES, ModelSpec, TraceError, 
 from hobbit.traces.validate import validate_source
 
 _PHASES = {"prefill": 0, "decode": 1}
+HEADER_KEYS = frozenset({"hobbit_trace_header", "model", "lookahead_depth", "recorded_layers", "gate_weights"})
+MODEL_KEYS = frozenset(
+    {"name", "num_layers", "num_experts", "top_k", "weight_rule", "architecture", "hidden_size",
+     "moe_intermediate_size", "shared_experts"}
+)  # fmt: skip
 _INT_FIELDS = ("request_id", "step", "position", "layer")
 
 
@@ -53,9 +59,30 @@ def _header(path: Path, line: str, cfg: Any) -> TraceMeta:
             unit="line",
             field="hobbit_trace_header",
         )
+    unknown = sorted(set(h) - HEADER_KEYS)
+    if unknown:  # a misspelt key would silently drop what it meant (lookahed_depth: every row's predictions)
+        near = difflib.get_close_matches(unknown[0], sorted(HEADER_KEYS), n=1, cutoff=0.6)
+        raise TraceError(
+            path,
+            "the header has a key this format does not know" + (f" (did you mean {near[0]}?)" if near else ""),
+            row=1,
+            unit="line",
+            field=unknown[0],
+            fix=f"the header's keys are {', '.join(sorted(HEADER_KEYS))}",
+        )
     m = h.get("model")
     if not isinstance(m, dict):
         raise TraceError(path, "header has no 'model' object", row=1, unit="line", field="model")
+    unknown = sorted(set(m) - MODEL_KEYS)
+    if unknown:
+        raise TraceError(
+            path,
+            "the header's model has a key this format does not know",
+            row=1,
+            unit="line",
+            field=f"model.{unknown[0]}",
+            fix=f"the model's keys are {', '.join(sorted(MODEL_KEYS))}",
+        )
     for key in ("name", "num_layers", "num_experts", "top_k"):
         if key not in m:
             raise TraceError(path, "header model lacks this key", row=1, unit="line", field=f"model.{key}")
