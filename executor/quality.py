@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hobbit.executor.config import PAIRS, QualityConfig, QualityError
 from hobbit.executor.quant import fake_quantize
-from hobbit.sim.config import check_system
+from hobbit.sim.config import check_system, quant_group
 from hobbit.sim.policies.base import HIGH, LOW, SKIP
 from hobbit.sim.policies.precision import classes_for
 from hobbit.traces.families import checkpoint_family, find_routers
@@ -194,7 +194,17 @@ def run_quality(cfg: QualityConfig) -> dict:
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else bundled_model_dir()
     if not (ckpt / "config.json").is_file():
         raise QualityError(f"checkpoint={ckpt}: no config.json (fix: a Hugging Face checkpoint directory)")
-    _, family = checkpoint_family(ckpt, f"checkpoint={ckpt}")
+    conf, family = checkpoint_family(ckpt, f"checkpoint={ckpt}")
+    widths = {w for w in (getattr(conf, "hidden_size", 0), getattr(conf, "moe_intermediate_size", 0) or
+                          getattr(conf, "intermediate_size", 0)) if w}  # fmt: skip
+    uneven = sorted(w for w in widths if w >= cfg.group and w % cfg.group)  # a narrower layer uses its width
+    if uneven:  # the quantiser would take another group there (quant_group), not the one asked for
+        used = sorted({quant_group(w, cfg.group) for w in uneven})
+        raise QualityError(
+            f"group={cfg.group} does not divide the experts' input widths {sorted(widths)} of checkpoint={ckpt}: "
+            f"their quantisation would use groups of {', '.join(map(str, used))} instead (fix: a group dividing "
+            f"{', '.join(map(str, sorted(widths)))}, e.g. {math.gcd(*widths, 128) if widths else 32})"
+        )
     text_path = Path(cfg.text) if cfg.text else bundled_heldout_text()
     if not text_path.is_file():
         raise QualityError(f"text={text_path} does not exist")

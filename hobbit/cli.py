@@ -114,6 +114,9 @@ def _quote(arg: str) -> str:
 def rewrite(command: str, args: list[str]) -> list[str]:
     """Command-specific sugar: ``trace-info PATH --json``, ``convert in=PATH``."""
     out = []
+    paths = [a for a in args if command == "trace-info" and "=" not in a and not a.startswith("-")]
+    if len(paths) > 1:  # Hydra would keep the last and report it alone
+        fail(f"trace-info {' '.join(paths)}: one trace at a time (fix: hobbit trace-info {paths[0]}, then the next)")
     for a in args:
         if command == "trace-info" and a == "--json":
             a = "json=true"

@@ -96,7 +96,10 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
 
     from hobbit.api import read_trace, simulate_config, trace_file
     from hobbit.results_io import cache_root, config_blob, from_cache, key_of, to_cache, write_results
+    from hobbit.sim.events import parse_window
 
+    if cfg.timeline:  # its range's syntax and direction, before the run (the pass count comes with the trace)
+        parse_window(cfg.timeline_tokens, 1 << 30)
     trace_path = trace_file(cfg.trace, cfg.model, cfg.seed)
     trace = read_trace(trace_path)
     out = Path(cfg.out_dir)

@@ -11,7 +11,7 @@ from hobbit.glue import TRACES_CONF, fail, hydra_command
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.convert import ConvertConfig, convert
 from hobbit.traces.export import ExportConfig, export
-from hobbit.traces.io import read_trace
+from hobbit.traces.io import json_safe, read_trace
 from hobbit.traces.stats import render, summarize
 
 
@@ -69,4 +69,4 @@ def trace_info_main(cfg: TraceInfoConfig) -> None:
     if not cfg.path:
         fail("trace-info needs a trace: hobbit trace-info PATH [--json]")
     s = summarize(read_trace(cfg.path))
-    print(json.dumps(s, indent=1) if cfg.json else render(s, cfg.max_layer_rows))
+    print(json.dumps(json_safe(s), indent=1, allow_nan=False) if cfg.json else render(s, cfg.max_layer_rows))  # strict

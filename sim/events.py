@@ -68,6 +68,11 @@ def parse_window(text: str, n_pass: int) -> tuple[int, int]:
         raise ConfigError(
             f"timeline_tokens={text!r} is not a pass range (fix: A:B, e.g. 0:64, 100: or ':' for all {n_pass} passes)"
         ) from None
+    if a is not None and b is not None and (a >= 0) == (b >= 0) and b <= a:
+        raise ConfigError(
+            f"timeline_tokens={text!r} selects no pass: its end is not after its start (fix: A:B with A < B, e.g. "
+            f"{b}:{a})"
+        )
     start, stop, _ = slice(a, b).indices(n_pass)
     return start, max(start, stop)
 

@@ -362,3 +362,34 @@ def test_a_sweep_with_a_bad_value_in_its_list_runs_no_point(small_trace, tmp_pat
     args = ["sim", "-m", f"trace={small_trace}", "system.precision.t1=0.3,1.5,0.6", f"hydra.sweep.dir={sweep}"]
     refused(capsys, args, "system.precision.t1=1.5 must be in [0, 1] (a value of the sweep's list)")
     assert not sweep.exists()
+
+
+def test_more_checks_that_came_too_late_or_not_at_all(small_trace, tmp_path, capsys):
+    """A backwards timeline range (an empty timeline), two traces to trace-info (the first went unreported), a
+    quantisation group that does not divide the checkpoint's widths (silently another group): one line, exit 2,
+    before any work."""
+    run = tmp_path / "r"
+    refused(
+        capsys,
+        ["sim", f"trace={small_trace}", "timeline=true", "timeline_tokens=64:0", f"hydra.run.dir={run}"],
+        "timeline_tokens='64:0' selects no pass",
+    )
+    assert not (run / "results.json").exists()
+    refused(capsys, ["trace-info", str(small_trace), str(small_trace)], "one trace at a time")
+    refused(capsys, ["quality", "group=7", f"hydra.run.dir={tmp_path / 'q'}"], "group=7 does not divide")
+
+
+def test_trace_info_json_is_strict(small_trace, capsys):
+    assert run_cli(["trace-info", str(small_trace), "--json"]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_a_tec_trace_of_an_unknown_version_is_refused(tmp_path, capsys):
+    """llama-router-trace's header carries a version; a layout this reader does not know is refused, not misread."""
+    from hobbit.traces.tec_format import HEADER, MAGIC
+
+    src = tmp_path / "router.bin"
+    src.write_bytes(HEADER.pack(MAGIC, 8, 3) + bytes(64))
+    out = tmp_path / "o.parquet"
+    err = refused(capsys, ["convert", f"in={src}", "format=tec", f"out={out}"], "header_version 3")
+    assert str(src) in err and not out.exists()

@@ -60,6 +60,13 @@ def _load(path: Path) -> tuple[np.ndarray, int, int]:
             fix="in= the file llama-router-trace wrote (ROUTER_TRACE_OUT)",
         )
     _, n_experts, version = HEADER.unpack_from(raw)
+    if version != 0:  # the one layout this reader knows; another's records would be read as garbage
+        raise TraceError(
+            path,
+            f"header_version {version}: only version 0 (llama-router-trace's layout this reader follows) is known",
+            field="header_version",
+            fix="in= a trace of llama-router-trace's version 0, or convert it with the tool of its version",
+        )
     if not 1 <= n_experts <= INT16_MAX + 1:
         raise TraceError(path, f"n_experts {n_experts} is not in 1..{INT16_MAX + 1}", field="n_experts")
     dt = _record_dtype(n_experts)
