@@ -50,7 +50,7 @@ from hobbit.overrides import overrides_problem
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
 from hobbit.traces.inputs import reading
 from hobbit.traces.io import atomic_write_text
-from hobbit.traces.knobs import check_knobs
+from hobbit.traces.knobs import KnobError, check_knobs
 from hobbit.traces.schema import InputError, use_jemalloc_pool
 
 EXIT_BAD_INPUT = 2
@@ -372,7 +372,12 @@ def load_hardware(path: str) -> HardwareConfig:
             )
         profile = data.pop("profile", None)
         hw = load_typed(HardwareConfig, data)
-        return dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
+        hw = dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
+        try:
+            check_knobs(hw, "hardware.")
+        except KnobError as exc:  # the value is the profile file's: name it, not a knob the user did not write
+            raise ConfigError(f"profile={path}: {exc} (fix: that field of the file, or calibrate again)") from None
+        return hw
     except InputError:  # the input helper's refusal names the file already
         raise
     except YAML_ERRORS as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hobbit.sim.config import SimConfig
-from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
+from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, tmp_path
 
 if TYPE_CHECKING:  # the tables are written from their columns through pyarrow, not from DataFrames
     from hobbit.sim.results import Results
@@ -65,16 +65,19 @@ def write_results(res: Results, out: Path) -> list[Path]:
 def cache_root(cfg: SimConfig) -> Path | None:
     """The result cache's directory, or None (with a warning) when it cannot be written: the run
     then goes on without a cache."""
-    root = Path(cfg.cache_dir or os.environ.get("HOBBIT_CACHE") or Path.home() / ".cache" / "hobbit") / "sim"
+    env = os.environ.get("HOBBIT_CACHE")
+    given, knob = (cfg.cache_dir, "cache_dir=") if cfg.cache_dir else (env, "HOBBIT_CACHE=") if env else (None, "")
+    root = (Path(given).expanduser() if given else Path.home() / ".cache" / "hobbit") / "sim"  # '~/x' is home's x
     try:
         root.mkdir(parents=True, exist_ok=True)
         if os.access(root, os.W_OK | os.X_OK):
             return root
     except OSError:
         pass
-    warnings.warn(
-        f"result cache {root} is not writable: running without it (fix: cache_dir=A/WRITABLE/DIR)", stacklevel=2
+    fix = f"{knob or 'cache_dir='}A/WRITABLE/DIR" + (
+        f", or unset HOBBIT_CACHE for {Path.home() / '.cache/hobbit'}" if knob == "HOBBIT_CACHE=" else ""
     )
+    warnings.warn(f"result cache {root} is not writable: running without it (fix: {fix})", stacklevel=2)
     return None
 
 
@@ -140,7 +143,7 @@ def from_cache(entry: Path, out: Path, blob: str | None = None) -> bool:
         shutil.rmtree(entry, ignore_errors=True)
         return False
     for f in RESULT_FILES:
-        tmp = out / f".{f}.{os.getpid()}.tmp"
+        tmp = tmp_path(out / f)
         try:
             out.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(entry / f, tmp)

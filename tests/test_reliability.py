@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -393,3 +394,53 @@ def test_a_tec_trace_of_an_unknown_version_is_refused(tmp_path, capsys):
     out = tmp_path / "o.parquet"
     err = refused(capsys, ["convert", f"in={src}", "format=tec", f"out={out}"], "header_version 3")
     assert str(src) in err and not out.exists()
+
+
+# ---------------------------------------------------------------- messages name what the user wrote (issue 51, 7)
+
+
+def test_a_long_output_name_is_written_not_blamed_on_its_temporary_file(small_trace, tmp_path, capsys):
+    """A 240-character name fits a file system's 255 bytes; its hidden temporary file would not, and is shortened
+    (a head and a hash) rather than refusing the name."""
+    out = tmp_path / ("x" * 236 + ".jsonl")
+    assert run_cli(["export", f"trace={small_trace}", f"out={out}"]) == 0
+    assert out.is_file() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_killed_writers_temporary_file_is_cleaned_by_the_next_write(small_trace, tmp_path):
+    """A temporary file left by a process that is gone (kill -9 mid-write) goes when the same output is written."""
+    out = tmp_path / "o.jsonl"
+    stale = tmp_path / f".{out.name}.999999999.tmp"  # no such pid
+    stale.write_text("half")
+    other = tmp_path / ".other.jsonl.999999999.tmp"  # another output's: left alone
+    other.write_text("half")
+    assert run_cli(["export", f"trace={small_trace}", f"out={out}"]) == 0
+    assert out.is_file() and not stale.exists() and other.exists()
+
+
+def test_messages_name_the_input_and_the_knob_the_user_wrote(small_trace, tmp_path, capsys, monkeypatch):
+    # a vLLM layer of -1: the log and its line, not the output the check would have failed on
+    log = tmp_path / "route.jsonl"
+    log.write_text(
+        '{"type": "meta", "model_name": "x"}\n'
+        '{"type": "route", "layer": -1, "token_idx": 0, "topk_ids": [1, 2], "topk_weights": [0.6, 0.4]}\n'
+    )
+    out = tmp_path / "o.parquet"
+    args = ["convert", f"in={log}", "format=vllm", f"out={out}", "num_layers=4", "num_experts=8"]
+    err = refused(capsys, args, f"{log}: line 2: field 'layer': -1 is negative")
+    assert str(out) not in err.split("hobbit: error:")[1]
+    # a profile's non-finite number: the file named, not only the knob
+    bad = tmp_path / "hw.yaml"
+    text = (Path(__file__).parents[1] / "conf" / "hardware" / "rtx4090-pcie4.yaml").read_text()
+    bad.write_text(re.sub(r"(?m)^link_gbps: .*$", "link_gbps: .nan", text))
+    args = ["compare", f"profile={bad}", f"trace={small_trace}", "tune_trials=0", f"hydra.run.dir={tmp_path / 'c'}"]
+    refused(capsys, args, f"profile={bad}: hardware.link_gbps=nan")
+    # HOBBIT_CACHE: the warning names it, and '~' is the home directory, not a folder called '~'
+    monkeypatch.setenv("HOBBIT_CACHE", "/proc/hobbit-cache")
+    with pytest.warns(UserWarning, match="fix: HOBBIT_CACHE="):
+        assert run_cli(_sim(small_trace, tmp_path / "a", "")) == 0
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOBBIT_CACHE", "~/cache")
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(_sim(small_trace, tmp_path / "b", "")) == 0
+    assert (tmp_path / "home" / "cache" / "sim").is_dir() and not (tmp_path / "~").exists()

@@ -259,6 +259,9 @@ def _read_vllm_file(path: Path) -> tuple[dict, dict[int, list[list[tuple]]]]:
                 row = (obj["topk_ids"], obj["topk_weights"])
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise TraceError(path, f"line {n}: not a vLLM route record ({exc!r})", row=n) from exc
+            for name, v in (("layer", layer), ("token_idx", idx)):
+                if v < 0:  # the input's fault, named there (not found later in the trace it writes)
+                    raise TraceError(path, f"{v} is negative", row=n, unit="line", field=name)
             passes = layers.setdefault(layer, [])
             if idx == 0 or idx <= last_idx.get(layer, -1):
                 passes.append([])

@@ -9,6 +9,8 @@ no temporary file behind.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -160,7 +162,7 @@ class TraceWriter:
         self.path = Path(path)
         self.meta = meta
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.tmp = tmp_path(self.path)
         schema = arrow_schema(meta)
         split = [c for c in FLOAT_LEAVES if c.split(".")[0] in schema.names]
         try:  # page checksums let reads detect corruption
@@ -272,12 +274,53 @@ def empty_like_preds(n: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((n, d, k), -1, np.int16), np.full((n, d, k), np.nan, np.float32)
 
 
+NAME_MAX = 255  # bytes of one path component on Linux's and macOS's file systems
+
+
+def _tmp_stem(name: str) -> str:
+    """The hidden temporary file's stem for final name ``name``: ``.NAME``, or, where ``.NAME.<pid>.tmp`` would
+    pass ``NAME_MAX``, its head and a hash of the whole (so that a name that fits is not refused for its temporary
+    file's length)."""
+    if len(f".{name}.{2**22}.tmp".encode()) <= NAME_MAX:
+        return f".{name}"
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    head = name.encode()[: NAME_MAX - 40].decode(errors="ignore")
+    return f".{head}~{digest}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def tmp_path(path: Path) -> Path:
+    """The hidden temporary file a write of ``path`` goes through, ``.NAME.<pid>.tmp`` beside it; those a killed
+    process left for the same final name (their pid gone) are removed first."""
+    stem = _tmp_stem(path.name)
+    for old in path.parent.glob(f"{glob_escape(stem)}.*.tmp"):
+        pid = old.name[len(stem) + 1 : -len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                old.unlink()
+    return path.with_name(f"{stem}.{os.getpid()}.tmp")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob's special characters escaped (``glob.escape`` for a name, not a path)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO], object], binary: bool = False) -> Path:
     """Call ``write(file)`` on a hidden temporary file next to ``path``, then rename it into place: the
     final name is complete or absent (or, if it existed, untouched), and no temporary file is left."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp = tmp_path(p)
     try:
         with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="\n") as f:
             write(f)
@@ -328,7 +371,7 @@ def atomic_write_parquet(df: Any, path: str | os.PathLike) -> Path:
     that the final name is complete or absent."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp = tmp_path(p)
     try:
         if isinstance(df, dict):
             pq.write_table(pa.Table.from_arrays([arrow_of(v) for v in df.values()], names=list(df)), tmp)
