@@ -23,7 +23,7 @@ from hobbit.executor.weights import first_layers, reduce_model
 from hobbit.glue import CONF, hydra_command, hydra_quote, load_hardware, load_tuned, searchpath, write_yaml
 from hobbit.phases import require
 from hobbit.results_io import decode_text, write_results
-from hobbit.sim.config import HardwareConfig, ModelConfig
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig
 from hobbit.sim.run import check_profile, check_topology, check_weights
 from hobbit.timelines import GANTT_PASSES
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, read_trace
@@ -57,6 +57,13 @@ def write_profile(hw: HardwareConfig, model: ModelConfig, out: Path) -> tuple[Pa
 @hydra_command(CONF, "calibrate", CalibrateConfig)
 def calibrate_main(cfg: CalibrateConfig) -> None:
     """Measure copies, expert and dense compute through the executor; write a hardware profile."""
+    if cfg.name is not None and (
+        not cfg.name or cfg.name != Path(cfg.name).name or cfg.name.startswith(".") or "\\" in cfg.name
+    ):  # it names a file under the run's hardware/: a path would write elsewhere (name=../../x)
+        raise ConfigError(
+            f"name={cfg.name}: the profile's name is a file name, written as hardware/<name>.yaml in the run "
+            f"directory (fix: a name without '/', '\\' or a leading '.', e.g. name=my-desk)"
+        )
     device, model, pair, store = prepare(cfg)
     print(f"calibrating {model.name} on {device}")
     with pinned(cfg) as copy_cpu:

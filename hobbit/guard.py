@@ -9,13 +9,19 @@ directory the command was run from and replaced by its absolute form, which is p
 (on standard error).
 Refused, naming the knob and the fix: an output that is, or resolves to, one of the
 command's inputs; a directory where a file is expected (or a file where a directory is);
-a parent that does not exist or is not writable; an input that does not exist.
+a parent that does not exist or is not writable; an input that does not exist. What a path
+*is* decides too: a symlink loop is refused before anything opens it; an output must be a
+regular file or new (not a device node, a FIFO or a socket, which a rename would replace);
+an input file must be a regular file or a directory (a FIFO would block the command); an
+output may not lie inside an input directory (a checkpoint's folder) or inside a run's
+``.hydra`` record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,14 +46,35 @@ def path_roles(cfg: Any) -> dict[str, str]:
 SYNTHETIC = "synthetic"  # trace=synthetic names no file: routing drawn for the model (hobbit.api.trace_file)
 
 
+def _absolute(knob: str, value: str, cwd: str | os.PathLike) -> str:
+    try:
+        return str((Path(cwd) / Path(value).expanduser()).resolve())
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+        raise PathError(f"{knob}={value} cannot be resolved: {exc} (fix: a path without a symlink loop)") from None
+
+
 def resolve(cfg: Any, cwd: str | os.PathLike) -> Any:
     """``cfg`` with every declared path knob made absolute against ``cwd`` (unset ones left as they are)."""
     new = {
-        k: str((Path(cwd) / Path(v).expanduser()).resolve())
+        k: _absolute(k, v, cwd)
         for k in path_roles(cfg)
         if (v := getattr(cfg, k)) not in (None, "") and not (k == "trace" and v == SYNTHETIC)
     }
     return dataclasses.replace(cfg, **new) if new else cfg
+
+
+def _kind(p: Path) -> str:
+    """What a path that exists is, when it is no regular file or directory ("" otherwise)."""
+    mode = p.stat().st_mode
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return ""
 
 
 def _writable_dir(d: Path) -> bool:
@@ -65,6 +92,15 @@ def check_output(knob: str, path: Path, role: str, inputs: dict[str, Path]) -> N
     for name, src in inputs.items():
         if path == src:
             raise PathError(f"{knob}={path} is also {name}=: writing it would destroy the input (fix: another {knob}=)")
+        if src.is_dir() and path.is_relative_to(src):
+            raise PathError(
+                f"{knob}={path} lies inside {name}={src}: writing there could replace the input's own files (fix: "
+                f"another {knob}= outside it)"
+            )
+    if ".hydra" in path.parts:
+        raise PathError(f"{knob}={path} lies inside a run's .hydra record (fix: another {knob}= outside it)")
+    if path.exists() and (kind := _kind(path)):
+        raise PathError(f"{knob}={path} is {kind}, not a regular file (fix: {knob}= a file's path)")
     if role in ("out", "state"):
         if path.is_dir():
             raise PathError(f"{knob}={path} is a directory, not a file (fix: {knob}=DIR/NAME)")
@@ -96,6 +132,8 @@ def check_paths(cfg: Any) -> dict[str, Path]:
     for k, p in paths.items():
         if roles[k] == "in" and not p.exists():
             raise PathError(f"{k}={p} does not exist (fix: the path of an existing file or directory)")
+        if roles[k] == "in" and (kind := _kind(p)):  # a FIFO would block the read; a device is no input file
+            raise PathError(f"{k}={p} is {kind}, not a file or directory (fix: {k}= a file's path)")
     for k, p in paths.items():
         if roles[k] in ("out", "outdir", "state"):
             check_output(k, p, roles[k], {n: q for n, q in inputs.items() if n != k})

@@ -9,8 +9,11 @@ continues up to ``trials``. The best configuration is written as a ready experim
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -21,7 +24,7 @@ import pandas as pd
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, policy_knobs
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
-from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text
+from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, pid_alive
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,25 @@ system:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+OPTUNA_TABLES = frozenset({
+    "alembic_version", "studies", "study_directions", "study_user_attributes", "study_system_attributes", "trials",
+    "trial_params", "trial_values", "trial_intermediate_values", "trial_user_attributes", "trial_system_attributes",
+    "trial_heartbeats", "version_info",
+})  # fmt: skip  # optuna/storages/_rdb/models.py's tables (what a study file may hold)
+
+
+def _foreign_tables(path: Path) -> list[str]:
+    """Tables of the SQLite file ``path`` that no Optuna study holds ([] for a study or an empty database)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    except sqlite3.Error as exc:
+        raise ConfigError(f"study={path} cannot be read as SQLite ({exc}); it was left as it is") from None
+    return sorted(n for n in names if n not in OPTUNA_TABLES and not n.startswith("sqlite_"))
+
+
 def open_study(cfg: TuneConfig, path: Path) -> Any:
     import optuna  # lazy: optuna loads SQLAlchemy and alembic, which only a tuning run needs
 
@@ -129,6 +151,12 @@ def open_study(cfg: TuneConfig, path: Path) -> Any:
     if path.exists() and path.read_bytes()[:16] != SQLITE_MAGIC:
         raise ConfigError(
             f"study={path} is not an Optuna study (an SQLite file); it was left as it is (fix: another study=)"
+        )
+    foreign = _foreign_tables(path) if path.exists() else []
+    if foreign:  # Optuna would add its tables to another program's database
+        raise ConfigError(
+            f"study={path} is an SQLite database of something else (tables {', '.join(foreign[:5])}), not an Optuna "
+            f"study; it was left as it is (fix: another study=, a new file or one hobbit tune wrote)"
         )
     try:
         return optuna.create_study(
@@ -153,6 +181,28 @@ def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
     return sorted(ok, key=lambda t: t.values[0])[:1]
 
 
+def owner() -> str:
+    """This process as a trial's owner: host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def fail_orphans(study: Any) -> list[int]:
+    """Mark FAIL the trials left RUNNING by a process of this host that is gone (a killed ``hobbit tune``), so that
+    a resumed study neither counts nor waits on them; returns their numbers. A trial of a live process, or of
+    another host, is left as it is."""
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        who, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
+        if who != host or not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        failed.append(t.number)
+    return failed
+
+
 def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     """Run (or continue) the study; write trials.parquet, experiment/tuned.yaml, tune.json."""
     import optuna  # lazy: see open_study
@@ -162,9 +212,11 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     path = Path(cfg.study) if cfg.study else out / "study.db"
     study = open_study(cfg, path)
+    fail_orphans(study)
     finished = len([t for t in study.trials if t.state.name == "COMPLETE"])
 
     def objective(trial: Any):
+        trial.set_user_attr("owner", owner())  # so that a later run can tell this trial's process is gone
         lat, q = evaluate(trace, cfg, suggest(trial, cfg.system))
         trial.set_user_attr("latency_ms", lat)
         trial.set_user_attr("degraded_mass", q)

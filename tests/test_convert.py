@@ -264,7 +264,8 @@ def test_jsonl_errors_found_after_sorting_name_the_input_line(tmp_path):
 
 
 def test_convert_bad_arguments_exit_2(tmp_path, capsys):
-    assert run_cli(["convert", "format=nope", f"in={tmp_path}", f"out={tmp_path / 'o.parquet'}"]) == 2
+    (tmp_path / "in").mkdir()
+    assert run_cli(["convert", "format=nope", f"in={tmp_path / 'in'}", f"out={tmp_path / 'o.parquet'}"]) == 2
     assert run_cli(["convert", "format=jsonl", f"in={tmp_path / 'missing.jsonl'}", f"out={tmp_path / 'o'}"]) == 2
     assert run_cli(["convert", "format=jsonl"]) == 2  # in= and out= are mandatory
     err = capsys.readouterr().err

@@ -8,8 +8,10 @@ self-checking result cache (``hobbit/results_io.py``), converter errors that nam
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -444,3 +446,80 @@ def test_messages_name_the_input_and_the_knob_the_user_wrote(small_trace, tmp_pa
     monkeypatch.chdir(tmp_path)
     assert run_cli(_sim(small_trace, tmp_path / "b", "")) == 0
     assert (tmp_path / "home" / "cache" / "sim").is_dir() and not (tmp_path / "~").exists()
+
+
+# ---------------------------------------------------------------- a guard that knows what a path is (issue 51, 1)
+
+
+def test_fifos_devices_and_symlink_loops_are_refused_before_anything_opens_them(small_trace, tmp_path, capsys):
+    """A FIFO as input would block the command forever; as output a rename would replace it with a regular file, as
+    it would a device node; a symlink loop ended in a traceback. Each: one line naming the knob, exit 2, the node
+    still what it was."""
+    import stat as st
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    refused(capsys, ["trace-info", str(fifo)], f"path={fifo} is a FIFO, not a file or directory")
+    refused(capsys, ["export", f"trace={small_trace}", f"out={fifo}"], f"out={fifo} is a FIFO, not a regular file")
+    assert st.S_ISFIFO(fifo.stat().st_mode)
+    loop_a, loop_b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    loop_a.symlink_to(loop_b)
+    loop_b.symlink_to(loop_a)
+    refused(capsys, ["trace-info", str(loop_a)], "cannot be resolved")
+    refused(capsys, ["export", f"trace={small_trace}", f"out={loop_a}"], "cannot be resolved")
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, 0o666 | st.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers, in the test's own directory
+    except (PermissionError, OSError):
+        return  # not allowed here (no root): the FIFO case covers the rule
+    refused(capsys, ["export", f"trace={small_trace}", f"out={dev}"], "is a character device, not a regular file")
+    assert st.S_ISCHR(dev.stat().st_mode)
+
+
+def test_outputs_stay_out_of_inputs_and_run_records(tiny_checkpoints, small_trace, tmp_path, capsys):
+    """capture model=DIR out=DIR/model.safetensors would overwrite the checkpoint's weights; an output inside a run's
+    .hydra record would corrupt it; calibrate name=../../x would write outside the run directory; a study file of
+    another program would gain Optuna's tables. Refused, the files byte-identical."""
+    import hashlib
+    import shutil
+    import sqlite3
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(next(iter(tiny_checkpoints.values())), ckpt)
+    weights = next(ckpt.glob("*.safetensors"))
+    before = hashlib.sha256(weights.read_bytes()).hexdigest()
+    refused(capsys, ["capture", f"model={ckpt}", f"out={weights}"], f"lies inside model={ckpt}", [weights])
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == before
+    record = tmp_path / "run" / ".hydra"
+    record.mkdir(parents=True)
+    refused(capsys, ["export", f"trace={small_trace}", f"out={record / 'x.jsonl'}"], "inside a run's .hydra record")
+    refused(capsys, ["calibrate", "name=../../x", f"hydra.run.dir={tmp_path / 'cal'}"], "name=../../x: the profile's")
+    assert not (tmp_path / "x.yaml").exists()
+    other = tmp_path / "notes.sqlite"
+    with contextlib.closing(sqlite3.connect(other)) as db:
+        db.execute("CREATE TABLE notes (x)")
+        db.commit()
+    args = ["tune", f"trace={small_trace}", f"study={other}", "trials=1", f"hydra.run.dir={tmp_path / 't'}"]
+    refused(capsys, args, "is an SQLite database of something else (tables notes)", [other])
+
+
+def test_a_killed_tunes_running_trial_is_marked_failed_on_resume(small_trace, tmp_path, capsys):
+    """kill -9 of hobbit tune leaves its trial RUNNING forever; the next run of the study marks it FAIL (its process
+    is gone from this host) and finishes the trials asked for (issue 51, root cause 6)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from hobbit.sim.tune import owner
+
+    db = tmp_path / "s.db"
+    args = ["tune", f"trace={small_trace}", f"study={db}"]
+    assert run_cli([*args, "trials=1", f"hydra.run.dir={tmp_path / 'one'}"]) == 0
+    study = optuna.load_study(study_name="hobbit", storage=f"sqlite:///{db}")
+    orphan = study.ask()  # what a killed run leaves: a trial RUNNING, its owner a pid that is gone
+    orphan.set_user_attr("owner", owner().rpartition(":")[0] + ":999999999")
+    alive = study.ask()  # a live process's (this one's) trial is left alone
+    alive.set_user_attr("owner", owner())
+    assert run_cli([*args, "trials=2", f"hydra.run.dir={tmp_path / 'two'}"]) == 0
+    states = {t.number: t.state for t in optuna.load_study(study_name="hobbit", storage=f"sqlite:///{db}").trials}
+    assert states[orphan.number] == TrialState.FAIL and states[alive.number] == TrialState.RUNNING
+    assert sum(s == TrialState.COMPLETE for s in states.values()) == 2

@@ -172,8 +172,8 @@ def test_topology_mismatch_names_both(small):
     ],
 )
 def test_bad_knobs_fail_before_the_run(small, override, knob):
-    cfg = compose_sim(*override.split())
-    with pytest.raises(InputError, match=knob):
+    with pytest.raises(InputError, match=knob):  # when composed (a value out of its limits) or as the run starts
+        cfg = compose_sim(*override.split())
         simulate(small, cfg.model, cfg.hardware, cfg.system)
 
 

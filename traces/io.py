@@ -288,7 +288,8 @@ def _tmp_stem(name: str) -> str:
     return f".{head}~{digest}"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -304,7 +305,7 @@ def tmp_path(path: Path) -> Path:
     stem = _tmp_stem(path.name)
     for old in path.parent.glob(f"{glob_escape(stem)}.*.tmp"):
         pid = old.name[len(stem) + 1 : -len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
                 old.unlink()
     return path.with_name(f"{stem}.{os.getpid()}.tmp")
