@@ -26,6 +26,7 @@ can leave the pool's shutdown waiting forever.)
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import pickle
@@ -178,6 +179,7 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
     else ``WorkerFailed``. An exception here (an interrupt, ``kill``) stops the workers too."""
     token = os.pipe()
     os.write(token[1], COUNTER.pack(0))
+    parent = os.getpid()
     kids: dict[int, int] = {}  # a worker's result pipe (read end) -> its pid
     for _ in range(n):
         r, w = os.pipe()
@@ -190,6 +192,7 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
             # process, which stops the workers; SIGTERM ends an idle worker (a job sets its own, hobbit.glue)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _die_with(parent)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
             code = 1
             try:
@@ -233,6 +236,20 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
     if missing:
         raise WorkerFailed(f"no result came back for jobs {missing}")
     return [results[i] for i in range(count)]
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel send this worker SIGTERM when the launching process dies, even by kill -9 (Linux's
+    PR_SET_PDEATHSIG), so that no worker goes on alone; its job's handler then cleans up as for any ``kill``. A
+    parent already gone before the request took effect ends the worker at once."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _interrupted(signum: int, frame: Any) -> None:

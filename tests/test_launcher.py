@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -318,3 +319,44 @@ def test_a_killed_sweep_stops_its_workers(tmp_path):
             os.kill(pid, 0)
     assert len(list(root.glob("*/results.json"))) < 200
     assert not [p for p in root.rglob(".*.tmp")]  # no half-written file left behind
+
+
+def _gone(pid: int) -> bool:
+    """Whether a process has ended (a zombie not yet reaped by its new parent counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_die_with_a_parent_killed_by_sigkill(tmp_path):
+    """kill -9 of the launching process (nothing of it can run): its forked workers get SIGTERM from the kernel
+    (PR_SET_PDEATHSIG) and end, instead of finishing a point each and dying with BrokenPipeError tracebacks."""
+    root = tmp_path / "s"
+    grid = ["system.precision.t1=0.3,0.4,0.5,0.6,0.7", "system.precision.t2=0.8,0.85,0.9,0.95"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hobbit", "sim", "-m", *grid, "use_cache=false", "engine=plain",
+         "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={root}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(kids := _children(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(kids) == 2, "the sweep did not fork its two workers"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(pid) for pid in kids), "a worker outlived its killed parent"
+    finally:
+        proc.kill()
+        for pid in kids if "kids" in locals() else ():  # never leave one running, whatever failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
