@@ -61,9 +61,13 @@ def plot_compare(rows: list[dict[str, Any]], out: Path, title: str) -> list[Path
     ax.set_xlabel("decode latency (ms / token)")
     ax.set_xlim(0, max(total) * 1.18)
     ax.legend(loc="upper right", fontsize=7)  # the fastest systems rank first: their bars are short
-    ax2.barh(y, pre, color="C2")
-    ax2.set_xlabel("prefill latency (ms / request)" + ("" if max(pre) > 0 else ": n/a, no prefill passes"))
-    ax2.set_xlim(0, max(pre) * 1.1 if max(pre) > 0 else 1)
+    ax2.set_xlabel("prefill latency (ms / request)")
+    if max(pre) > 0:
+        ax2.barh(y, pre, color="C2")
+        ax2.set_xlim(0, max(pre) * 1.1)
+    else:  # a decode-only trace (a converted decode log): say so where the bars would be
+        ax2.text(0.5, 0.5, "n/a: the trace has\nno prefill passes", ha="center", va="center", transform=ax2.transAxes)
+        ax2.set_xticks([])
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return save(fig, out, "compare")

@@ -32,7 +32,7 @@ from hobbit.phases import require
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, policy_knobs
 from hobbit.sim.flags import apply_flags
-from hobbit.sim.machine import KEYS, hardware_config
+from hobbit.sim.machine import hardware_config
 from hobbit.sim.memory import GiB, check_device, fit, gib
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.traces.io import atomic_write_json, atomic_write_text
@@ -251,8 +251,7 @@ def settings(rt: Runtime, base: SystemConfig, model: ModelConfig, hw: HardwareCo
         probe = _with_flags(base, rt, _layer_flags(rt.grammar, L, model, ctx, kv))
         applied = apply_flags(probe, L, model.dense_layers, E).system
         mem = fit(model, hw, dataclasses.replace(applied, cpu_moe_layers=[], n_cpu_moe=-1), ctx)
-        if mem.free_bytes < 0:
-            _free(model, hw, probe, ctx)
+        check_device(mem, model, hw)  # the resident part fits, or this runtime cannot run
         least = L - mem.gpu_layers_fitting(E)
         values = _spread(least, L, cfg.points)
         return [
@@ -483,8 +482,7 @@ def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Pla
                     base = dataclasses.replace(base, host_load="mmap")
                     _free(model, hw, base, ctx)
                     notes.append("HOBBIT: its experts do not fit in RAM; run with mmap (system.host_load=mmap)")
-            if name == "hobbit" and cfg.tune_trials > 0:
-                _free(model, hw, base, ctx)  # it fits before it is tuned
+            if name == "hobbit" and cfg.tune_trials > 0:  # it fits (checked above) before it is tuned
                 base, note = _tuned(trace_path, base, cfg, model, hw, work)
                 notes.append(note)
             bases[name] = dataclasses.replace(sim, system=base)
@@ -633,7 +631,8 @@ def plot_plan(result: Plan, hw: HardwareConfig, out: Path) -> list[Path]:
             continue
         x = [p.gpu_bytes / GiB for p in mine]
         for ax, attr in zip(axes, ("decode", "prefill")):
-            ax.plot(x, [getattr(p, attr) for p in mine], marker="o", ms=4, color=f"C{i}", label=RUNTIMES[name].label)
+            ax.plot(x, [getattr(p, attr) for p in mine], marker="o", ms=4, color=f"C{i}", label=RUNTIMES[name].label,
+                    ls="-" if i % 2 == 0 else "--")  # fmt: skip  # dashed: a line that lies on another shows
             for p in mine:
                 if (p.runtime, p.flags) in chosen:
                     ax.scatter([p.gpu_bytes / GiB], [getattr(p, attr)], marker="*", s=220, color=f"C{i}", zorder=4,
@@ -708,4 +707,4 @@ def plan_main(cfg: PlanConfig) -> None:
         print(f"  {Path(p).resolve()}")
 
 
-__all__ = ["KEYS", "RUNTIMES", "Plan", "PlanConfig", "Point", "plan", "plan_for", "plan_table"]
+__all__ = ["RUNTIMES", "Plan", "PlanConfig", "Point", "plan", "plan_for", "plan_table"]
