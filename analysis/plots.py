@@ -14,6 +14,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from hobbit.traces.io import file_writer, write_together
+
 LAT = "decode_ms_per_token.mean"
 T1, T2 = "system_config.precision.t1", "system_config.precision.t2"
 WEIGHTS = [f"system_config.cache.multidim.w_{n}" for n in ("lru", "lfu", "lhu", "fld")]
@@ -33,13 +35,15 @@ def pyplot():
 
 def save(fig, out: Path, name: str) -> list[Path]:
     """``name``.png and ``name``.svg in ``out``; closes the figure."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.svg"]
     fig.tight_layout()
-    for p in paths:
-        fig.savefig(p, dpi=110)
-    pyplot().close(fig)
-    return paths
+    try:  # atomically, the two together: a full disk or Ctrl-C leaves no half-drawn image under either name
+        return write_together([(out / f"{name}.{ext}", _drawn(fig, ext)) for ext in ("png", "svg")])
+    finally:
+        pyplot().close(fig)
+
+
+def _drawn(fig, ext: str):
+    return file_writer(lambda f: fig.savefig(f, format=ext, dpi=110), binary=True)
 
 
 def _varies(df: pd.DataFrame, *cols: str) -> bool:

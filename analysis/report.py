@@ -9,6 +9,7 @@ import pandas as pd
 from hobbit.analysis import plots
 from hobbit.analysis.aggregate import Aggregate, aggregate, knob_columns
 from hobbit.traces.io import atomic_write_parquet, atomic_write_text
+from hobbit.traces.schema import InputError
 
 
 def _table(df: pd.DataFrame, cols: list[str], n: int = 10) -> str:
@@ -40,6 +41,10 @@ def join_quality(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 def build_report(root: str | Path) -> tuple[Path, Aggregate]:
     """Aggregate ``root`` and write ``root/report/``; returns the report.md path."""
     agg = aggregate(root)
+    if agg.runs.empty and agg.problems:  # nothing readable: refused, no empty report written
+        raise InputError(
+            f"{Path(root)}: no run could be read ({'; '.join(agg.problems[:3])}) (fix: the directory of finished runs)"
+        )
     out = Path(root) / "report"
     out.mkdir(parents=True, exist_ok=True)
     df = agg.runs

@@ -10,6 +10,7 @@ changes neither.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import re
 import sys
@@ -142,19 +143,27 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
-        sys.exit(0 if argv else 2)
+        if not argv:
+            fail("no command given (fix: hobbit COMMAND [key=value ...], a command of those above)")
+        sys.exit(0)
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"hobbit: error: unknown command '{command}'\n\n{usage()}", file=sys.stderr)
-        sys.exit(2)
+        near = difflib.get_close_matches(command, list(COMMANDS), n=1, cutoff=0.5)
+        hint = f"did you mean {near[0]}? " if near else ""
+        fail(f"unknown command '{command}' ({hint}`hobbit --help` lists the commands: {', '.join(COMMANDS)})")
     module, func, _ = COMMANDS[command]
     for arg in rest:  # Hydra makes its run directory before the command's own guard runs
         key, sep, value = arg.partition("=")
         if sep and key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            if not value.strip("'\""):  # Hydra would write the run's record and results into the current directory
+                fail(f"{key}= is empty (fix: {key}=DIR, the directory the run writes)")
             try:
                 check_output(key.lstrip("+"), Path(value.strip("'\"")).expanduser().resolve(), "outdir", {})
             except PathError as exc:
                 fail(str(exc))
+    # Hydra's parser takes the overrides as one run of words: `-m` between two overrides would end in its usage text
+    flags = [a for a in rest if a in ("-m", "--multirun")]
+    rest = [*flags, *(a for a in rest if a not in flags)]
     sys.argv = [f"hobbit-{command}", *rewrite(command, rest)]
     quick_exit()
     try:

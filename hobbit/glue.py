@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Any, TypeVar, cast
 
 import hydra
+import hydra.core.utils
 import yaml
 from hydra import initialize_config_module
 from hydra._internal.hydra import Hydra
@@ -38,18 +39,19 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import hobbit.launcher  # hydra/launcher=hobbit, which conf/sim.yaml names (registered as a command starts)
 import hobbit.sweeper  # hydra/sweeper=hobbit, which conf/sim.yaml names (registered as a command starts)
 from hobbit import path_args
-from hobbit.guard import guard
+from hobbit.guard import guard, output_knob
 from hobbit.knob_docs import knobs, render_help
 from hobbit.overrides import overrides_problem
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
 from hobbit.traces.inputs import reading
-from hobbit.traces.io import atomic_write_text
+from hobbit.traces.io import atomic_write_text, os_error_message
 from hobbit.traces.knobs import KnobError, check_knobs
 from hobbit.traces.schema import InputError, use_jemalloc_pool
 
@@ -133,6 +135,25 @@ def patch_hydra() -> None:
     never at import, so importing ``hobbit`` leaves Hydra as it is for an application of the user's own."""
     if Hydra.get_mode is not _get_mode:
         Hydra.get_mode = _get_mode
+    hydra.core.utils._save_config = _save_config  # run_job calls it by its module-level name
+
+
+def _save_config(cfg: Any, filename: str, output_dir: Path) -> None:
+    """Hydra's ``_save_config`` (the run's ``.hydra/*.yaml`` record, written before the task starts) made atomic,
+    with a full disk or an unwritable run directory named on one line instead of Hydra's traceback."""
+    try:
+        atomic_write_text(Path(output_dir) / filename, OmegaConf.to_yaml(cfg))
+    except OSError as exc:
+        fail(os_error_message(exc, _sweep_dir_knob(exc.filename) or "hydra.run.dir"))
+
+
+def _sweep_dir_knob(path: str | None) -> str | None:
+    """``hydra.sweep.dir`` where ``path`` lies in a running multirun's directory (a sweep point's files): the knob
+    that moves them. A single run's outputs have a knob of their own (``out_dir``, ``out``)."""
+    hc = HydraConfig.get() if HydraConfig.initialized() else None
+    if path is None or hc is None or hc.mode != RunMode.MULTIRUN:
+        return None
+    return "hydra.sweep.dir" if Path(hc.sweep.dir).resolve() in Path(path).parents else None
 
 
 def configure_runtime() -> None:
@@ -189,15 +210,18 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
                 obj = OmegaConf.to_object(cfg)
             except (OmegaConfBaseException, dataclasses.FrozenInstanceError) as exc:
                 fail(f"{config_name}: {exc}".replace("\n", " "))
+            guarded = None
             try:
                 check_knobs(obj)
-                task(guard(obj, HydraConfig.get().runtime.cwd))
+                guarded = guard(obj, HydraConfig.get().runtime.cwd)
+                task(guarded)
             except InputError as exc:
                 fail(str(exc))
             except BrokenPipeError:
                 pipe_closed()
             except OSError as exc:  # the file system refused (full, gone, permissions): name the path
-                fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+                knob = output_knob(guarded, exc.filename) if guarded is not None else None
+                fail(os_error_message(exc, knob or _sweep_dir_knob(exc.filename)))
 
         def entry() -> None:
             patch_hydra()
@@ -229,7 +253,8 @@ def check_command_line(config_path: str, config_name: str, schema: type, argv: l
         return  # another config than the command's: its schema is not this one
     overrides = [*(args.overrides or []), *(a for a in rest if not a.startswith("-"))]
     extended = args.config_dir is not None or any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides)
-    problem = overrides_problem(config_path, config_name, schema, overrides, extended)
+    multirun = bool(args.multirun) or any(o.lstrip("+~").startswith("hydra.mode") for o in overrides)
+    problem = overrides_problem(config_path, config_name, schema, overrides, extended, multirun=multirun)
     if problem is not None:
         fail(problem)
 

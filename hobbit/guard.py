@@ -128,6 +128,9 @@ def check_paths(cfg: Any) -> dict[str, Path]:
     paths = {
         k: Path(v) for k in roles if (v := getattr(cfg, k)) not in (None, "") and not (k == "trace" and v == SYNTHETIC)
     }
+    for k, role in roles.items():  # an output knob set to nothing would write to "" (the directory, a crash)
+        if role == "out" and getattr(cfg, k) == "" and k not in getattr(type(cfg), "EMPTY_OUT_OK", ()):
+            raise PathError(f"{k}= is empty (fix: {k}=PATH, the file to write)")
     inputs = {k: p for k, p in paths.items() if roles[k] in ("in", "state") and p.exists()}
     for k, p in paths.items():
         if roles[k] == "in" and not p.exists():
@@ -152,3 +155,19 @@ def guard(cfg: Any, cwd: str | os.PathLike, say=_stderr) -> Any:
     if shown:
         say("paths: " + ", ".join(f"{k}={p}" for k, p in shown.items()))
     return cfg
+
+
+def output_knob(cfg: Any, path: str | os.PathLike | None) -> str | None:
+    """The output knob of ``cfg`` (already resolved) that ``path`` is, or lies under (the longest such): what a user
+    changes to write elsewhere. None when no declared output holds it (a run directory Hydra chose)."""
+    if path is None:
+        return None
+    target = Path(path)
+    found = [
+        (len(Path(v).parts), k)
+        for k, role in path_roles(cfg).items()
+        if role in ("out", "outdir", "state")
+        and (v := getattr(cfg, k)) not in (None, "")
+        and (target == Path(v) or Path(v) in target.parents)
+    ]
+    return max(found)[1] if found else None

@@ -36,6 +36,7 @@ class HardwareSpecConfig:
     """Knobs of ``hobbit hardware``: the machine's description (each empty: not given) and where to write it."""
 
     PATHS: ClassVar[dict[str, str]] = {"spec": "in", "out": "out"}
+    EMPTY_OUT_OK: ClassVar[tuple[str, ...]] = ("out",)  # no out=: the hardware YAML is printed, not written
 
     gpu: str = ""
     """A GPU of conf/parts.yaml by name (rtx4090, rtx3090, h100-sxm, ...): its memory, bandwidth and TFLOPS."""

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.errors import HydraException
 
-from hobbit.traces.knobs import say_limit, within
+from hobbit.traces.knobs import limit_of, say_limit, within
 
 _BOOLS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}
 OPEN = "*"  # a knob tree's node under which any key may follow (a mapping, a list, Any)
@@ -126,16 +126,26 @@ def override_problem(
     add = o.is_add()
     sign = "+" if add else "++" if o.is_force_add() else "~" if o.is_delete() else ""
     line = o.input_line or f"{sign}{key}"
-    if key in groups and not add and not o.is_delete():
-        v = o.value()
-        if extended or o.is_sweep_override() or not isinstance(v, str) or v in groups[key]:
-            return None  # a sweep's options: the launcher names the job whose option is missing
-        near = difflib.get_close_matches(v, groups[key], n=1, cutoff=0.6)
-        return (
-            f"{line}: conf/{key} has no {v}"
-            + (f" (did you mean {key}={near[0]}?)" if near else "")
-            + f"; the choices: {', '.join(groups[key])}"
-        )
+    if isinstance(o.value(), IntervalSweep):
+        return f"{line}: interval() is a search's range, not a list of runs (fix: a list, or range(start,stop,step))"
+    if o.is_delete() and (key in groups or has_knob(tree, key)):
+        return f"{line}: a knob of {command} cannot be removed ('~' deletes it); set it instead ({key}=...)"
+    if key in groups and not add:
+        if extended:
+            return None
+        values = sweep_values(o)
+        if values == []:
+            return f"{line}: the sweep gives no value (fix: a list or range that is not empty)"
+        for v in values or [o.value()]:
+            if not isinstance(v, str) or v in groups[key]:
+                continue
+            near = difflib.get_close_matches(v, groups[key], n=1, cutoff=0.6)
+            return (
+                f"{line}: conf/{key} has no {v}"
+                + (f" (did you mean {key}={near[0]}?)" if near else "")
+                + f"; the choices: {', '.join(groups[key])}"
+            )
+        return None
     if has_knob(tree, key):
         if add:
             value = line.partition("=")[2]
@@ -191,14 +201,15 @@ def value_problem(o: Override, schema: type) -> str | None:
     cls, hint, name = leaf
     if hint not in (int, float, bool):
         return None
-    value = o.value()
     if o.is_sweep_override():
-        values = getattr(value, "list", None)
-        if values is None:  # a range or interval sweep: Hydra expands it
+        values = sweep_values(o)
+        if values is None:  # an interval: a tuning search's, drawn from within its bounds
             return None
+        if not values:
+            return f"{o.input_line or key}: the sweep gives no value (fix: a list or range that is not empty)"
     else:
-        values = [value]
-    spec = getattr(cls, "LIMITS", {}).get(name)
+        values = [o.value()]
+    spec = limit_of(cls, name)
     for x in values:
         if x is None:
             continue
@@ -219,15 +230,54 @@ def value_problem(o: Override, schema: type) -> str | None:
     return None
 
 
+def sweep_values(o: Override) -> list[Any] | None:
+    """The values a sweep override takes, as Hydra expands them (a list, a range: ``range(0.9,0.1,0.1)`` takes none);
+    None for an override that is no sweep, or an interval (no list of values)."""
+    if not o.is_sweep_override():
+        return None
+    try:
+        return list(o.sweep_iterator())
+    except HydraException:  # an interval sweep cannot be listed
+        return None
+
+
+def syntax_problem(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot read, named with Hydra's reason and the fix, or None."""
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            parser.parse_overrides([text])
+        except HydraException as exc:
+            reason = (str(exc).strip().splitlines() or ["not an override"])[0]
+            return (
+                f"{text}: not an override hobbit can read ({reason}) (fix: key=value; quote a value that holds "
+                "brackets, commas, quotes or spaces: key='...')"
+            )
+    return None
+
+
 def overrides_problem(
-    config_path: str, config_name: str, schema: type, overrides: list[str], extended: bool, command: str | None = None
+    config_path: str,
+    config_name: str,
+    schema: type,
+    overrides: list[str],
+    extended: bool,
+    command: str | None = None,
+    multirun: bool = True,
 ) -> str | None:
     """The first problem ``override_problem`` finds in ``overrides`` (Hydra's syntax), or None; ``command``: how
-    the message names the command (default: the one running, ``hobbit sim``)."""
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException:  # a syntax error: Hydra names it
-        return None
+    the message names the command (default: the one running, ``hobbit sim``); ``multirun``: whether ``-m`` was
+    given (without it a sweep is a mistake Hydra explains in 6 lines)."""
+    problem = syntax_problem(overrides)
+    if problem is not None:
+        return problem
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    for o in parsed:
+        if not multirun and o.is_sweep_override() and not o.key_or_group.startswith("hydra"):
+            return (
+                f"{o.input_line}: a list of values is a sweep (fix: add -m for one run per value; "
+                f"{o.key_or_group}=[a,b] for one list value; {o.key_or_group}='a,b' for text)"
+            )
     tree = knob_tree(schema)
     conf = _conf_dir(config_path)
     groups = {

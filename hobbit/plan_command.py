@@ -15,6 +15,7 @@ line per runtime, the chosen points marked).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import tempfile
 import time
@@ -32,8 +33,10 @@ from hobbit.phases import require
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, policy_knobs
 from hobbit.sim.flags import apply_flags
+from hobbit.sim.formats import FORMATS, weights
 from hobbit.sim.machine import hardware_config
 from hobbit.sim.memory import GiB, check_device, fit, gib
+from hobbit.sim.run import check_topology
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.traces.io import atomic_write_json, atomic_write_text
 
@@ -457,9 +460,17 @@ def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Pla
         kv_gib = model.kv_bytes_per_token * ctx / GiB
         notes.append(f"the llama.cpp family's KV cache at q8_0 (-ctk/-ctv; at f16 it would take {kv_gib:.1f} GiB)")
     work = out if out is not None else Path(tempfile.mkdtemp(prefix="hobbit-plan-"))
+    try:  # before any runtime is tried: a failure there is that runtime's row, not the user's knob
+        weights(model, cfg.weights)
+    except ConfigError as exc:
+        near = difflib.get_close_matches(cfg.weights.lower(), [f.lower() for f in FORMATS], n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(f"weights={cfg.weights}: {exc} (fix: {hint}a GGUF type such as q4_k_m, or bpw<N>)") from None
     if cfg.trace is not None:
         trace_path = Path(cfg.trace)
-        require(read_trace(trace_path), "plan", "it ranks runtimes by decode speed", decode=True)
+        trace = read_trace(trace_path)
+        require(trace, "plan", "it ranks runtimes by decode speed", decode=True)
+        check_topology(trace, model)
         notes.append(f"routing from {trace_path}")
     else:
         trace_path = synthetic_trace(model, cfg.prompt, DECODE_TOKENS, locality_knobs("typical"), cfg.seed)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hobbit.sim.config import SimConfig
-from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, tmp_path
+from hobbit.traces.io import json_writer, parquet_writer, text_writer, write_together
 
 if TYPE_CHECKING:  # the tables are written from their columns through pyarrow, not from DataFrames
     from hobbit.sim.results import Results
@@ -53,12 +53,17 @@ def decode_text(ms_per_token: float | None, digits: int = 2) -> str:
 
 
 def write_results(res: Results, out: Path) -> list[Path]:
-    """results.json, passes.parquet, layers.parquet under ``out``; results.json is the last path."""
-    paths = [
-        atomic_write_parquet(res.pass_columns, out / "passes.parquet"),
-        atomic_write_parquet(res.layer_columns, out / "layers.parquet"),
-    ]
-    paths.append(atomic_write_json(out / "results.json", res.summary))
+    """results.json, passes.parquet, layers.parquet under ``out``, renamed into place together once all three are
+    written (``write_together``: a full disk leaves a run's earlier files as they were, never a mix of two runs);
+    results.json, what readers look for, is the last path."""
+    paths = write_together(
+        [
+            (out / "passes.parquet", parquet_writer(res.pass_columns)),
+            (out / "layers.parquet", parquet_writer(res.layer_columns)),
+            (out / "results.json", json_writer(res.summary)),
+        ]
+    )
+    (out / CACHED_MARK).unlink(missing_ok=True)  # these results were simulated, not copied
     return paths
 
 
@@ -142,15 +147,13 @@ def from_cache(entry: Path, out: Path, blob: str | None = None) -> bool:
         )
         shutil.rmtree(entry, ignore_errors=True)
         return False
-    for f in RESULT_FILES:
-        tmp = tmp_path(out / f)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(entry / f, tmp)
-            os.replace(tmp, out / f)
-        finally:
-            tmp.unlink(missing_ok=True)
-    atomic_write_text(out / CACHED_MARK, entry.name + "\n")
+    # results.json last, the mark before it: a reader that finds results.json finds the rest
+    files = sorted(RESULT_FILES, key=lambda f: f == "results.json")
+    write_together(
+        [(out / f, lambda tmp, f=f: shutil.copyfile(entry / f, tmp)) for f in files[:-1]]
+        + [(out / CACHED_MARK, text_writer(entry.name + "\n"))]
+        + [(out / files[-1], lambda tmp: shutil.copyfile(entry / files[-1], tmp))]
+    )
     return True
 
 

@@ -124,6 +124,8 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
 
         # streamed, unless a timeline is to be drawn from the decisions
         res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline), progress=advance)
+    if cfg.timeline:  # a range past the trace's end is known now, before anything is written
+        parse_window(cfg.timeline_tokens, len(res.timeline.pass_start))
     paths = write_results(res, out)
     if cfg.timeline:
         from hobbit.timelines import write_sim_timeline  # pandas and matplotlib: only for a timeline

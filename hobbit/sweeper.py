@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
+
+from hobbit.launcher import EXIT_BAD_INPUT
+from hobbit.traces.io import atomic_write_text, os_error_message
 
 CHUNKS_DIR = ".chunks"
 TARGET = "hydra_plugins.hobbit_sweeper.HobbitSweeper"
@@ -97,6 +101,22 @@ class HobbitSweeper(Sweeper):
         return int(n)
 
     def sweep(self, arguments: list[str]) -> Any:
+        if not isinstance(self.chunk_size, int) or self.chunk_size < 0:  # a negative size cut the points into no job
+            print(
+                f"hobbit: error: hydra.sweeper.chunk_size={self.chunk_size} must be a whole number >= 0 (0: one queue "
+                "of points per worker)",
+                file=sys.stderr,
+            )
+            raise SystemExit(EXIT_BAD_INPUT)
+        try:
+            return self._sweep(arguments)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # the sweep directory's own files (multirun.yaml, the chunks), a full disk: named
+            print(f"hobbit: error: {os_error_message(exc, 'hydra.sweep.dir')}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+
+    def _sweep(self, arguments: list[str]) -> Any:
         loader = self.hydra_context.config_loader
         parser = OverridesParser.create(config_loader=loader)
         overrides = parser.parse_overrides(arguments)
@@ -111,7 +131,7 @@ class HobbitSweeper(Sweeper):
         labels = [" ".join(s for s, v in zip(point, swept) if v) or " ".join(point) for point in points]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         (sweep_dir / CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        atomic_write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         by_shape: dict[tuple[str, ...], list[int]] = {}
         for i, point in enumerate(points):
             shape = tuple(s for s, k in zip(point, kinds) if k)
@@ -138,9 +158,7 @@ class HobbitSweeper(Sweeper):
                 }
                 path = sweep_dir / CHUNKS_DIR / f"{specs}.json"
                 shutil.rmtree(claims_dir(path), ignore_errors=True)  # a rerun into the same sweep dir claims afresh
-                tmp = path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(spec))
-                tmp.replace(path)
+                atomic_write_text(path, json.dumps(spec))
                 jobs += [
                     [
                         *shape,

@@ -74,7 +74,12 @@ def parse_window(text: str, n_pass: int) -> tuple[int, int]:
             f"{b}:{a})"
         )
     start, stop, _ = slice(a, b).indices(n_pass)
-    return start, max(start, stop)
+    if stop <= start:
+        raise ConfigError(
+            f"timeline_tokens={text!r} selects none of the run's {n_pass} passes (fix: A:B within 0:{n_pass}, or ':' "
+            "for all)"
+        )
+    return start, stop
 
 
 def occupancy(dec: Decisions, steps: int | None = None) -> np.ndarray:

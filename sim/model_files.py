@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import struct
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -272,6 +273,17 @@ def _gguf_parts(p: Path) -> list[Path]:
 
 
 def from_gguf(path: str | Path, name: str | None = None) -> ModelConfig:
+    """``_from_gguf``; a file whose header cannot be read (empty, cut short, not a GGUF file) refused naming it."""
+    try:
+        return _from_gguf(path, name)
+    except ConfigError:
+        raise
+    except (OSError, ValueError, IndexError, KeyError, TypeError, struct.error) as e:  # gguf's reader, cut short
+        line = (str(e).splitlines() or [""])[0][:160]
+        raise ConfigError(f"{path}: not a readable GGUF file ({type(e).__name__}: {line}); {_FIX}") from None
+
+
+def _from_gguf(path: str | Path, name: str | None = None) -> ModelConfig:
     """The shapes and the exact bytes of a GGUF model file (every part of a split one), from its header alone.
 
     ``layer_expert_bytes``: each MoE block's routed-expert tensors (ffn_{gate,up,down}_exps or ffn_gate_up_exps) over
@@ -284,10 +296,7 @@ def from_gguf(path: str | Path, name: str | None = None) -> ModelConfig:
 
     p = Path(path)
     parts = _gguf_parts(p)
-    try:
-        readers = [gguf.GGUFReader(x) for x in parts]
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{p}: not a readable GGUF file ({e}); {_FIX}") from e
+    readers = [gguf.GGUFReader(x) for x in parts]
     fields = readers[0].fields
 
     def get(key: str, default: Any = None) -> Any:

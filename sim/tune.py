@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import fcntl
 import math
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -148,29 +151,58 @@ def open_study(cfg: TuneConfig, path: Path) -> Any:
     directions: list[Literal["minimize", "maximize"]] = (
         ["minimize"] if cfg.objective == "budget" else ["minimize", "minimize"]
     )
-    if path.exists() and path.read_bytes()[:16] != SQLITE_MAGIC:
-        raise ConfigError(
-            f"study={path} is not an Optuna study (an SQLite file); it was left as it is (fix: another study=)"
-        )
-    foreign = _foreign_tables(path) if path.exists() else []
-    if foreign:  # Optuna would add its tables to another program's database
-        raise ConfigError(
-            f"study={path} is an SQLite database of something else (tables {', '.join(foreign[:5])}), not an Optuna "
-            f"study; it was left as it is (fix: another study=, a new file or one hobbit tune wrote)"
-        )
+    with _exclusive(path):  # two runs starting one new study at once would both create Optuna's tables
+        if path.stat().st_size and path.read_bytes()[:16] != SQLITE_MAGIC:  # empty: new (SQLite's empty database)
+            raise ConfigError(
+                f"study={path} is not an Optuna study (an SQLite file); it was left as it is (fix: another study=)"
+            )
+        foreign = _foreign_tables(path)
+        if foreign:  # Optuna would add its tables to another program's database
+            raise ConfigError(
+                f"study={path} is an SQLite database of something else (tables {', '.join(foreign[:5])}), not an "
+                f"Optuna study; it was left as it is (fix: another study=, a new file or one hobbit tune wrote)"
+            )
+        try:
+            return optuna.create_study(
+                storage=f"sqlite:///{path}",
+                study_name=cfg.study_name,
+                load_if_exists=True,
+                sampler=sampler,
+                directions=directions,
+            )
+        except Exception as exc:  # optuna and SQLAlchemy raise their own kinds for a study they cannot use
+            _raise_if_full(exc, path)
+            raise ConfigError(
+                f"study={path} (study_name={cfg.study_name}) cannot be opened or continued: "
+                f"{type(exc).__name__}: {exc}".replace("\n", " ")
+            ) from exc
+
+
+def _raise_if_full(exc: BaseException, path: Path) -> None:
+    """A full disk under the study, which SQLite reports as SQLITE_FULL through SQLAlchemy and Optuna's own
+    exception kinds, raised as the OSError (ENOSPC) every command names the file and the fix of."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "database or disk is full" in str(seen):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from exc
+        seen = seen.__cause__ or seen.__context__
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the study file (made, empty, if new) while a study is checked and created or
+    loaded: Optuna creates its tables where they are missing, and two processes doing so at once fail ("table
+    studies already exists", an IntegrityError on the version row). SQLite's own locks are POSIX record locks,
+    which a ``flock`` neither takes nor waits on. A new file that ends empty (the creation failed) is removed."""
+    new = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        return optuna.create_study(
-            storage=f"sqlite:///{path}",
-            study_name=cfg.study_name,
-            load_if_exists=True,
-            sampler=sampler,
-            directions=directions,
-        )
-    except Exception as exc:  # optuna and SQLAlchemy raise their own kinds for a study they cannot use
-        raise ConfigError(
-            f"study={path} (study_name={cfg.study_name}) cannot be opened or continued: "
-            f"{type(exc).__name__}: {exc}".replace("\n", " ")
-        ) from exc
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if new and os.fstat(fd).st_size == 0:
+            path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def best_trials(study: Any, cfg: TuneConfig) -> list[Any]:
@@ -225,7 +257,11 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
         return lat if cfg.objective == "budget" else (lat, q)
 
     todo = max(cfg.trials - finished, 0)
-    study.optimize(objective, n_trials=todo, show_progress_bar=todo > 0)
+    try:
+        study.optimize(objective, n_trials=todo, show_progress_bar=todo > 0)
+    except Exception as exc:  # the trials finished before stay in the study (each is committed as it ends)
+        _raise_if_full(exc, path)
+        raise
     rows = [{"trial": t.number, **t.params, **t.user_attrs} for t in study.trials if t.state.name == "COMPLETE"]
     atomic_write_parquet(pd.DataFrame(rows), out / "trials.parquet")
     best = best_trials(study, cfg)

@@ -523,3 +523,92 @@ def test_a_killed_tunes_running_trial_is_marked_failed_on_resume(small_trace, tm
     states = {t.number: t.state for t in optuna.load_study(study_name="hobbit", storage=f"sqlite:///{db}").trials}
     assert states[orphan.number] == TrialState.FAIL and states[alive.number] == TrialState.RUNNING
     assert sum(s == TrialState.COMPLETE for s in states.values()) == 2
+
+
+# ---------------------------------------------------------------- a probe's findings (issue 51; benchmarks/bad_inputs.py)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["convert", "in={jsonl}", "out="], "out= is empty (fix: out=PATH"),
+        (["sim", "trace={trace}", "~system"], "~system: a knob of hobbit sim cannot be removed"),
+        (["sim", "trace={trace}", "system=hobbit,nosuch", "-m"], "system=hobbit,nosuch: conf/system has no nosuch"),
+        (["sim", "trace={trace}", "system.precision.t1=range(0.9,0.1,0.1)", "-m"], "the sweep gives no value"),
+        (["sim", "trace={trace}", "system.precision.t1=range(0.1,1.9,0.5)", "-m"], "system.precision.t1=1.1 must be"),
+        (["sim", "trace={trace}", "system.precision.t1=interval(0.1,0.5)", "-m"], "interval() is a search's range"),
+        (["sim", "trace={trace}", "system.precision.t1=0.3,0.6", "-m", "hydra.sweeper.chunk_size=-1"], "chunk_size=-1"),
+        (["sim", "trace={trace}", "seed=-1"], "seed=-1 must be >= 0"),
+        (["sim", "trace={trace}", "system.precision.t1=[0.3"], "system.precision.t1=[0.3: not an override"),
+        (["sim", "trace={trace}", "system.precision.t1=0.3,0.6"], "a list of values is a sweep (fix: add -m"),
+        (["sim", "trace={trace}", "hydra.run.dir="], "hydra.run.dir= is empty"),
+        (["plan", "model=mixtral-8x7b", "hardware=rtx4090-pcie4", "weights=q4_k_n"], "weights=q4_k_n: weights format"),
+        (
+            ["plan", "model=qwen3-30b-a3b", "hardware=rtx4090-pcie4", "trace={trace}"],
+            "does not fit model=qwen3-30b-a3b",
+        ),
+        (["plan", "model={gguf}", "hardware=rtx4090-pcie4"], "not a readable GGUF file (IndexError"),
+        (["simulate", "trace={trace}"], "unknown command 'simulate' (did you mean sim?"),
+        ([], "no command given"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_what_a_probe_of_bad_input_found(small_trace, tmp_path, capsys, monkeypatch, args, needle):
+    """Each case ended in a traceback, Hydra's usage text or 6-line explanation, or ran on what the user did not
+    mean (an empty sweep, a plan whose every row failed, results in the current directory). Now one line, exit 2,
+    before any work, the run's directory left empty."""
+    monkeypatch.chdir(tmp_path)
+    jsonl = tmp_path / "x.jsonl"
+    assert run_cli(["export", f"trace={small_trace}", f"out={jsonl}"]) == 0
+    gguf = tmp_path / "e.gguf"
+    gguf.write_bytes(b"GGUF")
+    values = {"trace": str(small_trace), "jsonl": str(jsonl), "gguf": str(gguf)}
+    args = [a.format(**values) if "{" in a and "(" not in a else a for a in args]
+    run = tmp_path / "run"
+    if args and args[0] in ("sim", "plan") and not any(a.startswith("hydra.") for a in args):
+        args.append(f"hydra.run.dir={run}")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    err = refused(capsys, args, needle, [jsonl, gguf])
+    assert len([ln for ln in err.splitlines() if ln.startswith("hobbit: error:")]) == 1, err
+    assert "usage:" not in err and "HYDRA_FULL_ERROR" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p != run) == before, "something was written"
+    if run.exists():  # a refusal inside the command comes after Hydra has recorded the run: that record only
+        written = [p.relative_to(run).parts for p in run.rglob("*") if p.is_file()]
+        assert all(parts[0] == ".hydra" or parts[-1].endswith(".log") for parts in written), written
+
+
+def test_a_timeline_past_the_trace_and_a_report_of_unreadable_runs_write_nothing(small_trace, tmp_path, capsys):
+    """A timeline range past the trace's end was an empty timeline.json beside the results; a report of a directory
+    whose only run cannot be read was an empty report. Both refused, nothing written."""
+    run = tmp_path / "run"
+    args = ["sim", f"trace={small_trace}", "timeline=true", "timeline_tokens=5000:6000", f"hydra.run.dir={run}"]
+    refused(capsys, args, "timeline_tokens='5000:6000' selects none of the run's")
+    assert not (run / "results.json").exists() and not (run / "timeline.json").exists()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "results.json").write_text("{")
+    refused(capsys, ["report", f"dir={broken}"], "no run could be read", [broken / "results.json"])
+    assert not (broken / "report").exists()
+
+
+def test_the_bad_input_probe_runs(tmp_path):
+    """benchmarks/bad_inputs.py, on its trace-info cases and one case of another's (JSONL of unseen cases)."""
+    import subprocess
+    import sys
+
+    more = tmp_path / "more.jsonl"
+    more.write_text(
+        json.dumps({"name": "trace-info unseen", "args": ["trace-info", "{csv}"], "expect": "refuse"}) + "\n"
+    )
+    script = Path(__file__).parents[1] / "benchmarks" / "bad_inputs.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "--only", "trace-info", "--cases", str(more), "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    n = int(re.search(r"cases=(\d+)", last)[1])  # type: ignore[index]
+    assert n >= 15 and f"behaved={n} " in last, r.stdout

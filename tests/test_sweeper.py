@@ -197,3 +197,14 @@ def test_values_set_without_omegaconf_are_what_omegaconf_sets(overrides, monkeyp
         got = type(exc)
     assert got == want
     assert bool(called) == (overrides in OMEGACONF)
+
+
+def test_multirun_flag_between_overrides(tmp_path, capsys):
+    """`-m` between two overrides: Hydra's parser would stop at it and print its usage text (20 lines, exit 2); the
+    command line moves it first, as a user means it."""
+    trace = write_first_requests(tmp_path, 1)
+    root = tmp_path / "sweep"
+    args = ["sim", f"trace={trace}", "system.precision.t1=0.4,0.6", "-m", "hydra.launcher.n_jobs=1"]
+    assert run_cli([*args, f"hydra.sweep.dir={root}"]) == 0
+    assert sorted(_runs(root)) == [0, 1]
+    assert "unrecognized arguments" not in capsys.readouterr().err

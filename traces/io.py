@@ -10,9 +10,11 @@ no temporary file behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,18 +203,20 @@ class TraceWriter:
                 raise TraceError(
                     exc.file, exc.message, row=None if exc.row is None else lo + exc.row, field=exc.field, fix=exc.fix
                 ) from None
-            self._writer.write_table(table)
+            with naming(self.path):
+                self._writer.write_table(table)
         self._last_key = _key(arrays, len(arrays) - 1)
         self.rows += len(arrays)
 
     def close(self) -> Path:
         """Finish the file, read it back and validate it whole, then (only then) rename it into place."""
         try:
-            self._writer.close()
+            with naming(self.path):
+                self._writer.close()
+                with open(self.tmp, "rb") as f:
+                    os.fsync(f.fileno())
             if self.rows == 0:
                 raise TraceError(self.path, "nothing to write: the trace has no rows")
-            with open(self.tmp, "rb") as f:
-                os.fsync(f.fileno())
             try:
                 check_trace(self.tmp)
             except TraceError as exc:  # name the file being written, not the temporary one
@@ -223,14 +227,16 @@ class TraceWriter:
                     field=exc.field,
                     fix=exc.fix,
                 ) from exc
-            os.replace(self.tmp, self.path)
+            with naming(self.path):
+                os.replace(self.tmp, self.path)
         finally:
             self.tmp.unlink(missing_ok=True)
         return self.path
 
     def abort(self) -> None:
-        try:
-            self._writer.close()
+        try:  # the error that aborts (a full disk, a bad row) is the one to report, not the close's after it
+            with contextlib.suppress(OSError, pa.ArrowException):
+                self._writer.close()
         finally:
             self.tmp.unlink(missing_ok=True)
 
@@ -316,21 +322,99 @@ def glob_escape(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO], object], binary: bool = False) -> Path:
-    """Call ``write(file)`` on a hidden temporary file next to ``path``, then rename it into place: the
-    final name is complete or absent (or, if it existed, untouched), and no temporary file is left."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(p)
+def naming(path: Path) -> contextlib.AbstractContextManager[None]:
+    """A context in which an OSError names ``path``, the file being written: a full disk fails a ``write()``, a
+    flush or a close, which name no file; a copy names its source; the open of a temporary file names the hidden
+    temporary."""
+    return _Naming(path)
+
+
+class _Naming(contextlib.AbstractContextManager):
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename != self.path:
+            # pyarrow's carry the errno in their text too: "Error writing bytes to file. Detail: [errno 28] ..."
+            found = re.search(r"\[errno (\d+)\]", str(exc))
+            code = exc.errno if exc.errno is not None else int(found[1]) if found else None
+            why = os.strerror(code) if code and (found or not exc.strerror) else exc.strerror or str(exc)
+            raise OSError(code, why, self.path) from exc
+
+
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def os_error_message(exc: OSError, knob: str | None) -> str:
+    """One line for an OSError a write met (``naming`` has put the file it was writing in it): the file,
+    the system's reason and, for a full disk or quota, the fix (``knob``: the knob that moves the output) and what
+    was kept."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    text = f"{where}{exc.strerror or exc}"
+    if exc.errno in DISK_FULL:
+        other = f", or {knob}= on another disk" if knob else ""
+        text += f" (fix: free space there{other}; files already there were kept as they were)"
+    return text
+
+
+def write_together(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> list[Path]:
+    """Write each file through ``write(temporary path)`` to its hidden temporary file, and only when every one is
+    written rename them into place, in order: a failure (a full disk, an error, Ctrl-C) leaves every final name as it
+    was, complete or absent, and no temporary file. A set of files a reader takes together (a run's tables and its
+    results.json) is then never a mix of two runs; the last one named is the one a reader looks for."""
+    tmps: list[Path] = []
     try:
+        for path, write in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmps.append(tmp_path(path))
+            with naming(path):
+                write(tmps[-1])
+        for (path, _), tmp in zip(files, tmps, strict=True):
+            with naming(path):
+                os.replace(tmp, path)
+    finally:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+    return [path for path, _ in files]
+
+
+def file_writer(write: Callable[[IO], object], binary: bool = False) -> Callable[[Path], None]:
+    """A ``write_together`` writer that calls ``write(file)`` on the opened temporary file and syncs it."""
+
+    def run(tmp: Path) -> None:
         with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="\n") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return p
+
+    return run
+
+
+def text_writer(text: str) -> Callable[[Path], None]:
+    return file_writer(lambda f: f.write(text))
+
+
+def json_writer(obj: Any) -> Callable[[Path], None]:
+    """Strict JSON (non-finite numbers become null)."""
+    return text_writer(json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
+
+
+def parquet_writer(df: Any) -> Callable[[Path], None]:
+    """A pandas table, or columns (name -> 1-D array, written through pyarrow without pandas), as Parquet."""
+
+    def run(tmp: Path) -> None:
+        if isinstance(df, dict):
+            pq.write_table(pa.Table.from_arrays([arrow_of(v) for v in df.values()], names=list(df)), tmp)
+        else:
+            df.to_parquet(tmp, index=False)
+
+    return run
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], object], binary: bool = False) -> Path:
+    """Call ``write(file)`` on a hidden temporary file next to ``path``, then rename it into place: the
+    final name is complete or absent (or, if it existed, untouched), and no temporary file is left."""
+    return write_together([(Path(path), file_writer(write, binary))])[0]
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -354,7 +438,7 @@ def json_safe(obj: Any) -> Any:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as strict JSON (non-finite numbers become null), atomically."""
-    return atomic_write_text(path, json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
+    return write_together([(Path(path), json_writer(obj))])[0]
 
 
 def arrow_of(values: Any) -> pa.Array:
@@ -368,17 +452,6 @@ def arrow_of(values: Any) -> pa.Array:
 
 
 def atomic_write_parquet(df: Any, path: str | os.PathLike) -> Path:
-    """Write a pandas table, or columns (name -> 1-D array, written through pyarrow without pandas), as Parquet so
-    that the final name is complete or absent."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(p)
-    try:
-        if isinstance(df, dict):
-            pq.write_table(pa.Table.from_arrays([arrow_of(v) for v in df.values()], names=list(df)), tmp)
-        else:
-            df.to_parquet(tmp, index=False)
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return p
+    """Write a pandas table, or columns (``parquet_writer``), as Parquet so that the final name is complete or
+    absent."""
+    return write_together([(Path(path), parquet_writer(df))])[0]

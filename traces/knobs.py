@@ -1,7 +1,8 @@
 """Numbers of typed configs checked where they are typed: finite, and within their class's limits.
 
 A config dataclass declares ``LIMITS: ClassVar[dict[str, str]]``, knob -> range, written
-``>0``, ``>=0``, ``>=1``, ``>=-1`` or an interval ``[0,1]`` / ``(0,1]``; a list of numbers is
+``>0``, ``>=0``, ``>=1``, ``>=-1`` or an interval ``[0,1]`` / ``(0,1]`` (a ``seed`` is ``>=0`` in every config,
+``COMMON_LIMITS``); a list of numbers is
 checked element by element, None (an unset optional knob) is not checked. Every float of
 every config, declared or not, must be finite. ``check_knobs`` walks nested configs and
 names the first bad knob by its full path (``system.cache.high_fraction=1.5``).
@@ -39,10 +40,18 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+# limits every config's knob of the name has, declared or not: numpy's generators take no negative seed
+COMMON_LIMITS = {"seed": ">=0"}
+
+
+def limit_of(cls: type, name: str) -> str | None:
+    """The range knob ``name`` of config class ``cls`` must lie in (its ``LIMITS``, else ``COMMON_LIMITS``)."""
+    return getattr(cls, "LIMITS", {}).get(name, COMMON_LIMITS.get(name))
+
+
 def check_knobs(cfg: Any, prefix: str = "") -> None:
     """Raise ``KnobError`` for the first number of ``cfg`` (a dataclass, nested) that is not finite or
     not within its declared limit."""
-    limits = getattr(type(cfg), "LIMITS", {})
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         name = f"{prefix}{f.name}"
@@ -55,7 +64,7 @@ def check_knobs(cfg: Any, prefix: str = "") -> None:
                 continue
             if isinstance(x, float) and not math.isfinite(x):
                 raise KnobError(f"{name}={v} must be a finite number")
-            spec = limits.get(f.name)
+            spec = limit_of(type(cfg), f.name)
             if spec is not None and not within(x, spec):
                 raise KnobError(f"{name}={v} must be {say_limit(spec)}")
 
