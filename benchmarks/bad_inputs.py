@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from hobbit.traces.io import read_trace, write_trace
 from hobbit.traces.tiny import bundled_trace
@@ -252,6 +254,58 @@ CASES: list[tuple[str, list[str], str]] = [
     ("report broken run", ["report", "dir={brokenrun}"], R),
     ("hardware vram zero", ["hardware", "gpu=rtx4090", "vram=0GB", "out=h.yaml"], R),
     ("hardware ssd rate", ["hardware", "gpu=rtx4090", "ssd=7GB/s", "out=h.yaml"], OK),
+    # --- a third round: converter inputs cut or twisted, paths with odd characters, flags mixed in
+    ("convert jsonl nan weight", ["convert", "in={nanjsonl}", "out=o.parquet"], R),
+    ("convert jsonl rows cut", ["convert", "in={cutjsonl}", "out=o.parquet"], R),
+    ("convert jsonl crlf", ["convert", "in={crlfjsonl}", "out=o.parquet"], OK),
+    ("convert jsonl bom", ["convert", "in={bomjsonl}", "out=o.parquet"], OK),
+    ("convert csv cut", ["convert", "in={cutcsv}", "format=llamacpp", "out=o.parquet"], R),
+    ("convert tec garbage", ["convert", "in={binary}", "format=tec", "out=o.parquet"], R),
+    ("convert vllm garbage dir", ["convert", "in={garbagedir}", "format=vllm", "out=o.parquet"], R),
+    ("convert flame text", ["convert", "in={text}", "format=flame", "out=o.parquet"], R),
+    ("convert out newline name", ["convert", "in={jsonl}", "out=a\nb.parquet"], OK),
+    ("convert out dot", ["convert", "in={jsonl}", "out=."], R),
+    ("convert out dotdot", ["convert", "in={jsonl}", "out=.."], R),
+    ("convert out root", ["convert", "in={jsonl}", "out=/"], R),
+    ("convert out proc", ["convert", "in={jsonl}", "out=/proc/self/status"], R),
+    ("convert out dev null", ["convert", "in={jsonl}", "out=/dev/null"], R),
+    ("convert in dev zero", ["convert", "in=/dev/zero", "out=o.parquet"], R),
+    ("convert in proc", ["convert", "in=/proc/self/status", "out=o.parquet"], R),
+    ("trace-info dev zero", ["trace-info", "/dev/zero"], R),
+    ("trace-info tilde missing", ["trace-info", "~/no-such-trace.parquet"], R),
+    ("trace-info parquet missing column", ["trace-info", "{nocolumn}"], R),
+    ("sim trace missing column", ["sim", "trace={nocolumn}"], R),
+    ("sim trace dev zero", ["sim", "trace=/dev/zero"], R),
+    ("sim help with bad override", ["sim", "--help", "system.precision.t1=abc"], R),
+    ("sim cfg with sweep", ["sim", "trace={trace}", "--cfg", "job", "system.precision.t1=0.3,0.6", "-m"], R),
+    ("sim cfg mid-line", ["sim", "--cfg", "job", "trace={trace}"], OK),
+    ("sim two -m", ["sim", "trace={trace}", "-m", "-m", "system.precision.t1=0.3"], OK),
+    ("sim unknown flag", ["sim", "trace={trace}", "--fast"], R),
+    ("sim key with space", ["sim", "trace={trace}", "system .precision.t1=0.3"], R),
+    ("sim value unicode", ["sim", "trace={trace}", "system=hоbbit"], R),
+    ("sim model as path missing", ["sim", "trace={trace}", "model=./nope.gguf"], R),
+    ("sim hardware as path bad", ["sim", "trace={trace}", "hardware={badyaml}"], R),
+    ("sim hardware as binary path", ["sim", "trace={trace}", "hardware={binary}"], R),
+    ("export jsonl of one-token", ["export", "trace={onetoken}", "out=o.jsonl"], OK),
+    ("export out proc", ["export", "trace={trace}", "out=/proc/version"], R),
+    ("tune study in missing dir", ["tune", "trace={trace}", "study=nope/s.db", "trials=1"], R),
+    ("tune study fifo", ["tune", "trace={trace}", "study={fifo}", "trials=1"], R),
+    ("tune study empty file", ["tune", "trace={trace}", "study={empty}", "trials=1"], OK),
+    ("compare profile empty", ["compare", "trace={trace}", "profile={empty}", "tune_trials=0"], R),
+    ("compare profile dir", ["compare", "trace={trace}", "profile={dir}", "tune_trials=0"], R),
+    ("plan model dir without config", ["plan", "model={dir}", "hardware=rtx4090-pcie4"], R),
+    ("plan model json garbage", ["plan", "model={badjson}", "hardware=rtx4090-pcie4"], R),
+    ("plan profile binary", ["plan", "model=mixtral-8x7b", "profile={binary}"], R),
+    ("report dir is trace", ["report", "dir={trace}"], R),
+    ("hardware spec empty", ["hardware", "spec={empty}", "out=h.yaml"], R),
+    ("hardware spec list", ["hardware", "spec={listyaml}", "out=h.yaml"], R),
+    ("hardware out proc", ["hardware", "gpu=rtx4090", "out=/proc/version"], R),
+    ("validate profile binary", ["validate", "trace={trace}", "profile={binary}"], R),
+    ("quality text dir", ["quality", "text={dir}"], R),
+    ("quality window zero", ["quality", "context_length=0"], R),
+    ("capture prompts fifo", ["capture", "prompts={fifo}", "out=t.parquet"], R),
+    ("capture prompts dev zero", ["capture", "prompts=/dev/zero", "out=t.parquet"], R),
+    ("capture prompts bad jsonl", ["capture", "prompts={badjson}", "out=t.parquet"], R),
     ("unknown command", ["simulate", "trace={trace}"], R),
     ("no command", [], R),
 ]
@@ -276,14 +330,24 @@ def fixtures(d: Path, trace: Path, jsonl: Path) -> None:
     run.mkdir()
     (run / "results.json").write_text("{")
     shutil.copyfile(trace.with_name("one_token.parquet"), d / "one_token.parquet")
+    lines = jsonl.read_text().splitlines()
+    row = json.loads(lines[1])
+    row["gate_weights"] = [float("nan")] * len(row["gate_weights"])
+    (d / "nan.jsonl").write_text("\n".join([lines[0], json.dumps(row), *lines[2:20]]) + "\n")
+    (d / "cut.jsonl").write_text("\n".join(lines[:20]) + "\n" + lines[20][: len(lines[20]) // 2])
+    (d / "crlf.jsonl").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    (d / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + ("\n".join(lines) + "\n").encode())
+    (d / "cut.csv").write_text("layer,token,expert\n0,0\n")
+    (d / "garbage_dir").mkdir()
+    (d / "garbage_dir" / "route.jsonl").write_bytes(bytes(range(256)))
+    (d / "bad.json").write_text('{"model_type": ')
+    (d / "list.yaml").write_text("- 1\n- 2\n")
+    pq.write_table(pq.read_table(trace).drop(["layer"]), d / "no_column.parquet")
     os.mkfifo(d / "pipe")
     (d / "loop_a").symlink_to(d / "loop_b")
     (d / "loop_b").symlink_to(d / "loop_a")
     (d / "link.parquet").symlink_to(d / "trace.parquet")
     (d / "link.jsonl").symlink_to(d / "trace.jsonl")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     pq.write_table(pa.table({"x": [1, 2, 3]}), d / "other.parquet")
 
 
@@ -307,6 +371,15 @@ NAMES = {
     "headeronly": "header_only.jsonl",
     "brokenrun": "broken_run",
     "onetoken": "one_token.parquet",
+    "nanjsonl": "nan.jsonl",
+    "cutjsonl": "cut.jsonl",
+    "crlfjsonl": "crlf.jsonl",
+    "bomjsonl": "bom.jsonl",
+    "cutcsv": "cut.csv",
+    "garbagedir": "garbage_dir",
+    "badjson": "bad.json",
+    "listyaml": "list.yaml",
+    "nocolumn": "no_column.parquet",
 }
 
 
@@ -354,7 +427,9 @@ def run_case(case: tuple[str, list[str], str], base: Path, trace: Path, jsonl: P
     if r.returncode == 2 and sum(1 for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("paths:")) > 2:
         problems.append("more than the error line on stderr")
     after = _files(d)
-    written = {str(Path(a.partition("=")[2]).relative_to(d)) for a in args if a.startswith("out=") and str(d) in a}
+    written = {  # what an odd but valid case was asked to write (an output, a study)
+        str(Path(a.partition("=")[2]).relative_to(d)) for a in args if a.startswith(("out=", "study=")) and str(d) in a
+    }
     changed = [f for f, h in before.items() if after.get(f) != h and not (expect == OK and f in written)]
     if changed:
         problems.append(f"changed or removed {changed}")

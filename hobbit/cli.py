@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from hydra._internal.utils import get_args_parser
+
 from hobbit.glue import STATE, configure_runtime, fail, pipe_closed, quick_exit
 from hobbit.guard import PathError, check_output
 
@@ -129,6 +131,44 @@ def rewrite(command: str, args: list[str]) -> list[str]:
     return out
 
 
+def flags_first(command: str, args: list[str]) -> list[str]:
+    """``args`` with Hydra's flags (and their values) before the overrides: its parser takes the overrides as one run
+    of words, so a flag between two (`t1=0.3,0.6 -m trace=x`, `--cfg job` mid-line) ended in its 20-line usage text.
+    A word that starts with '-' and is no flag of Hydra's is refused here, in one line."""
+    actions = {o: a for a in get_args_parser()._actions for o in a.option_strings}
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            i += 1
+            continue
+        name, eq, _ = arg.partition("=")
+        action = actions.get(name)
+        if action is None:
+            fail(
+                f"{arg}: not a flag of hobbit {command} (fix: key=value for a knob; the flags: -m, --help, --cfg job, "
+                "--info; `hobbit " + command + " --help` lists the knobs)"
+            )
+            return []
+        flags.append(arg)
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        takes = action.nargs is None or (action.nargs == "?" and nxt in (action.choices or ()))
+        if takes and not eq and nxt is not None:
+            flags.append(nxt)
+            i += 1
+        i += 1
+    modes = sorted({a for a in flags if getattr(actions.get(a.partition("=")[0]), "dest", "") in ONE_MODE})
+    if len(modes) > 1:
+        fail(f"{' and '.join(modes)}: Hydra takes one of -m, --run, --cfg, --info (fix: drop all but one)")
+    return [*flags, *overrides]
+
+
+ONE_MODE = {"run", "multirun", "cfg", "info", "shell_completion"}  # Hydra refuses two of these with a traceback
+
+
 def main(argv: list[str] | None = None) -> None:
     configure_runtime()  # before any trace is read, and before a sweep forks its workers (they inherit it)
     try:
@@ -161,10 +201,7 @@ def _main(argv: list[str]) -> None:
                 check_output(key.lstrip("+"), Path(value.strip("'\"")).expanduser().resolve(), "outdir", {})
             except PathError as exc:
                 fail(str(exc))
-    # Hydra's parser takes the overrides as one run of words: `-m` between two overrides would end in its usage text
-    flags = [a for a in rest if a in ("-m", "--multirun")]
-    rest = [*flags, *(a for a in rest if a not in flags)]
-    sys.argv = [f"hobbit-{command}", *rewrite(command, rest)]
+    sys.argv = [f"hobbit-{command}", *flags_first(command, rewrite(command, rest))]
     quick_exit()
     try:
         getattr(importlib.import_module(module), func)()

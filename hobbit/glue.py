@@ -391,9 +391,10 @@ def load_hardware(path: str) -> HardwareConfig:
     try:
         with reading(path, "profile=, a hardware YAML,", "the YAML hobbit calibrate or hobbit hardware wrote"):
             data = OmegaConf.load(path)
-        if not isinstance(data, DictConfig):
+        if not isinstance(data, DictConfig) or not data:  # empty: every knob the default machine's, silently
             raise ConfigError(
-                f"profile={path} is not a mapping of hardware knobs (fix: the YAML hobbit calibrate wrote)"
+                f"profile={path} is {'empty' if isinstance(data, DictConfig) else 'not a mapping of hardware knobs'}"
+                " (fix: the YAML hobbit calibrate wrote)"
             )
         profile = data.pop("profile", None)
         hw = load_typed(HardwareConfig, data)

@@ -550,6 +550,10 @@ def test_a_killed_tunes_running_trial_is_marked_failed_on_resume(small_trace, tm
         (["plan", "model={gguf}", "hardware=rtx4090-pcie4"], "not a readable GGUF file (IndexError"),
         (["simulate", "trace={trace}"], "unknown command 'simulate' (did you mean sim?"),
         ([], "no command given"),
+        (["sim", "trace={trace}", "--fast"], "--fast: not a flag of hobbit sim"),
+        (["sim", "trace={trace}", "--cfg", "job", "system.precision.t1=0.3,0.6", "-m"], "--cfg and -m: Hydra takes"),
+        (["compare", "trace={trace}", "profile={empty}", "tune_trials=0"], "is empty (fix: the YAML hobbit calibrate"),
+        (["capture", "prompts={badjson}", "out={out}"], "line 1: not JSON (Expecting value) (fix: a JSON array"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -562,13 +566,17 @@ def test_what_a_probe_of_bad_input_found(small_trace, tmp_path, capsys, monkeypa
     assert run_cli(["export", f"trace={small_trace}", f"out={jsonl}"]) == 0
     gguf = tmp_path / "e.gguf"
     gguf.write_bytes(b"GGUF")
-    values = {"trace": str(small_trace), "jsonl": str(jsonl), "gguf": str(gguf)}
+    empty, badjson = tmp_path / "empty.yaml", tmp_path / "prompts.json"
+    empty.write_text("")
+    badjson.write_text('{"prompt": ')
+    values = {"trace": str(small_trace), "jsonl": str(jsonl), "gguf": str(gguf), "empty": str(empty)}
+    values |= {"badjson": str(badjson), "out": str(tmp_path / "run" / "t.parquet")}
     args = [a.format(**values) if "{" in a and "(" not in a else a for a in args]
     run = tmp_path / "run"
-    if args and args[0] in ("sim", "plan") and not any(a.startswith("hydra.") for a in args):
+    if args and args[0] in ("sim", "plan", "compare", "capture") and not any(a.startswith("hydra.") for a in args):
         args.append(f"hydra.run.dir={run}")
     before = sorted(p.name for p in tmp_path.iterdir())
-    err = refused(capsys, args, needle, [jsonl, gguf])
+    err = refused(capsys, args, needle, [jsonl, gguf, empty, badjson])
     assert len([ln for ln in err.splitlines() if ln.startswith("hobbit: error:")]) == 1, err
     assert "usage:" not in err and "HYDRA_FULL_ERROR" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir() if p != run) == before, "something was written"
@@ -612,3 +620,16 @@ def test_the_bad_input_probe_runs(tmp_path):
     last = r.stdout.strip().splitlines()[-1]
     n = int(re.search(r"cases=(\d+)", last)[1])  # type: ignore[index]
     assert n >= 15 and f"behaved={n} " in last, r.stdout
+
+
+def test_jsonl_saved_by_a_windows_editor_converts_as_it_is(small_trace, tmp_path):
+    """A UTF-8 BOM before the header and CRLF line ends (a file saved on Windows): the same trace as the plain file."""
+    plain = tmp_path / "x.jsonl"
+    assert run_cli(["export", f"trace={small_trace}", f"out={plain}"]) == 0
+    lines = plain.read_text().splitlines()
+    windows = tmp_path / "w.jsonl"
+    windows.write_bytes(b"\xef\xbb\xbf" + ("\r\n".join(lines) + "\r\n").encode())
+    for src, out in ((plain, tmp_path / "p.parquet"), (windows, tmp_path / "w.parquet")):
+        assert run_cli(["convert", f"in={src}", f"out={out}"]) == 0
+    a, b = read_trace(tmp_path / "p.parquet").arrays, read_trace(tmp_path / "w.parquet").arrays
+    assert all((getattr(a, f) == getattr(b, f)).all() for f in ("request_id", "step", "layer", "expert_ids"))

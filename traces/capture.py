@@ -48,8 +48,8 @@ class CaptureConfig:
     model: str | None = None
     """A local Hugging Face MoE checkpoint directory; null: the bundled tiny model."""
     prompts: str | None = None
-    """JSONL (``{"prompt": ...}``, ``{"text": ...}`` or a JSON string a line) or text, one prompt a line; null: the
-    bundled held-out prompts."""
+    """JSONL (``{"prompt": ...}``, ``{"text": ...}`` or a JSON string a line), a JSON array of those (.json) or text,
+    one prompt a line; null: the bundled held-out prompts."""
     out: str = "trace.parquet"
     """The trace to write (Parquet, schema v1)."""
     max_new_tokens: int = 32
@@ -82,14 +82,32 @@ class CaptureResult:
     generated_ids: list[list[int]] = field(default_factory=list)
 
 
+def _prompt(obj: Any, where: str) -> str:
+    """A prompt of a JSON(L) file: a string, or an object's ``prompt`` (or ``text``)."""
+    text = obj if isinstance(obj, str) else (obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None)
+    if not isinstance(text, str):
+        raise CaptureError(f"{where}: field 'prompt' (or 'text') missing or not a string")
+    return text
+
+
 def read_prompts(path: str | Path) -> list[str]:
-    """Prompts from JSONL (``{"prompt": ...}``, ``{"text": ...}`` or a JSON string) or text, one a line."""
+    """Prompts from JSONL (``{"prompt": ...}``, ``{"text": ...}`` or a JSON string a line), a JSON array of those
+    (.json), or text, one a line."""
     p = Path(path)
     if not p.is_file():
         raise CaptureError(f"prompts file {p} does not exist (fix: prompts=PATH to a .jsonl or .txt file)")
     prompts = []
-    text = read_text(p, "the prompts file", "a .jsonl or .txt file of prompts, in UTF-8")
-    for n, line in enumerate(text.splitlines(), 1):
+    text = read_text(p, "the prompts file", "a .jsonl, .json or .txt file of prompts, in UTF-8")
+    if p.suffix == ".json":  # one JSON array of prompts (strings, or objects with "prompt" or "text")
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CaptureError(f"{p}: line {exc.lineno}: not JSON ({exc.msg}) (fix: a JSON array of prompts)") from None
+        if not isinstance(items, list):
+            raise CaptureError(f'{p}: not a JSON array of prompts (fix: ["a prompt", ...], or a .jsonl file)')
+        for i, obj in enumerate(items):
+            prompts.append(_prompt(obj, f"{p}: item {i}"))
+    for n, line in enumerate(text.splitlines() if p.suffix != ".json" else [], 1):
         if not line.strip():
             continue
         if p.suffix == ".jsonl":
@@ -97,12 +115,7 @@ def read_prompts(path: str | Path) -> list[str]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise CaptureError(f"{p}: line {n}: not JSON ({exc.msg})") from None
-            text = (
-                obj if isinstance(obj, str) else (obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None)
-            )
-            if not isinstance(text, str):
-                raise CaptureError(f"{p}: line {n}: field 'prompt' (or 'text') missing or not a string")
-            prompts.append(text)
+            prompts.append(_prompt(obj, f"{p}: line {n}"))
         else:
             prompts.append(line)
     if not prompts:

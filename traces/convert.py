@@ -243,7 +243,7 @@ def _read_vllm_file(path: Path) -> tuple[dict, dict[int, list[list[tuple]]]]:
     last_idx: dict[int, int] = {}
     with (
         reading(path, "a vLLM routing log", "the JSONL log vLLM's routing hook wrote"),
-        open(path, encoding="utf-8") as fh,
+        open(path, encoding="utf-8-sig") as fh,
     ):
         for n, line in enumerate(fh, 1):
             if not line.strip():

@@ -76,4 +76,4 @@ def _said(exc: BaseException) -> str:
 def read_text(path: str | Path, what: str, fix: str = "") -> str:
     """``path``'s text (UTF-8), or ``InputError`` naming it."""
     with reading(path, what, fix):
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")  # UTF-8, a leading BOM (a Windows editor's) dropped

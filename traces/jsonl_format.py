@@ -19,6 +19,7 @@ the last layer. Errors name the file, the line and the field.
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import io
 import json
@@ -371,6 +372,8 @@ def read_generic_jsonl(path: Path, cfg: Any = None, arrow: bool = True) -> tuple
     first = 1
     with open(path, "rb") as f:
         for offset, data in _pieces(f):
+            if offset == 0 and data.startswith(codecs.BOM_UTF8):  # a file saved by a Windows editor: its BOM is no row
+                data = data[len(codecs.BOM_UTF8) :]
             text = _decode(path, data, offset)
             if meta is None:
                 lines = text.splitlines()
