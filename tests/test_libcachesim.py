@@ -201,3 +201,21 @@ def test_belady_is_libcachesims_min_where_a_layer_uses_one_expert(workloads):
     steps = layer_accesses(top1)
     for slots in (8, 32):
         assert ours(top1, "belady", slots) == theirs_min(steps, slots, layer_resident=False), slots
+
+
+def test_the_side_by_side_benchmark_agrees_with_libcachesim(capsys):
+    """benchmarks/vs_libcachesim.py on a short stream: both caches' hit ratios equal (it asserts so), a ratio
+    printed."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "vs_libcachesim.py"
+    spec = importlib.util.spec_from_file_location("vs_libcachesim", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--accesses", "150000", "--repeats", "1"])
+    out = capsys.readouterr().out.strip().splitlines()
+    ours, theirs = (float(line.rpartition("hit_ratio=")[2]) for line in out[1:3])
+    assert ours == theirs and 0.0 < ours < 1.0
+    assert float(out[-1].removeprefix("ratio_vs_libcachesim=")) > 0
