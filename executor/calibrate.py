@@ -301,7 +301,7 @@ def calibrate(
                 dense.round()
                 contention.round()
                 samples = []
-                for r in tqdm(range(rounds), desc="calibrate", unit="round", leave=False):
+                for r in tqdm(range(rounds), desc="calibrate", unit="round", leave=False, disable=None):
                     samples.append((link.round(), experts.round(), dense.round(), contention.round()))
                     if between is not None:
                         between(r)

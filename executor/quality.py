@@ -171,7 +171,7 @@ def measure(model: Any, mixed: list[MixedExperts], batches: torch.Tensor, batch_
     """Run each batch of windows through the reference and the mixed model."""
     m = Measure()
     with torch.no_grad():
-        for i in tqdm(range(0, len(batches), batch_size), desc="quality", unit="batch"):
+        for i in tqdm(range(0, len(batches), batch_size), desc="quality", unit="batch", disable=None):
             x = batches[i : i + batch_size]
             inputs, labels = x[:, :-1], x[:, 1:]
             for mod in mixed:

@@ -130,7 +130,7 @@ def build_store(
     experts = {}
     pin = device.type == "cuda"
     keys = [(layer, e) for layer in range(model.num_layers) for e in range(model.num_experts)]
-    for layer, e in tqdm(keys, desc="expert weights", unit="expert", disable=not progress):
+    for layer, e in tqdm(keys, desc="expert weights", unit="expert", disable=None if progress else True):
         gu, down = _expert_tensors(model, checkpoint, layer, e, g)
         for cls, k in kernels.items():
             buf = k.pack(gu, down)

@@ -183,7 +183,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
             systems.append(tuned)
     note = "; ".join(notes)
     rows = []
-    for system in tqdm(systems, desc="compare", unit="system"):
+    for system in tqdm(systems, desc="compare", unit="system", disable=None):
         res = simulate(
             timed,
             cfg.model,

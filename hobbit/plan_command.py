@@ -500,7 +500,7 @@ def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Pla
             todo += [(name, p) for p in settings(rt, base, model, hw, cfg)]
         except ConfigError as exc:
             failed[name] = str(exc)
-    bar = tqdm(todo, desc="plan", unit="setting", disable=not progress)
+    bar = tqdm(todo, desc="plan", unit="setting", disable=None if progress else True)
     for name, p in bar:
         try:
             p.prediction = predict_config(

@@ -182,7 +182,7 @@ def capture_workloads(cfg: ReproduceConfig, out: Path) -> list[Workload]:
 
 def _capture_all(cfg: ReproduceConfig, out: Path, todo: list[tuple[str, int, int]]) -> list[Workload]:
     done = []
-    bar = tqdm(todo, desc="capture workloads", unit="workload")
+    bar = tqdm(todo, desc="capture workloads", unit="workload", disable=None)
     for model, p, n in bar:
         name = f"p{p}-n{n}"
         path = out / f"{model}-{name}.parquet"
@@ -259,7 +259,7 @@ def simulate_grid(cfg: ReproduceConfig, workloads: list[Workload], out: Path) ->
     )
     results = Parallel(n_jobs=cfg.jobs, return_as="generator")(jobs)
     got = {}
-    for (w, hw, system), r in zip(runs, tqdm(results, total=len(runs), desc="simulate", unit="run")):
+    for (w, hw, system), r in zip(runs, tqdm(results, total=len(runs), desc="simulate", unit="run", disable=None)):
         got[(w.model, w.name, hw, system)] = r
     return got
 

@@ -16,6 +16,7 @@ import fcntl
 import math
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +259,7 @@ def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
 
     todo = max(cfg.trials - finished, 0)
     try:
-        study.optimize(objective, n_trials=todo, show_progress_bar=todo > 0)
+        study.optimize(objective, n_trials=todo, show_progress_bar=todo > 0 and sys.stderr.isatty())
     except Exception as exc:  # the trials finished before stay in the study (each is committed as it ends)
         _raise_if_full(exc, path)
         raise

@@ -351,7 +351,7 @@ def capture(cfg: CaptureConfig) -> CaptureResult:
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
     rec = RouterRecorder(list(routers), cfg.lookahead)
     result = CaptureResult(Path(cfg.out), meta, prompt_ids)
-    bar = tqdm(total=len(prompts), unit="prompt", desc="capture", disable=not cfg.progress)
+    bar = tqdm(total=len(prompts), unit="prompt", desc="capture", disable=None if cfg.progress else True)
     try:
         with TraceWriter(cfg.out, meta) as writer, torch.no_grad():
             for start in range(0, len(prompts), cfg.batch_size):
