@@ -14,6 +14,7 @@ import difflib
 import importlib
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from hydra._internal.utils import get_args_parser
@@ -169,8 +170,21 @@ def flags_first(command: str, args: list[str]) -> list[str]:
 ONE_MODE = {"run", "multirun", "cfg", "info", "shell_completion"}  # Hydra refuses two of these with a traceback
 
 
+_FORMAT_WARNING = warnings.formatwarning
+_PACKAGE = str(Path(__file__).parent)  # as modules are imported (hobbit/sim/... also where sim/ is linked in)
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    """hobbit's own warnings as the command line's one line (``hobbit: warning: ...``); a library's as Python
+    writes them."""
+    if issubclass(category, UserWarning) and str(filename).startswith(_PACKAGE):
+        return f"hobbit: warning: {message}\n"
+    return _FORMAT_WARNING(message, category, filename, lineno, line)
+
+
 def main(argv: list[str] | None = None) -> None:
     configure_runtime()  # before any trace is read, and before a sweep forks its workers (they inherit it)
+    warnings.formatwarning = _one_line  # the command line's only: a library user's warnings stay Python's
     try:
         _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:  # `hobbit sim --help | head`: Hydra prints the help outside the task

@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -384,6 +385,9 @@ def with_overrides(config: T, overrides: list[str]) -> T:
 YAML_ERRORS = (OmegaConfBaseException, yaml.YAMLError, ValueError)  # ValueError: not text (UnicodeDecodeError)
 
 
+MACHINE_KEYS = ("device_memory_bytes", "device_mem_gbps", "device_tflops", "link_gbps")  # what makes a machine
+
+
 def load_hardware(path: str) -> HardwareConfig:
     """A hardware YAML (e.g. written by ``hobbit calibrate``) as a typed config."""
     if not Path(path).is_file():
@@ -397,6 +401,15 @@ def load_hardware(path: str) -> HardwareConfig:
                 " (fix: the YAML hobbit calibrate wrote)"
             )
         profile = data.pop("profile", None)
+        missing = [k for k in MACHINE_KEYS if k not in data]
+        if missing:  # the schema's defaults are one machine's (an RTX 4090's): say so rather than run on them quietly
+            default = HardwareConfig()
+            warnings.warn(
+                f"profile={path} sets no {', '.join(missing)}: taken as "
+                + ", ".join(f"{k}={getattr(default, k)}" for k in missing)
+                + " (the schema's defaults; fix: add them to the file)",
+                stacklevel=2,
+            )
         hw = load_typed(HardwareConfig, data)
         hw = dataclasses.replace(hw, profile=None if profile is None else load_typed(ProfileConfig, profile))
         try:

@@ -633,3 +633,25 @@ def test_jsonl_saved_by_a_windows_editor_converts_as_it_is(small_trace, tmp_path
         assert run_cli(["convert", f"in={src}", f"out={out}"]) == 0
     a, b = read_trace(tmp_path / "p.parquet").arrays, read_trace(tmp_path / "w.parquet").arrays
     assert all((getattr(a, f) == getattr(b, f)).all() for f in ("request_id", "step", "layer", "expert_ids"))
+
+
+def test_a_partial_profile_is_named_and_warnings_are_one_line(small_trace, tmp_path):
+    """A hardware YAML without the machine's memory and compute ran on the schema's defaults (an RTX 4090's) without
+    a word; now a warning names what it lacks and the values taken. On the command line hobbit's warnings are one
+    line each, as its errors are (Python's form names a source line the user never wrote)."""
+    import subprocess
+    import sys
+
+    part = tmp_path / "mine.yaml"
+    part.write_text("name: mine\nlink_gbps: 16\n")
+    args = ["compare", f"trace={small_trace}", f"profile={part}", "tune_trials=0", "systems=[on-demand]"]
+    r = subprocess.run(
+        [sys.executable, "-m", "hobbit", *args, f"hydra.run.dir={tmp_path / 'c'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    line = f"hobbit: warning: profile={part} sets no device_memory_bytes, device_mem_gbps, device_tflops: taken as"
+    assert line in r.stderr and "UserWarning" not in r.stderr, r.stderr
