@@ -86,11 +86,12 @@ def build_report(root: str | Path) -> tuple[Path, Aggregate]:
         ("Cache-policy weights", plots.weight_sensitivity(df, out)),
     ]
     layers_file = Path(root) / best["run"] / "layers.parquet"
+    run_name = layers_file.parent.resolve().name  # a report of one run calls it ".": its directory's name instead
     if layers_file.is_file():
         figures.append(
             (
                 "Per-layer stall of the best configuration",
-                plots.layer_stall(pd.read_parquet(layers_file), f"{best['run']} ({best['system']})", out),
+                plots.layer_stall(pd.read_parquet(layers_file), f"{run_name} ({best['system']})", out),
             )
         )
     for title, files in figures:

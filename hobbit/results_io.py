@@ -23,7 +23,7 @@ from hobbit.traces.io import json_writer, parquet_writer, text_writer, write_tog
 if TYPE_CHECKING:  # the tables are written from their columns through pyarrow, not from DataFrames
     from hobbit.sim.results import Results
 
-RESULT_FILES = ("results.json", "passes.parquet", "layers.parquet")
+RESULT_FILES = ("passes.parquet", "layers.parquet", "results.json")  # results.json, what readers look for, last
 CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache
 MANIFEST = "sha256.json"  # in a cache entry: its files' SHA-256 and the key it holds the results of
 
@@ -147,13 +147,9 @@ def from_cache(entry: Path, out: Path, blob: str | None = None) -> bool:
         )
         shutil.rmtree(entry, ignore_errors=True)
         return False
-    # results.json last, the mark before it: a reader that finds results.json finds the rest
-    files = sorted(RESULT_FILES, key=lambda f: f == "results.json")
-    write_together(
-        [(out / f, lambda tmp, f=f: shutil.copyfile(entry / f, tmp)) for f in files[:-1]]
-        + [(out / CACHED_MARK, text_writer(entry.name + "\n"))]
-        + [(out / files[-1], lambda tmp: shutil.copyfile(entry / files[-1], tmp))]
-    )
+    copies = [(out / f, lambda tmp, f=f: shutil.copyfile(entry / f, tmp)) for f in RESULT_FILES]
+    # the mark before results.json: a reader that finds results.json finds the rest
+    write_together([*copies[:-1], (out / CACHED_MARK, text_writer(entry.name + "\n")), copies[-1]])
     return True
 
 

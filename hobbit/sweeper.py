@@ -102,19 +102,13 @@ class HobbitSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         if not isinstance(self.chunk_size, int) or self.chunk_size < 0:  # a negative size cut the points into no job
-            print(
-                f"hobbit: error: hydra.sweeper.chunk_size={self.chunk_size} must be a whole number >= 0 (0: one queue "
-                "of points per worker)",
-                file=sys.stderr,
-            )
-            raise SystemExit(EXIT_BAD_INPUT)
+            _refuse(f"hydra.sweeper.chunk_size={self.chunk_size} must be a whole number >= 0 (0: one queue per worker)")
         try:
             return self._sweep(arguments)
         except BrokenPipeError:
             raise
         except OSError as exc:  # the sweep directory's own files (multirun.yaml, the chunks), a full disk: named
-            print(f"hobbit: error: {os_error_message(exc, 'hydra.sweep.dir')}", file=sys.stderr)
-            raise SystemExit(EXIT_BAD_INPUT) from None
+            _refuse(os_error_message(exc, "hydra.sweep.dir"))
 
     def _sweep(self, arguments: list[str]) -> Any:
         loader = self.hydra_context.config_loader
@@ -172,6 +166,13 @@ class HobbitSweeper(Sweeper):
         for r in results:
             _ = r.return_value  # a job that failed raises here
         return [results]
+
+
+def _refuse(message: str) -> None:
+    """Bad input found by the sweeper, which runs outside the command's task (``hobbit.glue.fail`` is not importable
+    here): one line, exit 2."""
+    print(f"hobbit: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
 
 
 def register() -> None:

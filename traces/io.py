@@ -322,24 +322,21 @@ def glob_escape(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
-def naming(path: Path) -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
     """A context in which an OSError names ``path``, the file being written: a full disk fails a ``write()``, a
     flush or a close, which name no file; a copy names its source; the open of a temporary file names the hidden
     temporary."""
-    return _Naming(path)
-
-
-class _Naming(contextlib.AbstractContextManager):
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-
-    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename != self.path:
-            # pyarrow's carry the errno in their text too: "Error writing bytes to file. Detail: [errno 28] ..."
-            found = re.search(r"\[errno (\d+)\]", str(exc))
-            code = exc.errno if exc.errno is not None else int(found[1]) if found else None
-            why = os.strerror(code) if code and (found or not exc.strerror) else exc.strerror or str(exc)
-            raise OSError(code, why, self.path) from exc
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError) or exc.filename == str(path):
+            raise
+        # pyarrow's carry the errno in their text too: "Error writing bytes to file. Detail: [errno 28] ..."
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = exc.errno if exc.errno is not None else int(found[1]) if found else None
+        why = os.strerror(code) if code and (found or not exc.strerror) else exc.strerror or str(exc)
+        raise OSError(code, why, str(path)) from exc
 
 
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
