@@ -481,6 +481,15 @@ class SystemConfig:
     """The device's expert cache: pools, sizes, eviction (paper §3.4)."""
     demand_first: bool = True
     """A demand load goes ahead of queued (not in-flight) prefetches."""
+    copy_stream: str = "separate"
+    """Where the runtime's copies run: separate (their own stream or copy thread, overlapping compute) | compute (on
+    the compute stream itself, in order: a layer's experts compute only once every copy its router issued has landed,
+    and no copy overlaps compute: mixtral-offloading, whose ``src/expert_cache.py`` copies with ``copy_(...,
+    non_blocking=True)`` on the current CUDA stream and creates no other)."""
+    write_back: bool = False
+    """Every copy onto the device also copies the expert it replaces back to host memory, the same bytes, after it on
+    the same stream (mixtral-offloading's ``ExpertCache._swap`` swaps an on-device expert with an offloaded one through
+    pinned buffers, so a load moves its expert's bytes twice); the copy's time and the bytes moved count both."""
     cpu_misses: str = "never"
     """A miss not skipped: never (loaded) | always (computed on the CPU from host memory) | faster (on the CPU when
     that beats loading it and computing on the device, by the cost model: Fiddler, HOBBIT's CPU mode) | split
@@ -613,6 +622,8 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.host_cache={s.host_cache} must be lru or uniform")
     if s.numa not in ("single", "replicate"):
         raise ConfigError(f"system.numa={s.numa} must be single or replicate")
+    if s.copy_stream not in ("separate", "compute"):
+        raise ConfigError(f"system.copy_stream={s.copy_stream} must be separate or compute")
     if s.host_load not in ("load", "mmap", "stream"):
         raise ConfigError(f"system.host_load={s.host_load} must be load, mmap or stream")
     if c.layer_partition not in ("slots", "bytes"):

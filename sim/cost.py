@@ -68,6 +68,10 @@ class CostModel:
     launch_s: float = -1.0  # the system's cost of one kernel launch on the GPU (-1: the hardware's kernel_overhead_s)
     kv_scale: float = 1.0  # the KV cache's bytes relative to 16 bit (system.kv_bits / 16: llama.cpp's -ctk/-ctv)
     memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
+    write_back: bool = (
+        False  # a copy also moves the expert it replaces back, after it on one stream (system.write_back)
+    )
+    serial_copies: bool = False  # copies run on the compute stream (system.copy_stream=compute): the engines' rule
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -87,6 +91,7 @@ class CostModel:
                 self.launch_s,
                 self.kv_scale,
                 self.memory,
+                self.write_back,
             )
             hash(key)  # (an empty dict's pop would not hash it)
         except TypeError:  # a field that cannot be hashed (a measured profile's lists): this model keeps its own memo
@@ -158,9 +163,16 @@ class CostModel:
         return mem.ssd_share * (self.hw.ssd_t0_s + nbytes / (mem.ssd_gbps * GB))
 
     def transfer_s(self, nbytes: int) -> float:
+        """A copy of ``nbytes`` onto the device: t0 + bytes / B (plus what the SSD adds first); with ``write_back``,
+        the evicted expert's copy back to the host follows it on the same stream, another t0 + bytes / B."""
         if self.link_gbps == float("inf"):
             return 0.0
-        return self.link_t0_s + nbytes / (self.link_gbps * GB) + self.ssd_read_s(nbytes)
+        one = self.link_t0_s + nbytes / (self.link_gbps * GB)
+        return one * (2 if self.write_back else 1) + self.ssd_read_s(nbytes)
+
+    def link_bytes(self, nbytes: int) -> int:
+        """The bytes a copy of ``nbytes`` moves over the link: twice as many with ``write_back``."""
+        return 2 * nbytes if self.write_back else nbytes
 
     def issue_s(self) -> float:
         """The compute stream's time to issue one copy (measured profiles only; a GPU's async copy

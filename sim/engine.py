@@ -180,10 +180,14 @@ class Engine:
         if step.cancel:
             link.cancel(step.cancel)
         if step.loads:
-            link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
+            link.nbytes.update((ld.tid, cost.link_bytes(ld.nbytes)) for ld in step.loads)
             link.submit([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads])
         todo = list(enumerate(step.gpu))
         stall = 0.0
+        if step.loads and cost.serial_copies:  # copies on the compute stream: every one lands before an expert runs
+            t0 = env.now
+            yield simpy.AllOf(env, [link.events[ld.tid] for ld in step.loads])
+            stall += env.now - t0
         while todo:
             ready = [(-1.0 if g.tid < 0 else link.done_at[g.tid], j, g) for j, g in todo if self._ready(g.tid)]
             if not ready:

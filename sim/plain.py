@@ -171,11 +171,19 @@ def _replay_shared(
                 if rec is not None:
                     rec.append((i, "issue", routed, link.now, -1))
             if step.loads or step.cancel:
-                link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
+                link.nbytes.update((ld.tid, cost.link_bytes(ld.nbytes)) for ld in step.loads)
                 link.enqueue(
                     [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], step.cancel
                 )
             todo, stall = list(range(len(step.gpu))), 0.0
+            if step.loads and cost.serial_copies:  # copies on the compute stream: all land before an expert runs
+                t0 = link.now
+                for ld in step.loads:
+                    if ld.tid not in link.done:
+                        link.wait_first([ld.tid])
+                stall += link.now - t0
+                if rec is not None and link.now > t0:
+                    rec.append((i, "stall", t0, link.now, -1))
             while todo:  # the experts whose weights are resident, in arrival order; then wait for the next
                 ready = sorted(
                     (-1.0 if step.gpu[j].tid < 0 else link.done[step.gpu[j].tid], j)
@@ -265,12 +273,18 @@ def replay(
                     rec.append((i, "issue", t, t + issue * len(step.loads), -1))
                 t += issue * len(step.loads)
             if step.loads or step.cancel:
-                link.nbytes.update((ld.tid, ld.nbytes) for ld in step.loads)
+                link.nbytes.update((ld.tid, cost.link_bytes(ld.nbytes)) for ld in step.loads)
                 link.enqueue(
                     [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], t, step.cancel
                 )
-            ready = [(-1.0 if g.tid < 0 else link.done_at(g.tid), j) for j, g in enumerate(step.gpu)]
             stall = 0.0
+            if step.loads and cost.serial_copies:  # copies on the compute stream: all land before an expert runs
+                r = max(link.done_at(ld.tid) for ld in step.loads)
+                if r > t:
+                    if rec is not None:
+                        rec.append((i, "stall", t, r, -1))
+                    stall, t = r - t, r
+            ready = [(-1.0 if g.tid < 0 else link.done_at(g.tid), j) for j, g in enumerate(step.gpu)]
             for r, j in sorted(ready):
                 if r > t:
                     if rec is not None:

@@ -441,6 +441,8 @@ def simulate(
         gpu_flops_efficiency=system.gpu_flops_efficiency,
         launch_s=system.launch_overhead_s,
         memory=memory,
+        write_back=system.write_back,
+        serial_copies=system.copy_stream == "compute",
     )
     placement = place(wl, model, hw, system, sizing, prof, memory)
     per_layer = np.array([[memory.expert_bytes[i], memory.low_bytes] for i in recorded], np.int64)  # what copies move

@@ -565,7 +565,8 @@ def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -
         expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
     nbytes_of = layer_bytes(expert_bytes, wl.num_layers)
     dur_of = np.array([[cost.cached("transfer_s", int(b)) for b in row] for row in nbytes_of.tolist()]).reshape(-1, 2)
-    return dense, other, expert, cpu_s, dur_of, nbytes_of
+    moved_of = nbytes_of * 2 if cost.write_back else nbytes_of  # cost.link_bytes: a write-back moves them twice
+    return dense, other, expert, cpu_s, dur_of, moved_of
 
 
 def _fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
@@ -601,6 +602,7 @@ def _replay(
         cpu_s,
         float(cost.issue_s()),
         bool(demand_first),
+        bool(cost.serial_copies),
         link,
         base,
         *out,

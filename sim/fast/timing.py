@@ -201,6 +201,7 @@ def replay(
     cpu_s,
     issue,
     demand_first,
+    serial,
     link,
     base,
     pass_start,
@@ -248,6 +249,14 @@ def replay(
                 if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     fs[FREE_AT] = t
                     _start_next(q, fs, ls, dur, nbytes, started, done)
+            stall = 0.0
+            if serial and nl:  # copies on the compute stream: every one of the step's lands before an expert runs
+                r = t
+                for tid in range(base + lo_l[i], base + lo_l[i + 1]):
+                    while np.isnan(done[tid]):
+                        _start_next(q, fs, ls, dur, nbytes, started, done)
+                    r = max(r, done[tid])
+                stall, t = r - t, r
             ng = g1 - g0
             for j in range(ng):
                 tid = gpu[g0 + j, 1]
@@ -258,7 +267,6 @@ def replay(
                         _start_next(q, fs, ls, dur, nbytes, started, done)
                     ready[j] = done[tid]
             _argsort_stable(ready, ng, order)
-            stall = 0.0
             for j in range(ng):
                 r = ready[order[j]]
                 if r > t:
@@ -293,6 +301,7 @@ def replay_shared(
     cpu_s,
     issue,
     demand_first,
+    serial,
     link,
     base,
     pass_start,
@@ -336,10 +345,17 @@ def replay_shared(
                     demand_first,
                 )
                 _start(q, fs, ls, dur, started)
+            stall = 0.0
+            if serial and nl:  # copies on the compute stream: they run alone until the step's last one lands
+                t0 = fs[FREE_AT]
+                for tid in range(base + lo_l[i], base + lo_l[i + 1]):
+                    while np.isnan(done[tid]):
+                        fs[FREE_AT] += fs[LEFT]
+                        _finish(q, fs, ls, dur, nbytes, started, done)
+                stall += fs[FREE_AT] - t0
             nt = g1 - g0
             for j in range(nt):
                 todo[j] = g0 + j
-            stall = 0.0
             while nt:  # the experts whose weights are resident, in arrival order; then wait for the next
                 nr = keep = 0
                 for j in range(nt):
