@@ -325,8 +325,11 @@ class PrecisionConfig:
     precision; top-1 always does (paper §3.2; 0.6 its default for Mixtral)."""
     t2: float = 0.9
     """Scores in (t1, t2] load at low precision; above t2 the expert is skipped (paper §3.2)."""
-    serve_any_cached: bool = True
-    """A cached copy of either precision serves a hit, even where the rule would skip the expert."""
+    serve_any_cached: bool = False
+    """A cached copy of either precision serves a hit, a low copy serving even an expert the rule loads at high
+    precision (the top-1 included). False: a cached copy serves when it is at least the precision the rule asks (any
+    copy serves an expert the rule would skip). The paper does not say; false keeps its "top-1 always high" and the
+    quality it reports (docs/design.md, The precision rule)."""
     multi_token: str = "max"
     """A pass with many tokens (prefill): max (an expert loads at the highest precision any token needs) | high
     (at high precision)."""
