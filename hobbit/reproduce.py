@@ -395,7 +395,7 @@ def _decode(row: dict[str, Any], key: str) -> str:
 
 def _other(row: dict[str, Any]) -> str:
     """A row's decode speed-up under the other reading of ``serve_any_cached``, with its distance from the paper's."""
-    x, paper = row["other_reading"]["decode_speedup"], row["paper_decode_speedup"]
+    x, paper = row.get("other_reading", {}).get("decode_speedup"), row["paper_decode_speedup"]
     if x is None or paper is None:
         return _fmt(x)
     return f"{x:.2f}x ({100 * (x / paper - 1):+.0f} %)"
@@ -436,7 +436,7 @@ def render(table: dict[str, Any]) -> str:
                 f"{_other(r)} | {_fmt(r['prefill_reduction'], True)} | {_fmt(r['paper_prefill_reduction'], True)} |"
             )
         lines.append("")
-    any_cached = next((r["other_reading"]["serve_any_cached"] for r in table["rows"]), True)
+    any_cached = next((r["other_reading"]["serve_any_cached"] for r in table["rows"] if "other_reading" in r), True)
     reading = (
         "a cached copy of either precision serves an expert"
         if any_cached

@@ -79,9 +79,10 @@ def test_mru_is_one_file_and_one_registry_line():
 
 def test_mru_runs_on_the_bundled_trace_and_beats_lru_on_its_loop():
     """Layers run in a loop larger than the cache, LRU's worst case: MRU hits more (the reason
-    HOBBIT's FLD term, which evicts the layer just passed, carries most of its gain)."""
+    HOBBIT's FLD term, which evicts the layer just passed, carries most of its gain). On-demand loading at one
+    precision, so that the cache's policy is the only difference."""
     tr = bundled(8)
-    lru = hobbit.simulate(tr, system="hobbit-lru")
-    mru = hobbit.simulate(tr, system="hobbit-lru", system__cache__policy="mru")
+    lru = hobbit.simulate(tr, system="on-demand")
+    mru = hobbit.simulate(tr, system="on-demand", system__cache__policy="mru")
     assert mru.summary["system_config"]["cache"]["policy"] == "mru" and mru.summary["evictions"] > 0
     assert lru.hit_rate < mru.hit_rate < 1

@@ -80,12 +80,14 @@ def test_precision_mix_of_the_real_traces_is_pinned(real, name, model, mix):
 
 
 def test_cpu_assisted_hobbit_against_llama_cpp_and_fiddler():
-    """HOBBIT's CPU mode beats llama.cpp and stays near Fiddler (the paper: 1.31x and 0.99x for Mixtral, every system
-    at 16 bit)."""
+    """HOBBIT's CPU mode beats llama.cpp (the paper: 1.31x for Mixtral, every system at 16 bit); it stays near Fiddler
+    (the paper: 0.99x) only where a cached low copy serves an expert the rule loads high (serve_any_cached=true, not
+    the default: docs/results/reproduce.md has both readings)."""
     tr = bundled()
     ms = {s: _decode_ms(tr, s, "system.weights=fp16") for s in ("hobbit-cpu", "llama-cpp", "fiddler")}
     assert ms["hobbit-cpu"] < ms["llama-cpp"], ms
-    assert ms["hobbit-cpu"] < 1.25 * ms["fiddler"], ms
+    any_cached = _decode_ms(tr, "hobbit-cpu", "system.weights=fp16", "system.precision.serve_any_cached=true")
+    assert any_cached < ms["hobbit-cpu"] and any_cached < 1.25 * ms["fiddler"], (any_cached, ms)
 
 
 def test_prefetch_pays_on_the_bundled_trace_when_predictions_are_right():
