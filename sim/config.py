@@ -329,7 +329,7 @@ class PrecisionConfig:
     """A cached copy of either precision serves a hit, a low copy serving even an expert the rule loads at high
     precision (the top-1 included). False: a cached copy serves when it is at least the precision the rule asks (any
     copy serves an expert the rule would skip). The paper does not say; false keeps its "top-1 always high" and the
-    quality it reports (docs/design.md, The precision rule)."""
+    quality it reports (docs/design.md, Policies)."""
     multi_token: str = "max"
     """A pass with many tokens (prefill): max (an expert loads at the highest precision any token needs) | high
     (at high precision)."""
