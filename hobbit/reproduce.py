@@ -23,6 +23,7 @@ directory, so an interrupted run resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -219,12 +220,14 @@ def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline
     tl_file = out.with_suffix(".timeline.json")
     if out.exists() and (timeline is None or tl_file.exists()):
         return json.loads(out.read_text())
-    over = list(PAIRS.get(hardware, ()))
-    if system.endswith(OTHER_READING):
-        system = system.removesuffix(OTHER_READING)
-        default = configure(model, hardware, system).system.precision.serve_any_cached
-        over.append(f"system.precision.serve_any_cached={str(not default).lower()}")
-    cfg = configure(model, hardware, system, engine="fast", overrides=over)
+    other = system.endswith(OTHER_READING)
+    cfg = configure(
+        model, hardware, system.removesuffix(OTHER_READING), engine="fast", overrides=PAIRS.get(hardware, ())
+    )
+    if other:  # the preset's reading flipped
+        p = cfg.system.precision
+        flipped = dataclasses.replace(p, serve_any_cached=not p.serve_any_cached)
+        cfg = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, precision=flipped))
     res = simulate_config(read_trace(path), cfg, keep_decisions=timeline is not None)
     if timeline is not None:
         write_sim_timeline(res, cfg.system.demand_first, timeline, out.parent, gantt=False, name=tl_file.name)

@@ -11,7 +11,7 @@ when present.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -68,9 +68,7 @@ class CostModel:
     launch_s: float = -1.0  # the system's cost of one kernel launch on the GPU (-1: the hardware's kernel_overhead_s)
     kv_scale: float = 1.0  # the KV cache's bytes relative to 16 bit (system.kv_bits / 16: llama.cpp's -ctk/-ctv)
     memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
-    write_back: bool = (
-        False  # a copy also moves the expert it replaces back, after it on one stream (system.write_back)
-    )
+    write_back: bool = False  # a copy also moves back the expert it replaces, on one stream (system.write_back)
     serial_copies: bool = False  # copies run on the compute stream (system.copy_stream=compute): the engines' rule
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -170,8 +168,9 @@ class CostModel:
         one = self.link_t0_s + nbytes / (self.link_gbps * GB)
         return one * (2 if self.write_back else 1) + self.ssd_read_s(nbytes)
 
-    def link_bytes(self, nbytes: int) -> int:
-        """The bytes a copy of ``nbytes`` moves over the link: twice as many with ``write_back``."""
+    def link_bytes(self, nbytes: Any) -> Any:
+        """The bytes a copy of ``nbytes`` (an int, or an array of them) moves over the link: twice as many with
+        ``write_back``."""
         return 2 * nbytes if self.write_back else nbytes
 
     def issue_s(self) -> float:

@@ -10,7 +10,8 @@ results.json keys (times in ms):
 - ``quality_proxy``: {low_mass, skip_mass, degraded_mass}: shares of the gate mass (weights normalised per
   token) served in low precision or skipped, cache hits included (the quality issue measures the real cost)
 - ``prefetch``: {issued, used, cancelled (dropped before they started), accuracy = used / issued}
-- ``bytes_loaded`` (copies that ran; with ``system.write_back`` the copies back too), ``evictions``, ``link_busy_fraction`` (link busy time / run time)
+- ``bytes_loaded`` (copies that ran; with ``system.write_back`` the copies back too), ``evictions``,
+  ``link_busy_fraction`` (link busy time / run time)
 - ``stall_ms_per_token``: compute-stream time waiting for weights, per decode token
 - ``bound``: {decode_ms_per_token, prefill_ms_per_request} (means): the least time this system's rules could
   take on this trace and machine, every expert already where it runs (``sim.bound``); ``gap_to_bound``: decode

@@ -27,7 +27,7 @@ from hobbit.sim.plain import replay
 from hobbit.sim.policies.base import HIGH
 from hobbit.sim.workload import Workload
 
-from sim_helpers import compose_sim
+from sim_helpers import compose_sim, decode_workload
 
 MODEL = ModelConfig(name="m", num_layers=1, num_experts=4, top_k=2, hidden_size=256, expert_ffn=512)
 # a link of 1 GB/s with a 1 ms fixed cost; compute fast and flat: every time below is checked by hand
@@ -38,23 +38,7 @@ HW = HardwareConfig(
 
 def _one_layer(ids: list[list[int]]) -> Workload:
     """Decode passes of one token over one MoE layer, the token's experts ``ids`` (equal weights)."""
-    n = len(ids)
-    return Workload(
-        num_layers=1,
-        num_experts=4,
-        top_k=2,
-        ids=np.array(ids, np.int64)[:, None, :],
-        weights=np.full((n, 1, 2), 0.5, np.float32),
-        pred_ids=None,
-        pred_weights=None,
-        pass_request=[0] * n,
-        pass_start=list(range(n)),
-        pass_end=list(range(1, n + 1)),
-        pass_phase=[1] * n,
-        pass_context=[1] * n,
-        token_in_request=np.arange(n),
-        layers_total=1,
-    )
+    return decode_workload([[e] for e in ids], [[[0.5, 0.5]]] * len(ids))
 
 
 def _system(**kw) -> SystemConfig:
@@ -109,7 +93,7 @@ def test_copies_on_the_compute_stream_do_not_overlap_a_hit():
     def second(tl):
         return tl.pass_end[1] - tl.pass_start[1]
 
-    dense_head = cost.dense_s(1, 1) + cost.other_s(1)
+    dense_head = cost.dense_s(1, 2) + cost.other_s(1)  # the second token attends over 2
     assert second(sep) == pytest.approx(dense_head + copy + expert, rel=1e-9)  # the hit hides under the copy
     assert second(ser) == pytest.approx(dense_head + copy + 2 * expert, rel=1e-9)
     assert ser.step_stall[1] == pytest.approx(copy, rel=1e-9)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from hobbit.sim.config import PrefetchConfig, SystemConfig
@@ -18,34 +17,7 @@ from hobbit.sim.policies.eviction.multidim import MultiDim, MultiDimKnobs
 from hobbit.sim.run import simulate
 from hobbit.sim.workload import Workload
 
-from sim_helpers import bundled, compose_sim
-
-
-def _workload(ids: list, weights: list, num_experts: int = 4, pred: list | None = None) -> Workload:
-    """One request of decode passes, one token each: ids / weights [N][L][K] (highest weight first),
-    ``pred`` [N][L][D][K] predicted ids (their weights: the true ones of the same rank)."""
-    ids_a, w_a = np.array(ids, np.int64), np.array(weights, np.float32)
-    n, L, k = ids_a.shape
-    pred_ids = pred_w = None
-    if pred is not None:
-        pred_ids = np.array(pred, np.int64)
-        pred_w = np.broadcast_to(w_a[:, :, None, :], pred_ids.shape).copy()
-    return Workload(
-        num_layers=L,
-        num_experts=num_experts,
-        top_k=k,
-        ids=ids_a,
-        weights=w_a,
-        pred_ids=pred_ids,
-        pred_weights=pred_w,
-        pass_request=[0] * n,
-        pass_start=list(range(n)),
-        pass_end=list(range(1, n + 1)),
-        pass_phase=[1] * n,
-        pass_context=list(range(1, n + 1)),
-        token_in_request=np.arange(n),
-        layers_total=L,
-    )
+from sim_helpers import bundled, compose_sim, decode_workload
 
 
 def _decide(wl: Workload, slots: tuple[int, int], system: SystemConfig):
@@ -58,7 +30,7 @@ NO_PREFETCH = SystemConfig(prefetch=PrefetchConfig(kind="none"))
 def test_a_cached_expert_scored_above_t2_is_served_not_skipped():
     # token 0 loads experts 0 and 1 (equal weights: both high); token 1 scores expert 1 at 0.95 > T2:
     # it is cached, so it is served; token 2 scores expert 2 above T2 and it is not cached: skipped
-    wl = _workload([[[0, 1]], [[0, 1]], [[0, 2]]], [[[0.5, 0.5]], [[0.95, 0.05]], [[0.95, 0.05]]])
+    wl = decode_workload([[[0, 1]], [[0, 1]], [[0, 2]]], [[[0.5, 0.5]], [[0.95, 0.05]], [[0.95, 0.05]]])
     dec = _decide(wl, (4, 0), NO_PREFETCH)
     assert dec.log is not None
     acts = [(p, e, act) for p, _, e, act, _ in dec.log]
@@ -70,7 +42,7 @@ def test_a_cached_expert_scored_above_t2_is_served_not_skipped():
 
 
 def test_a_low_copy_serves_a_selection_that_would_be_skipped_even_without_serve_any_cached():
-    wl = _workload([[[0, 1]], [[0, 1]]], [[[0.7, 0.3]], [[0.95, 0.05]]])  # expert 1: low, then above T2
+    wl = decode_workload([[[0, 1]], [[0, 1]]], [[[0.7, 0.3]], [[0.95, 0.05]]])  # expert 1: low, then above T2
     system = dataclasses.replace(
         NO_PREFETCH, precision=dataclasses.replace(NO_PREFETCH.precision, serve_any_cached=False)
     )
@@ -146,7 +118,7 @@ def test_a_prefetched_expert_is_pinned_until_its_layer_has_run():
     ids = [[[0, 3], [1, 2], [0, 1]]]
     w = [[[0.5, 0.5]] * 3]
     pred = [[[[1, 2]], [[0, 1]], [[-1, -1]]]]
-    wl = _workload(ids, w, pred=pred)
+    wl = decode_workload(ids, w, pred=pred)
     system = SystemConfig(prefetch=PrefetchConfig(kind="hobbit", max_depth=1))
     dec = _decide(wl, (2, 0), system)
     assert dec.log is not None
@@ -162,7 +134,7 @@ def test_a_prefetched_expert_is_pinned_until_its_layer_has_run():
 def test_a_demand_load_cannot_take_a_pinned_slot():
     # one high slot: layer 0's prefetch of layer 1's expert 1 takes it, pinned; at layer 1 expert 1 hits
     # and expert 2 (predicted wrong) is loaded, used once and not kept: the pinned copy stays
-    wl = _workload([[[0, 3], [1, 2]]], [[[0.5, 0.5]] * 2], pred=[[[[1, -1]], [[-1, -1]]]])
+    wl = decode_workload([[[0, 3], [1, 2]]], [[[0.5, 0.5]] * 2], pred=[[[[1, -1]], [[-1, -1]]]])
     dec = _decide(wl, (1, 0), SystemConfig(prefetch=PrefetchConfig(kind="hobbit", max_depth=1)))
     layer1 = dec.steps[1]
     assert layer1.evicted == [] and (1, 2, HIGH) not in layer1.kept
@@ -171,7 +143,7 @@ def test_a_demand_load_cannot_take_a_pinned_slot():
 
 def test_prefetches_beyond_the_pool_are_not_issued():
     # one high slot: the first predicted expert of layer 1 takes it pinned, the second finds no slot
-    wl = _workload([[[0, 3], [1, 2]]], [[[0.5, 0.5]] * 2], pred=[[[[1, 2]], [[-1, -1]]]])
+    wl = decode_workload([[[0, 3], [1, 2]]], [[[0.5, 0.5]] * 2], pred=[[[[1, 2]], [[-1, -1]]]])
     dec = _decide(wl, (1, 0), SystemConfig(prefetch=PrefetchConfig(kind="hobbit", max_depth=1)))
     assert dec.prefetch_issued == 1 and dec.prefetch_dropped == 1
 

@@ -556,7 +556,7 @@ def decide_or_refer(
 
 def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -> tuple:
     """(dense seconds per pass, head seconds per pass, expert seconds [precision, tokens], CPU expert seconds
-    [tokens], copy seconds [layer, precision], bytes [layer, precision]) for tokens up to ``top``."""
+    [tokens], copy seconds [layer, precision], bytes over the link [layer, precision]) for tokens up to ``top``."""
     _, sizes = _tables(wl)
     dense, other = per_pass(cost, sizes, wl.pass_context)
     expert = np.zeros((2, top + 1))
@@ -565,8 +565,7 @@ def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -
         expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
     nbytes_of = layer_bytes(expert_bytes, wl.num_layers)
     dur_of = np.array([[cost.cached("transfer_s", int(b)) for b in row] for row in nbytes_of.tolist()]).reshape(-1, 2)
-    moved_of = nbytes_of * 2 if cost.write_back else nbytes_of  # cost.link_bytes: a write-back moves them twice
-    return dense, other, expert, cpu_s, dur_of, moved_of
+    return dense, other, expert, cpu_s, dur_of, cost.link_bytes(nbytes_of)
 
 
 def _fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
