@@ -77,6 +77,7 @@ def test_every_cell_is_reported_under_both_readings_of_serve_any_cached(small_ru
     # serving a high-scored expert from its cached low copy saves loads: the other reading is faster on the Orin
     assert all(r["other_reading"]["decode_speedup"] > r["decode_speedup"] for r in orin)
     assert "other reading" in (out / "reproduce.md").read_text()
+    assert "hollow: serve_any_cached=true" in (out / "reproduce.svg").read_text()  # the plot marks it too
 
 
 def test_hobbit_is_faster_wherever_the_paper_says_it_is(small_run):
