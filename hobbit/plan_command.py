@@ -379,7 +379,7 @@ def bound_by(point: Point, hw: HardwareConfig, model: ModelConfig) -> str:
             f"link-bound: expert copies over the link ({hw.link_gbps:g} GB/s) keep it busy "
             f"{s['link_busy_fraction']:.0%} of the time; {stall:.0%} of each token waits for them"
         )
-    return f"GPU-bound: {s['hit_rate']:.0%} of expert uses served from GPU memory"
+    return f"GPU-bound: {s['hit_rate']:.0%} of expert uses served from GPU memory without waiting for a copy"
 
 
 @dataclass

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # the tables are written from their columns through pyarrow, 
     from hobbit.sim.results import Results
 
 RESULT_FILES = ("passes.parquet", "layers.parquet", "results.json")  # results.json, what readers look for, last
+# results.json's layout and the meaning of its keys: a cache entry written under another is simulated again
+RESULTS_FORMAT = 2
 CACHED_MARK = ".cached"  # in a run dir whose results came from the result cache
 MANIFEST = "sha256.json"  # in a cache entry: its files' SHA-256 and the key it holds the results of
 
@@ -94,7 +96,7 @@ def config_blob(cfg: SimConfig, trace_path: Path) -> str:
         for k, v in dataclasses.asdict(cfg).items()
         if k not in ("trace", "out_dir", "cache_dir", "use_cache", "timeline", "timeline_tokens", "sweep_chunk")
     }
-    return json.dumps({"trace_sha256": digest, "knobs": knobs, "format": 1}, sort_keys=True, default=str)
+    return json.dumps({"trace_sha256": digest, "knobs": knobs, "format": RESULTS_FORMAT}, sort_keys=True, default=str)
 
 
 def key_of(blob: str) -> str:

@@ -74,15 +74,17 @@ def summary_line(s: dict, label: str | None = None) -> str:
     from hobbit.results_io import decode_text
 
     d, pre = s["decode_ms_per_token"], s["prefill_ms_per_request"]
+    late = s["prefetch"].get("late", 0)
+    hits = f"hit rate {s['hit_rate']:.3f}" + (f" ({late} uses waited for a prefetch in flight)" if late else "")
     head = label if label is not None else f"{s['system']} on {s['hardware']}, {s['model']}"
     if d["mean"] is None:  # a trace without decode passes (hobbit.phases): its prefill is what there is
         return (
             f"{head}: decode {decode_text(None)}, prefill {pre['mean']:.2f} ms/request (p95 {pre['p95']:.2f}), "
-            f"hit rate {s['hit_rate']:.3f}, link busy {s['link_busy_fraction']:.2f}"
+            f"{hits}, link busy {s['link_busy_fraction']:.2f}"
         )
     return (
         f"{head}: decode {decode_text(d['mean'])}, p95 {d['p95']:.2f} ms/token, "
-        f"hit rate {s['hit_rate']:.3f}, stall {s['stall_ms_per_token']:.2f} ms/token, "
+        f"{hits}, stall {s['stall_ms_per_token']:.2f} ms/token, "
         f"link busy {s['link_busy_fraction']:.2f}"
         + (f"; {s['gap_to_bound']:.2f}x its bound" if s.get("gap_to_bound") else "")
     )

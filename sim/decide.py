@@ -322,8 +322,9 @@ class Decisions:
 
     steps: Sequence[LayerStep]  # a list, or the compiled walk's tables laid out on first use (``Steps``)
     served: np.ndarray  # [6] counts by served kind
-    prefetch_issued: int = 0
-    prefetch_used: int = 0
+    prefetch_issued: int = 0  # copies ahead of their use: prefetches, and copies behind a CPU-served miss
+    prefetch_used: int = 0  # prefetches that served a use of the layer they were fetched for
+    copies_behind: int = 0  # of prefetch_issued, copies behind a CPU-served miss (``cpu_insert``, an empty slot filled)
     bytes_requested: int = 0  # demand + prefetch copies decided (cancelled ones included)
     mass: np.ndarray = field(default_factory=lambda: np.zeros(3))  # gate mass served [high, low, skipped]
     evictions: int = 0
@@ -566,12 +567,14 @@ class Decider:
                 if not bypass and self._copy_ahead(p, layer, key, prec, step, pinned=False):
                     self.inserts += 1
                     self.out.prefetch_issued += 1
+                    self.out.copies_behind += 1
                     self._log(p, layer, e, "prefetch", prec)
             elif self.cpu_misses == "faster" and not bypass and self.cache.has_free(prec, layer):
                 # an empty slot costs nothing to fill: the copy follows in the background, behind demand loads,
                 # so the cache warms up although the CPU served this use
                 self._copy_ahead(p, layer, key, prec, step, pinned=False)
                 self.out.prefetch_issued += 1
+                self.out.copies_behind += 1
                 self._log(p, layer, e, "prefetch", prec)
             return HIGH
         tid = self._transfer(step, key, prec, True)

@@ -146,6 +146,7 @@ class Engine:
         n_pass, n_steps = len(wl.pass_start), len(dec.steps)
         self.tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(n_steps), np.zeros(n_steps))
         self.cpu_free = 0.0
+        self.waits: list[tuple[int, float]] = []  # (copy ahead not landed yet, when its use could start)
 
     def _ready(self, tid: int) -> bool:
         return tid < 0 or tid in self.link.done_at
@@ -184,6 +185,10 @@ class Engine:
             link.submit([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads])
         todo = list(enumerate(step.gpu))
         stall = 0.0
+        demand = {ld.tid for ld in step.loads if ld.demand}
+        self.waits += [
+            (g.tid, env.now) for g in step.gpu if g.tid >= 0 and g.tid not in demand and not self._ready(g.tid)
+        ]
         if step.loads and cost.serial_copies:  # copies on the compute stream: every one lands before an expert runs
             t0 = env.now
             yield simpy.AllOf(env, [link.events[ld.tid] for ld in step.loads])
@@ -226,4 +231,6 @@ class Engine:
             self.link.cancelled,
         )
         self.tl.transfer_done = self.link.done_at
+        # a copy landing at the very moment its use could start counts as landed, whichever event simpy ran first
+        self.tl.late = sum(1 for tid, t in self.waits if self.link.done_at[tid] > t)
         return self.tl

@@ -12,7 +12,7 @@ import numpy as np
 
 from hobbit.sim.cost import Contention, CostModel
 from hobbit.sim.decide import Decisions
-from hobbit.sim.timeline import Timeline, demand_insert_at
+from hobbit.sim.timeline import Timeline, demand_insert_at, late_uses
 from hobbit.sim.workload import Workload
 
 
@@ -176,6 +176,7 @@ def _replay_shared(
                     [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], step.cancel
                 )
             todo, stall = list(range(len(step.gpu))), 0.0
+            tl.late += late_uses(step, link.done.__contains__)
             if step.loads and cost.serial_copies:  # copies on the compute stream: all land before an expert runs
                 t0 = link.now
                 for ld in step.loads:
@@ -278,6 +279,7 @@ def replay(
                     [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], t, step.cancel
                 )
             stall = 0.0
+            tl.late += late_uses(step, lambda tid: link.done_at(tid) <= t)  # noqa: B023 (called here, at once)
             if step.loads and cost.serial_copies:  # copies on the compute stream: all land before an expert runs
                 r = max(link.done_at(ld.tid) for ld in step.loads)
                 if r > t:

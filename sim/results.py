@@ -6,10 +6,16 @@ results.json keys (times in ms):
 - ``prefill_ms_per_request``: {mean, p50, p95}
 - ``precision_rule_mix``: {high, low, skip}: the T1/T2 rule over every selection of the trace, cache aside
 - ``served_mix``: shares of expert uses served as {high_hit, low_hit, high_load, low_load, skipped, cpu}
-- ``hit_rate``: uses served from device-resident weights / uses not skipped
+- ``hit_rate``: uses served from weights already resident when their layer's experts could start (no wait for a
+  copy) / uses not skipped; a use whose prefetch was still in flight is not a hit (``prefetch.late``), though
+  ``served_mix`` counts it with the hits (high_hit, low_hit: served from a copy the cache held, landed or not)
 - ``quality_proxy``: {low_mass, skip_mass, degraded_mass}: shares of the gate mass (weights normalised per
   token) served in low precision or skipped, cache hits included (the quality issue measures the real cost)
-- ``prefetch``: {issued, used, cancelled (dropped before they started), accuracy = used / issued}
+- ``prefetch``: copies ahead of their use, counted apart: ``issued`` (prefetches, each fetched for a layer),
+  ``used`` (served a use of the layer it was fetched for), ``late`` (uses that waited for a copy ahead still in
+  flight, when their layer's experts could start), ``wasted`` (copied, but never used by the layer it was
+  fetched for: issued - used - cancelled), ``cancelled`` (dropped before they started), ``accuracy`` = used /
+  issued, and ``behind_cpu`` (copies behind a CPU-served miss, for the expert's next use; not in ``issued``)
 - ``bytes_loaded`` (copies that ran; with ``system.write_back`` the copies back too), ``evictions``,
   ``link_busy_fraction`` (link busy time / run time)
 - ``stall_ms_per_token``: compute-stream time waiting for weights, per decode token
@@ -90,7 +96,7 @@ class Results:
 
     @property
     def hit_rate(self) -> float:
-        """Expert uses served from device-resident weights / uses not skipped."""
+        """Expert uses served from weights resident when their layer's experts could start / uses not skipped."""
         return self.summary["hit_rate"]
 
 
@@ -145,6 +151,27 @@ def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, .
     }
 
 
+def hit_rate(dec: Decisions, tl: Timeline) -> float:
+    """Uses served from weights resident when their layer's experts could start / uses not skipped (results.json)."""
+    served = dec.served.astype(float)
+    not_skipped = served.sum() - served[SKIPPED]
+    return float((served[HIGH_HIT] + served[LOW_HIT] - tl.late) / not_skipped) if not_skipped else 0.0
+
+
+def prefetch_counts(dec: Decisions, tl: Timeline) -> dict[str, Any]:
+    """results.json's ``prefetch``: the copies ahead of their use, counted apart (the module's docstring)."""
+    issued = dec.prefetch_issued - dec.copies_behind
+    return {
+        "issued": issued,
+        "used": dec.prefetch_used,
+        "late": tl.late,
+        "wasted": issued - dec.prefetch_used - tl.cancelled,
+        "cancelled": tl.cancelled,
+        "accuracy": dec.prefetch_used / issued if issued else None,
+        "behind_cpu": dec.copies_behind,
+    }
+
+
 def summarise(
     trace: Trace,
     wl: Workload,
@@ -166,8 +193,6 @@ def summarise(
     dec_tokens = tokens[dec_rows]
     served = dec.served.astype(float)
     uses = served.sum()
-    not_skipped = uses - served[SKIPPED]
-    hits = served[HIGH_HIT] + served[LOW_HIT]
     makespan = tl.makespan
     summary = {
         "tokens": {"total": int(tokens.sum()), "prefill": int(tokens[pre_rows].sum()), "decode": int(dec_tokens.sum())},
@@ -178,18 +203,13 @@ def summarise(
         if mix is not None
         else rule_mix(hobbit_classes(wl.weights, system.precision.t1, system.precision.t2)),
         "served_mix": {n: float(v / uses) if uses else 0.0 for n, v in zip(SERVED_NAMES, served)},
-        "hit_rate": float(hits / not_skipped) if not_skipped else 0.0,
+        "hit_rate": hit_rate(dec, tl),
         "bound": {
             "decode_ms_per_token": _mean(passes["bound_ms"][dec_rows] / np.clip(dec_tokens, 1, None)),
             "prefill_ms_per_request": _mean(_per_request(passes["request_id"], pre_rows, passes["bound_ms"])),
         },
         "quality_proxy": _proxy(dec.mass),
-        "prefetch": {
-            "issued": dec.prefetch_issued,
-            "used": dec.prefetch_used,
-            "cancelled": tl.cancelled,
-            "accuracy": dec.prefetch_used / dec.prefetch_issued if dec.prefetch_issued else None,
-        },
+        "prefetch": prefetch_counts(dec, tl),
         "bytes_loaded": int(tl.bytes_moved),
         "evictions": int(dec.evictions),
         "link_busy_fraction": float(tl.link_busy_s / makespan) if makespan else 0.0,

@@ -6,7 +6,8 @@ prefetches found useless at this layer leave the link queue if they have not
 started, and the layer's loads join it (a demand load ahead of queued, not yet
 started prefetches when ``demand_first``; an in-flight copy is never interrupted); the
 layer's experts then compute one after another in the order their weights became
-resident (already resident first, router order on ties); experts run on the CPU in
+resident (already resident first, router order on ties); a use whose copy ahead of it (a prefetch, a copy
+behind the CPU) has not landed at that point is late (``Timeline.late``); experts run on the CPU in
 parallel, and the layer ends when both are done. Each pass ends with the LM head.
 Contention (``CostModel.contention``): while a copy is in flight and the compute stream
 works, the copy progresses at 1/f_link of its speed alone and the compute at 1/f of its
@@ -16,9 +17,14 @@ so a stall gives the link all of it. CPU-side experts are outside this sharing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hobbit.sim.decide import LayerStep
 
 
 @dataclass
@@ -32,6 +38,8 @@ class Timeline:
     link_busy_s: float = 0.0
     bytes_moved: int = 0  # copies that ran (cancelled prefetches excluded)
     cancelled: int = 0  # prefetches dropped from the queue before they started
+    late: int = 0  # uses served from a copy ahead (not a demand load) that had not landed when their layer's
+    # experts could start (after its dense part and the issue of its copies): the compute stream waited for it
     transfer_done: dict[int, float] = field(default_factory=dict)
     transfer_start: dict[int, float] = field(default_factory=dict)  # copies that ran: when each started
     # a streamed run's (``sim.fast.stream``) stall per pass, per layer, and per layer in decode passes; its step_stall
@@ -76,3 +84,13 @@ def demand_insert_at(queue: list, demand_first: bool) -> int:
         if not item[2]:
             return i
     return len(queue)
+
+
+def late_uses(step: LayerStep, landed: Callable[[int], bool]) -> int:
+    """How many of the step's uses wait for a copy ahead of them (not one of the step's demand loads) that has not
+    ``landed`` when the layer's experts could start (``Timeline.late``)."""
+    ahead = [g.tid for g in step.gpu if g.tid >= 0]
+    if not ahead:
+        return 0
+    demand = {ld.tid for ld in step.loads if ld.demand}
+    return sum(1 for tid in ahead if tid not in demand and not landed(tid))

@@ -29,7 +29,16 @@ from hobbit.traces.synthetic import SyntheticConfig, generate
 from sim_helpers import bundled, compose_sim, without_predictions
 
 SYSTEMS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "system").glob("*.yaml"))
-COUNTERS = ("prefetch_issued", "prefetch_used", "bytes_requested", "evictions", "slots", "staging", "prefetch_dropped")
+COUNTERS = (
+    "prefetch_issued",
+    "prefetch_used",
+    "copies_behind",
+    "bytes_requested",
+    "evictions",
+    "slots",
+    "staging",
+    "prefetch_dropped",
+)
 
 
 def assert_same(got, ref, compiled: bool | None = None) -> None:
@@ -50,7 +59,7 @@ def assert_same(got, ref, compiled: bool | None = None) -> None:
             getattr(got.timeline, name), getattr(ref.timeline, name), rtol=1e-9, atol=1e-15, err_msg=name
         )
     ta, tb = got.timeline, ref.timeline
-    assert (ta.bytes_moved, ta.cancelled) == (tb.bytes_moved, tb.cancelled)
+    assert (ta.bytes_moved, ta.cancelled, ta.late) == (tb.bytes_moved, tb.cancelled, tb.late)
     assert ta.link_busy_s == pytest.approx(tb.link_busy_s, rel=1e-9, abs=1e-15)
     assert ta.transfer_done.keys() == tb.transfer_done.keys()
     assert ta.transfer_start.keys() == tb.transfer_start.keys()

@@ -485,6 +485,7 @@ def _decisions(
         served=served,
         prefetch_issued=int(st[walk.ISSUED]),
         prefetch_used=int(st[walk.USED]),
+        copies_behind=int(st[walk.BEHIND]),
         bytes_requested=int(st[walk.BYTES]),
         mass=mass,
         evictions=int(st[walk.EVICTIONS]),
@@ -645,7 +646,11 @@ def time_decisions(
     )
     started, done, fs, ls = link[3], link[4], link[5], link[6]
     tl = Timeline(
-        *out, link_busy_s=float(fs[timing.BUSY]), bytes_moved=int(ls[timing.MOVED]), cancelled=int(ls[timing.CANCELLED])
+        *out,
+        link_busy_s=float(fs[timing.BUSY]),
+        bytes_moved=int(ls[timing.MOVED]),
+        cancelled=int(ls[timing.CANCELLED]),
+        late=int(ls[timing.LATE]),
     )
     tl.transfer_start, tl.transfer_done = Times(started), Times(done)
     return tl
@@ -716,7 +721,7 @@ def stream(
         state = walk.walk_state(*state_args)
     pins_at, logs_at = walk.STATE.index("pins"), walk.STATE.index("logs")
     pool, stg_tid, st = state[0], state[walk.STATE.index("stg_tid")], state[walk.STATE.index("st")]
-    fs, ls = np.zeros(6), np.zeros(5, np.int64)
+    fs, ls = np.zeros(6), np.zeros(6, np.int64)
     ls[timing.CUR] = -1
     space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted): the previous chunk's
     demand = dropped = np.zeros(0, np.bool_)
@@ -805,6 +810,7 @@ def stream(
         link_busy_s=float(fs[timing.BUSY]),
         bytes_moved=int(ls[timing.MOVED]),
         cancelled=int(ls[timing.CANCELLED]),
+        late=int(ls[timing.LATE]),
         stall_sums=(pass_stall, layer_stall, decode_stall),
     )
     return Streamed(dec, tl, args[-2], args[-1] if system.precision.mode == "hobbit" else None)

@@ -6,7 +6,7 @@ rows in step order) and per-size costs looked up in arrays built once per run: `
 transfer. ``shared``: the link and the compute stream slow each other (``plain._SharedLink``).
 The link's state lives in ``fs`` (floats: free_at or now, busy, the copy in flight's seconds
 left and its start, the compute stream's clock, the CPU's) and ``ls`` (ints: queue head and
-tail, bytes moved, cancelled, the copy in flight); the queue holds transfer ids not yet started.
+tail, bytes moved, cancelled, the copy in flight, late uses); the queue holds transfer ids not yet started.
 ``replay`` and ``replay_shared`` time a range of passes and leave that state (``link_state``)
 where the next range picks it up: a whole run is one range, a streamed run
 (``sim.fast.stream``) one per chunk, with its copies numbered afresh each time (``renumber``).
@@ -22,7 +22,7 @@ from numba import njit
 
 FREE_AT, BUSY, LEFT, CUR_START, CLOCK, CPU_FREE = range(6)  # fs (FREE_AT is ``now`` for the shared link; CLOCK:
 # the compute stream's time in ``replay``; CPU_FREE: when the CPU's experts are done)
-HEAD, TAIL, MOVED, CANCELLED, CUR = range(5)  # ls
+HEAD, TAIL, MOVED, CANCELLED, CUR, LATE = range(6)  # ls (LATE: ``Timeline.late``)
 
 
 @njit(cache=True)
@@ -143,7 +143,7 @@ def link_state(loads):
     """The link's state for a run whose copies are ``loads`` (transfer id = row): which loads are demand, the queue,
     cancel marks, start and end times, ``fs`` and ``ls``."""
     n_loads = loads.shape[0]
-    fs, ls = np.zeros(6), np.zeros(5, np.int64)
+    fs, ls = np.zeros(6), np.zeros(6, np.int64)
     ls[CUR] = -1
     return (
         loads[:, 1] == 1,
@@ -250,6 +250,7 @@ def replay(
                     fs[FREE_AT] = t
                     _start_next(q, fs, ls, dur, nbytes, started, done)
             stall = 0.0
+            t_ready = t  # when the experts could start: a copy ahead landing after it is late
             if serial and nl:  # copies on the compute stream: every one of the step's lands before an expert runs
                 r = t
                 for tid in range(base + lo_l[i], base + lo_l[i + 1]):
@@ -266,6 +267,8 @@ def replay(
                     while np.isnan(done[tid]):  # done_at
                         _start_next(q, fs, ls, dur, nbytes, started, done)
                     ready[j] = done[tid]
+                    if not demand[tid] and ready[j] > t_ready:
+                        ls[LATE] += 1
             _argsort_stable(ready, ng, order)
             for j in range(ng):
                 r = ready[order[j]]
@@ -346,6 +349,10 @@ def replay_shared(
                 )
                 _start(q, fs, ls, dur, started)
             stall = 0.0
+            for row in range(g0, g1):
+                tid = gpu[row, 1]
+                if tid >= 0 and not demand[tid] and np.isnan(done[tid]):
+                    ls[LATE] += 1
             if serial and nl:  # copies on the compute stream: they run alone until the step's last one lands
                 t0 = fs[FREE_AT]
                 for tid in range(base + lo_l[i], base + lo_l[i + 1]):

@@ -35,8 +35,8 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, TRANSFER, PINNED = range(9)
 N_FIELDS = 9
 # scalars of st
-CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM = range(12)
-N_ST = 12
+CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
+N_ST = 13
 # eviction policies, prefetchers, cpu_misses
 POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc", "lirs")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
@@ -2540,6 +2540,7 @@ def walk(
                                 st[INSERTS] += 1
                             if slot >= 0 or mode == 2:
                                 st[ISSUED] += 1
+                                st[BEHIND] += 1
                         got = HIGH
                     else:  # a demand load
                         tid = st[NEXT_TID]
