@@ -133,7 +133,8 @@ def parse_row(cells: Mapping[str, str], *, rows: Mapping[str, Mapping[str, str]]
         r.assume("prompt length not stated: prompt_tokens 0 (a prefill figure needs one to be simulated)")
     if system and flags:
         try:  # the flags must be ones the simulator takes for this model, else the row is not predicted
-            base = SystemConfig(name=system, runtime=runtime, flags=flags)
+            static = "static" if system == "llama-cpp" else "cache"  # the preset's placement, which -ngl acts on
+            base = SystemConfig(name=system, runtime=runtime, flags=flags, placement=static)
             apply_flags(base, info["num_layers"], info.get("dense_layers", 0), info["num_experts"])
         except ConfigError as exc:
             r.cannot(f"flags not modelled: {exc}")

@@ -53,7 +53,7 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
     out = np.zeros(len(wl.pass_start))
     for i, (a, b) in enumerate(zip(wl.pass_start, wl.pass_end)):
         tokens = b - a
-        dense = cost.cached("dense_s", tokens, wl.pass_context[i])
+        denses = cost.pass_dense(tokens, wl.pass_context[i], wl.num_layers)
         total = cost.cached("other_s", tokens)
         for layer in range(wl.num_layers):
             need: dict[int, list[int]] = {}  # expert -> [tokens, every token skips it]
@@ -68,6 +68,6 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
                 device.append(min(cost.cached("expert_s", q, n) for q in precisions))
                 if uses_cpu:
                     cpu.append(cost.cached("cpu_expert_s", n))
-            total += dense + split_makespan(device, cpu)
+            total += denses[layer] + split_makespan(device, cpu)
         out[i] = total
     return out

@@ -534,6 +534,12 @@ class SystemConfig:
     n_cpu_moe: int = -1
     """placement=static: the experts of the first N MoE layers stay on the CPU (llama.cpp's --n-cpu-moe); -1: as
     few as fit."""
+    cpu_layer_scope: str = "experts"
+    """placement=static: what of a CPU layer runs on the CPU: experts (its routed experts only, attention and the
+    KV cache stay on the GPU: llama.cpp's --n-cpu-moe and -ot exps=CPU, since 2025) | whole (the whole layer, attention
+    and its KV cache too: -ngl below the layer count, all llama.cpp had before -ot, PR #11397, and --n-cpu-moe, PR
+    #15077). A whole CPU layer's dense part runs on the CPU (``CostModel.layer_dense_s``), or, in a pass of
+    ``offload_min_batch`` tokens or more, on the GPU after its weights' copy."""
     gpu_experts: int = 0
     """Routed experts per MoE layer kept on the GPU for good, the rest computed where ``cpu_misses`` says
     (KTransformers' --kt-num-gpu-experts); 0: none."""
@@ -608,6 +614,13 @@ def check_system(s: SystemConfig) -> None:
         raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
     if not 0.0 <= c.high_fraction <= 1.0:
         raise ConfigError(f"system.cache.high_fraction={c.high_fraction} must be in [0, 1]")
+    if s.cpu_layer_scope not in ("experts", "whole"):
+        raise ConfigError(f"system.cpu_layer_scope={s.cpu_layer_scope} must be experts or whole")
+    if s.cpu_layer_scope == "whole" and s.placement != "static":
+        raise ConfigError(
+            f"system.cpu_layer_scope=whole: only placement=static keeps layers on the CPU "
+            f"(system={s.name} has placement={s.placement})"
+        )
     if s.cpu_moe_layers and s.placement != "static":
         raise ConfigError(
             f"system.cpu_moe_layers={s.cpu_moe_layers}: only placement=static keeps layers' experts on the CPU "

@@ -70,6 +70,10 @@ class CostModel:
     memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
     write_back: bool = False  # a copy also moves back the expert it replaces, on one stream (system.write_back)
     serial_copies: bool = False  # copies run on the compute stream (system.copy_stream=compute): the engines' rule
+    # the layers (the workload's) that run whole on the CPU (system.cpu_layer_scope=whole), and the pass size from which
+    # their dense part is copied to the device and run there instead (system.offload_min_batch; 0: never)
+    cpu_dense_layers: frozenset[int] = frozenset()
+    dense_offload_tokens: int = 0
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +94,8 @@ class CostModel:
                 self.kv_scale,
                 self.memory,
                 self.write_back,
+                self.cpu_dense_layers,
+                self.dense_offload_tokens,
             )
             hash(key)  # (an empty dict's pop would not hash it)
         except TypeError:  # a field that cannot be hashed (a measured profile's lists): this model keeps its own memo
@@ -133,10 +139,16 @@ class CostModel:
         return self.hw.device_tflops * TFLOP * (self.gpu_flops_efficiency or self.hw.compute_efficiency)
 
     @property
+    def ssd_gbps(self) -> float:
+        """The rate a run reads experts from the SSD: the memory fit's (page faults for a memory-mapped file,
+        ``system.host_load=mmap``; the drive's rate otherwise), or the drive's without one."""
+        return self.memory.ssd_gbps if self.memory is not None and self.memory.ssd_gbps > 0 else self.hw.ssd_gbps
+
+    @property
     def link_gbps(self) -> float:
         if self.hw.profile is not None:
             return self.hw.profile.link_gbps
-        return self.hw.ssd_gbps if self.hw.expert_source == "ssd" else self.hw.link_gbps
+        return self.ssd_gbps if self.hw.expert_source == "ssd" else self.hw.link_gbps
 
     @property
     def link_t0_s(self) -> float:
@@ -195,6 +207,41 @@ class CostModel:
         t = max(nbytes / self._mem_bps, flops / self._flops)
         return self.layer_scale * (t + DENSE_KERNELS * self._launch_s)
 
+    def layer_dense_s(self, layer: int, tokens: int, context: int) -> float:
+        """``dense_s`` of ``layer``, which may run whole on the CPU (``cpu_dense_layers``): there at the CPU's rates
+        (``cpu_dense_s``), or, in a pass of ``dense_offload_tokens`` or more, on the device after its weights' copy
+        on the compute stream (ggml's scheduler copies a host-side weight before the product that needs it). The copy
+        is from RAM over the host link: a layer's dense weights are read by every token, so they stay in RAM even
+        where the experts come from an SSD."""
+        if layer not in self.cpu_dense_layers:
+            return self.cached("dense_s", tokens, context)
+        if self.dense_offload_tokens and tokens >= self.dense_offload_tokens:
+            weights = self.model.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
+            copy = self.hw.link_t0_s + weights / (self.hw.link_gbps * GB)
+            return self.cached("dense_s", tokens, context) + self.layer_scale * copy
+        return self.cached("cpu_dense_s", tokens, context)
+
+    def cpu_dense_s(self, tokens: int, context: int) -> float:
+        """``dense_s`` on the host CPU: the layer's dense weights and its KV cache read at the CPU's memory bandwidth,
+        or its FLOPs at the CPU's rate (the system's CPU kernel efficiencies, as for its CPU experts)."""
+        m = self.model
+        kv_per_layer = m.kv_bytes_per_token * self.kv_scale / max(m.num_layers, 1)
+        weights = m.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
+        nbytes = weights + kv_per_layer * context
+        flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
+        t = max(
+            nbytes / (self.hw.cpu_mem_gbps * GB * self.cpu_efficiency),
+            flops / (self.hw.cpu_tflops * TFLOP * (self.cpu_flops_efficiency or self.cpu_efficiency)),
+        )
+        return self.layer_scale * t
+
+    def pass_dense(self, tokens: int, context: int, num_layers: int) -> list[float]:
+        """[L] each layer's ``layer_dense_s`` in a pass of ``tokens`` at ``context`` (remembered, as ``cached``)."""
+        key = ("pass_dense", tokens, context, num_layers)
+        if key not in self._memo:
+            self._memo[key] = [self.layer_dense_s(layer, tokens, context) for layer in range(num_layers)]
+        return self._memo[key]
+
     def other_s(self, tokens: int) -> float:
         """Embeddings, LM head and dense FFN layers: once per forward pass."""
         if self.hw.profile is not None:
@@ -223,7 +270,7 @@ class CostModel:
         """One expert on the host CPU at high precision (Fiddler, llama.cpp, HOBBIT's CPU mode), plus
         moving the activations across the link and back. When experts live on an SSD (``expert_source:
         ssd``, the Jetson), the weights do not fit in memory and the CPU reads them from the SSD first
-        (llama.cpp's mmap pages them in on every use)."""
+        (llama.cpp's mmap pages them in on every use, at ``hardware.ssd_fault_gbps``: ``ssd_gbps``)."""
         if self.hw.profile is not None:
             return interp(tokens, self.hw.profile.expert_tokens, self.hw.profile.cpu_expert_s)
         m = self.model
@@ -236,7 +283,7 @@ class CostModel:
         act = 2 * tokens * m.hidden_size
         move = 0.0 if self.hw.unified_memory else 2 * (self.hw.link_t0_s + act / (self.hw.link_gbps * GB))
         read = (
-            self.hw.ssd_t0_s + nbytes / (self.hw.ssd_gbps * GB)
+            self.hw.ssd_t0_s + nbytes / (self.ssd_gbps * GB)
             if self.hw.expert_source == "ssd"
             else self.ssd_read_s(nbytes)
         )

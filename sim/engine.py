@@ -215,10 +215,10 @@ class Engine:
         for p in range(len(wl.pass_start)):
             tokens = wl.pass_end[p] - wl.pass_start[p]
             tl.pass_start[p] = self.env.now
-            dense = self.cost.cached("dense_s", tokens, wl.pass_context[p])
+            denses = self.cost.pass_dense(tokens, wl.pass_context[p], L)
             for layer in range(L):
                 i = p * L + layer
-                tl.step_stall[i] = yield from self._layer(self.dec.steps[i], dense)
+                tl.step_stall[i] = yield from self._layer(self.dec.steps[i], denses[layer])
                 tl.step_end[i] = self.env.now
             yield self._work(self.cost.cached("other_s", tokens), self.f.dense)
             tl.pass_end[p] = self.env.now

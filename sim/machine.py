@@ -315,7 +315,7 @@ def _ssd(keys: dict[str, object], out: dict[str, Any], put: Put) -> None:
             put("ssd_gbps", float(drive["read_gbps"]), f"data sheet of the {drive['name']}", src)
         frac = ssds["fault_fraction"]
         how = f"derived: {frac} x ssd_gbps, the share mmap page faults reached in one measurement"
-        put("ssd_fault_gbps", round(out["ssd_gbps"] * frac, 6), how, "conf/parts.yaml (ssds): llama.cpp issue #9244")
+        put("ssd_fault_gbps", round(out["ssd_gbps"] * frac, 6), how, "conf/parts.yaml (ssds): llama.cpp PR #7420")
     if "ssd_fault_gbps" in keys:
         put("ssd_fault_gbps", parse_number("ssd_fault_gbps", keys["ssd_fault_gbps"]), "given (measured)", "")
 

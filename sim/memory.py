@@ -121,7 +121,9 @@ def fit(
     if system.precision.mode in ("hobbit", "low"):
         host_experts += int(E * low * model.num_layers * layer_share)  # HOBBIT keeps a low-precision copy of each
     ram_share = 1.0
-    rate = hw.ssd_gbps if system.host_load == "stream" else hw.ssd_fault_gbps or hw.ssd_gbps
+    # a memory-mapped file faults its pages in (below the drive's rate); a runtime reading its own files (stream, or
+    # load on a machine whose experts live on the SSD) reads at the drive's
+    rate = (hw.ssd_fault_gbps or hw.ssd_gbps) if system.host_load == "mmap" else hw.ssd_gbps
     if hw.host_memory_bytes > 0 and host_experts > 0 and hw.expert_source == "host":
         ram = max(hw.host_memory_bytes - hw.host_reserve_bytes, 0)
         ram_share = min(1.0, ram / host_experts)

@@ -158,12 +158,12 @@ def _replay_shared(
     for p in range(n_pass if passes is None else min(passes, n_pass)):
         tokens = wl.pass_end[p] - wl.pass_start[p]
         tl.pass_start[p] = link.now
-        dense = cost.cached("dense_s", tokens, wl.pass_context[p])
+        denses = cost.pass_dense(tokens, wl.pass_context[p], L)
         for layer in range(L):
             i = p * L + layer
             step = dec.steps[i]
             t0 = link.now
-            routed = link.compute(dense, f.dense)
+            routed = link.compute(denses[layer], f.dense)
             if rec is not None:
                 rec.append((i, "dense", t0, routed, -1))
             if step.loads and issue:
@@ -261,13 +261,13 @@ def replay(
     for p in range(n_pass if passes is None else min(passes, n_pass)):
         tokens = wl.pass_end[p] - wl.pass_start[p]
         tl.pass_start[p] = t
-        dense = cost.cached("dense_s", tokens, wl.pass_context[p])
+        denses = cost.pass_dense(tokens, wl.pass_context[p], L)
         for layer in range(L):
             i = p * L + layer
             step = dec.steps[i]
             if rec is not None:
-                rec.append((i, "dense", t, t + dense, -1))
-            t += dense
+                rec.append((i, "dense", t, t + denses[layer], -1))
+            t += denses[layer]
             routed = t
             if step.loads and issue:
                 if rec is not None:

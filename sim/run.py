@@ -17,7 +17,15 @@ import numpy as np
 
 from hobbit.sim import fast
 from hobbit.sim.bound import pass_bounds
-from hobbit.sim.config import CacheBase, ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
+from hobbit.sim.config import (
+    CacheBase,
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    SystemConfig,
+    check_system,
+    offload_tokens,
+)
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
 from hobbit.sim.engine import Engine
@@ -430,6 +438,7 @@ def simulate(
         )
     recorded = trace.meta.layers  # the model's layers the trace's layers are
     sizing = size_cache(model, hw, system, max(wl.pass_context), share, memory, recorded)
+    placement = place(wl, model, hw, system, sizing, prof, memory)
     cost = CostModel(
         model,
         host_bandwidth(hw, system),
@@ -443,8 +452,9 @@ def simulate(
         memory=memory,
         write_back=system.write_back,
         serial_copies=system.copy_stream == "compute",
+        cpu_dense_layers=placement.cpu_layers if system.cpu_layer_scope == "whole" else frozenset(),
+        dense_offload_tokens=offload_tokens(system, model.num_experts, model.top_k),
     )
-    placement = place(wl, model, hw, system, sizing, prof, memory)
     per_layer = np.array([[memory.expert_bytes[i], memory.low_bytes] for i in recorded], np.int64)  # what copies move
     slots: tuple[int, int] | np.ndarray = (sizing.high_slots, sizing.low_slots) if not placement.static else (0, 0)
     # the hot set's slots per layer leave the cache; staging slots come from the high pool's memory

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hobbit.sim import fast
+from hobbit.sim.bound import pass_bounds
 from hobbit.sim.config import (
     CacheConfig,
     ConfigError,
@@ -21,8 +22,9 @@ from hobbit.sim.config import (
     check_system,
 )
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider
+from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider, Placement
 from hobbit.sim.engine import Engine
+from hobbit.sim.memory import fit
 from hobbit.sim.plain import replay
 from hobbit.sim.policies.base import HIGH
 from hobbit.sim.results import hit_rate, prefetch_counts
@@ -166,3 +168,70 @@ def test_on_the_bundled_trace_a_prefetch_in_flight_is_no_hit():
         assert s["hit_rate"] < hits / not_skipped, system
     assert runs["hobbit-oracle"]["prefetch"]["wasted"] == 0 < runs["hobbit"]["prefetch"]["wasted"]
     assert "uses waited for a prefetch in flight" in summary_line(runs["hobbit"])
+
+
+def _whole_cpu_run(tokens: int):
+    """Passes of ``tokens`` tokens over two layers, layer 0 run whole on the CPU (``-ngl 1``), layer 1 on the GPU with
+    its experts resident: (the timelines of every engine, the cost model)."""
+    model = dataclasses.replace(MODEL, num_layers=2)
+    hw = dataclasses.replace(HW, cpu_tflops=0.5, cpu_mem_gbps=50.0)
+    ids = [[[0, 1], [2, 3]]] * tokens
+    wl = decode_workload(ids, [[[0.5, 0.5], [0.5, 0.5]]] * tokens)
+    if tokens > 1:  # one prompt pass of every token
+        wl = dataclasses.replace(
+            wl, pass_request=[0], pass_start=[0], pass_end=[tokens], pass_phase=[0], pass_context=[tokens]
+        )
+    placement = Placement(resident=frozenset((1, e) for e in range(4)), cpu_layers=frozenset({0}), static=True)
+    system = dataclasses.replace(_system(), placement="static", cpu_layer_scope="whole", n_cpu_moe=1)
+    nbytes = model.expert_bytes("fp16")
+    dec = Decider(wl, system, (0, 0), (nbytes, nbytes), placement).run()
+    cost = CostModel(model, hw, cpu_dense_layers=frozenset({0}), dense_offload_tokens=32)
+    runs = [
+        Engine(wl, dec, cost).run(),
+        replay(wl, dec, cost),
+        replay(wl, dec, cost, shared=True),
+        fast.time_decisions(wl, dec, cost),
+        fast.time_decisions(wl, dec, cost, shared=True),
+    ]
+    for tl in runs[1:]:
+        np.testing.assert_allclose(tl.pass_end, runs[0].pass_end, rtol=1e-12)
+    bounds = [pass_bounds(wl, cost, system), fast.pass_bounds(wl, cost, system)]
+    np.testing.assert_allclose(bounds[1], bounds[0], rtol=1e-12)
+    return runs, cost, bounds[0]
+
+
+def test_a_layer_run_whole_on_the_cpu_computes_its_attention_there():
+    """-ngl below the layer count (llama.cpp in 2024): layer 0's dense part runs on the CPU, at the CPU's bandwidth,
+    then its two experts there; layer 1 runs on the GPU. Every engine and both bounds time it alike."""
+    runs, cost, bound = _whole_cpu_run(1)
+    cpu_dense = cost.cpu_dense_s(1, 1)
+    assert cpu_dense > 50 * cost.dense_s(1, 1)  # 50 GB/s against 1000
+    assert cost.layer_dense_s(0, 1, 1) == cpu_dense and cost.layer_dense_s(1, 1, 1) == cost.dense_s(1, 1)
+    want = cpu_dense + 2 * cost.cpu_expert_s(1) + cost.dense_s(1, 1) + 2 * cost.expert_s(HIGH, 1) + cost.other_s(1)
+    assert runs[0].pass_end[0] == pytest.approx(want, rel=1e-12)
+    assert bound[0] <= runs[0].pass_end[0] + 1e-15
+    # a prompt pass of 32 tokens or more (op offload) copies the layer's dense weights and runs it on the GPU
+    runs, cost, _ = _whole_cpu_run(32)
+    copy = HW.link_t0_s + MODEL.dense_bytes_per_layer() / (HW.link_gbps * 1e9)
+    assert cost.layer_dense_s(0, 32, 32) == pytest.approx(cost.dense_s(32, 32) + copy, rel=1e-12)
+    assert cost.layer_dense_s(0, 31, 32) == cost.cpu_dense_s(31, 32)
+
+
+def test_an_mmapped_expert_is_read_at_the_page_fault_rate():
+    """On a machine whose experts live on the SSD, a runtime that memory-maps the file (llama.cpp) reads an expert at
+    ``hardware.ssd_fault_gbps``; one that reads its files itself (HOBBIT, host_load=load or stream) at ``ssd_gbps``."""
+    orin = compose_sim("hardware=jetson-agx-orin").hardware
+    assert orin.expert_source == "ssd" and orin.ssd_fault_gbps == pytest.approx(0.29 * orin.ssd_gbps)
+    model = compose_sim().model
+    q8 = model.expert_bytes("q8_0")
+    costs = {}
+    for load in ("mmap", "load", "stream"):
+        system = dataclasses.replace(_system(), host_load=load, precision=PrecisionConfig(mode="high", high="q8_0"))
+        memory = fit(model, orin, system, 1)
+        costs[load] = CostModel(model, orin, memory=memory)
+    assert costs["mmap"].ssd_gbps == orin.ssd_fault_gbps and costs["load"].ssd_gbps == costs["stream"].ssd_gbps == 3.0
+    assert costs["mmap"].link_gbps == orin.ssd_fault_gbps  # a prompt's op offload copies through the same faults
+    read = {k: orin.ssd_t0_s + q8 / (c.ssd_gbps * 1e9) for k, c in costs.items()}  # one expert from the SSD
+    # the CPU's work is the same; only the read differs, 1 / 0.29 times as long through the page faults
+    slower = costs["mmap"].cpu_expert_s(1) - costs["load"].cpu_expert_s(1)
+    assert slower == pytest.approx(read["mmap"] - read["load"], rel=1e-9) and slower > 0.1

@@ -44,7 +44,7 @@ def test_llama_cpp_flags_set_the_knobs_they_name():
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
-        ("-ngl 20", "keeps whole layers (attention too) on the CPU"),
+        ("-ngl 20 --n-cpu-moe 16", "some CPU layers would keep attention on the GPU"),
         ("--frobnicate", "--frobnicate is not a llama.cpp flag"),
         ("-ot attn=CPU", "matches no expert tensor"),
         ("-ot exps=CUDA0", "names another buffer"),
@@ -56,6 +56,18 @@ def test_llama_cpp_flags_set_the_knobs_they_name():
 def test_flags_it_cannot_model_are_refused_naming_them(flags, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         apply_flags(_llama(flags), 32)
+
+
+def test_ngl_below_the_layer_count_runs_the_first_layers_whole_on_the_cpu():
+    """llama-model.cpp: i_gpu_start = n_layer - n_gpu_layers, the blocks before it on the CPU, attention too."""
+    s = apply_flags(_llama("-ngl 20"), 32).system
+    assert (s.n_cpu_moe, s.cpu_layer_scope) == (12, "whole")
+    # dense-first blocks leave the GPU first: 61 blocks, -ngl 40 puts blocks 0..20 on the CPU, MoE layers 0..17
+    assert apply_flags(_llama("-ngl 40"), 58, dense_layers=3).system.n_cpu_moe == 18
+    assert apply_flags(_llama("-ngl 999"), 32).system.cpu_layer_scope == "experts"
+    cache = dataclasses.replace(compose_sim("system=llama-cpp-lru").system, flags="-ngl 20")
+    with pytest.raises(ConfigError, match="does not do"):
+        apply_flags(cache, 32)
 
 
 def test_flags_on_a_system_without_a_runtime_are_refused():

@@ -281,19 +281,34 @@ def _tables(wl: Workload) -> tuple[int, np.ndarray]:
 
 
 def per_pass(cost: CostModel, sizes: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dense seconds, head seconds) of each pass, ``cost.cached`` asked once per distinct (tokens, context): a
-    decode pass each token, a million passes, take a few thousand distinct pairs, and the same values."""
+    """(dense seconds [P, 2]: of a layer on the device, of one run whole on the CPU (``whole_layers``); head seconds
+    [P]) of each pass, ``cost`` asked once per distinct (tokens, context): a decode pass each token, a million passes,
+    take a few thousand distinct pairs, and the same values."""
     n = np.asarray(sizes, np.int64)
     c = np.asarray(context, np.int64)
     if not len(n):
-        return np.zeros(0), np.zeros(0)
+        return np.zeros((0, 2)), np.zeros(0)
     span = int(c.max()) + 1
     pair, at = np.unique(n * span + c, return_inverse=True)
     tokens, ctx = np.divmod(pair, span)
-    dense = np.array([cost.cached("dense_s", int(a), int(b)) for a, b in zip(tokens, ctx)])
+    cpu_layer = min(cost.cpu_dense_layers, default=-1)
+    dense = np.array(
+        [
+            (cost.cached("dense_s", int(a), int(b)), cost.layer_dense_s(cpu_layer, int(a), int(b)))
+            for a, b in zip(tokens, ctx)
+        ]
+    ).reshape(-1, 2)
     own, at_n = np.unique(n, return_inverse=True)
     other = np.array([cost.cached("other_s", int(a)) for a in own])
     return dense[at.ravel()], other[at_n.ravel()]
+
+
+def whole_layers(cost: CostModel, num_layers: int) -> np.ndarray:
+    """[L] whether each layer runs whole on the CPU (``CostModel.cpu_dense_layers``): its dense part is ``per_pass``'s
+    second column."""
+    whole = np.zeros(num_layers, np.bool_)
+    whole[[i for i in cost.cpu_dense_layers if i < num_layers]] = True
+    return whole
 
 
 PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
@@ -462,7 +477,16 @@ def _walk_inputs(
         # whatever it was given as: one compiled walk)
     )
     if bound_inputs is None:
-        bnd = (False, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1), False, np.zeros(1))
+        bnd = (
+            False,
+            np.zeros((1, 2)),
+            np.zeros(1, np.bool_),
+            np.zeros(1),
+            np.zeros(1),
+            np.zeros(1),
+            False,
+            np.zeros(1),
+        )
     else:
         bnd = (True, *bound_inputs, np.zeros(len(wl.pass_start)))
     return state_args, (*args, *bnd, np.zeros(3, np.int64))
@@ -597,6 +621,7 @@ def _replay(
         *tables,
         *per_tid,
         dense,
+        whole_layers(cost, wl.num_layers),
         other,
         expert,
         cpu_s,
@@ -843,8 +868,8 @@ class Times(Mapping):
 def _bound_inputs(
     wl: Workload, cost: CostModel, system: SystemConfig, per_pass_s: tuple[np.ndarray, np.ndarray] | None = None
 ) -> tuple:
-    """``bound.pass_bounds``'s tables (the walk's too, ``_walk_inputs``): (dense seconds per pass, head seconds per
-    pass (``per_pass_s`` when given), the cheapest device seconds of an expert per token count, its CPU seconds,
+    """``bound.pass_bounds``'s tables (the walk's too, ``_walk_inputs``): (dense seconds per pass [P, 2] and the layers
+    run whole on the CPU (``per_pass``, ``whole_layers``), head seconds per pass (``per_pass_s`` when given), the cheapest device seconds of an expert per token count, its CPU seconds,
     whether the CPU computes)."""
     precisions = {"hobbit": (HIGH, LOW), "high": (HIGH,), "low": (LOW,)}[system.precision.mode]
     uses_cpu = system.cpu_misses != "never" or system.placement == "static"
@@ -855,13 +880,13 @@ def _bound_inputs(
         if uses_cpu:
             cpu_s[n] = cost.cached("cpu_expert_s", n)
     dense, other = per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_context)
-    return dense, other, expert_min, cpu_s, uses_cpu
+    return dense, whole_layers(cost, wl.num_layers), other, expert_min, cpu_s, uses_cpu
 
 
 def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarray:
     """``sim.bound.pass_bounds`` compiled: the same bound."""
     p = system.precision
-    dense, other, expert_min, cpu_s, uses_cpu = _bound_inputs(wl, cost, system)
+    dense, whole, other, expert_min, cpu_s, uses_cpu = _bound_inputs(wl, cost, system)
     with first_use(bound.pass_bounds):
         return bound.pass_bounds(
             narrow(wl.ids, "expert_ids"),
@@ -870,6 +895,7 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
             np.asarray(wl.pass_start, np.int64),
             np.asarray(wl.pass_end, np.int64),
             dense,
+            whole,
             other,
             expert_min,
             cpu_s,

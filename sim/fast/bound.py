@@ -20,6 +20,7 @@ def pass_bounds(
     pass_start,
     pass_end,
     dense_s,
+    whole,
     other_s,
     expert_min,
     cpu_s,
@@ -27,7 +28,8 @@ def pass_bounds(
     uses_cpu,
 ):
     """[P] seconds (``sim.bound.pass_bounds``): ``expert_min[n]`` the cheapest device precision for n tokens; the
-    classes by the precision rule (``walk._rule_row``: HOBBIT's or, without it, none skipped)."""
+    classes by the precision rule (``walk._rule_row``: HOBBIT's or, without it, none skipped); ``dense_s[p, 1]`` the
+    dense part of a layer run ``whole`` on the CPU."""
     L, K = ids.shape[1], ids.shape[2]
     row, rc, rm = np.zeros(K), np.zeros(K, np.int64), np.zeros(K)
     P = pass_start.shape[0]
@@ -38,7 +40,6 @@ def pass_bounds(
     device, cpu = np.zeros(num_experts), np.zeros(num_experts)
     for p in range(P):
         a, b = pass_start[p], pass_end[p]
-        dense = dense_s[p]
         total = other_s[p]
         for layer in range(L):
             m = 0
@@ -60,6 +61,6 @@ def pass_bounds(
                     nd += 1
                 count[e] = 0
                 skipped[e] = True
-            total += dense + _split_makespan(device, cpu, nd, uses_cpu)
+            total += dense_s[p, 1 if whole[layer] else 0] + _split_makespan(device, cpu, nd, uses_cpu)
         out[p] = total
     return out

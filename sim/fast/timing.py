@@ -1,7 +1,8 @@
 """The timing of ``sim.plain`` compiled with numba: the same rules (``sim.timeline``), the same floats.
 
 Reads the decision log as tables (``sim.fast.walk``'s ``loads``, ``gpu``, ``cpu``, ``cancel``,
-rows in step order) and per-size costs looked up in arrays built once per run: ``dense_s[P]``,
+rows in step order) and per-size costs looked up in arrays built once per run: ``dense_s[P, 2]`` (a layer on the
+device, one run whole on the CPU: ``whole[L]``),
 ``other_s[P]``, ``expert_s[precision, tokens]``, ``cpu_s[tokens]``, ``dur`` and ``nbytes`` per
 transfer. ``shared``: the link and the compute stream slow each other (``plain._SharedLink``).
 The link's state lives in ``fs`` (floats: free_at or now, busy, the copy in flight's seconds
@@ -196,6 +197,7 @@ def replay(
     dur,
     nbytes,
     dense_s,
+    whole,
     other_s,
     expert_s,
     cpu_s,
@@ -224,12 +226,11 @@ def replay(
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
     for p in range(p0, p1):
         pass_start[p] = t
-        dense = dense_s[p]
         for layer in range(L):
             i = (p - p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
-            t += dense
+            t += dense_s[p, 1 if whole[layer] else 0]
             routed = t
             if nl and issue:
                 t += issue * nl
@@ -299,6 +300,7 @@ def replay_shared(
     dur,
     nbytes,
     dense_s,
+    whole,
     other_s,
     expert_s,
     cpu_s,
@@ -328,11 +330,11 @@ def replay_shared(
     cpu_free = fs[CPU_FREE]
     for p in range(p0, p1):
         pass_start[p] = fs[FREE_AT]
-        dense = dense_s[p]
         for layer in range(L):
             i = (p - p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
+            dense = dense_s[p, 1 if whole[layer] else 0]
             routed = _compute(q, fs, ls, dur, nbytes, started, done, dense, f_dense, f_link)
             if nl and issue:
                 _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)

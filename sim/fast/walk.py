@@ -2112,6 +2112,7 @@ def walk(
     expert_bytes,
     bnd_on,
     bnd_dense,
+    bnd_whole,
     bnd_other,
     bnd_min,
     bnd_cpu,
@@ -2128,7 +2129,7 @@ def walk(
     demand load's copy, nor a copy behind the CPU; prefetches, staged ones included, as ever: ``sim.decide``).
 
     With ``bnd_on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: its tables
-    ``bnd_dense``, ``bnd_other``, ``bnd_min``, ``bnd_cpu`` and ``bnd_uses_cpu``) into ``bnd_out[p]``, from the
+    ``bnd_dense`` and ``bnd_whole``, ``bnd_other``, ``bnd_min``, ``bnd_cpu`` and ``bnd_uses_cpu``) into ``bnd_out[p]``, from the
     experts and token counts each step needs (a bound's expert is one not every selection skips, as here), and
     counts the selections of each class into ``cls_n`` (with HOBBIT's rule: ``rule.hobbit_counts``), so that a
     run reads the trace's selections once."""
@@ -2326,7 +2327,7 @@ def walk(
                     if need_c[e] != SKIP:
                         b_dev[nd], b_cpu[nd] = bnd_min[need_n[e]], bnd_cpu[need_n[e]]
                         nd += 1
-                b_total += bnd_dense[p] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
+                b_total += bnd_dense[p, 1 if bnd_whole[layer] else 0] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
                 if layer == L - 1:
                     bnd_out[p] = b_total
             if T > 1 and multi_high:
