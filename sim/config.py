@@ -373,6 +373,11 @@ class PrefetchBase:
     """0: a prefetched expert enters its pool, pinned until its layer has run (paper §3.3-3.4); N > 0: it waits in
     one of N staging slots carved from the high pool's memory and enters the cache only when used (prefetches
     beyond N free staging slots are not issued)."""
+    clear_queue: bool = False
+    """Each layer's prefetches replace those still waiting: at every layer step, the copies ahead that have not
+    started leave the link's queue, dropped in the timing (MoE-Infinity at 350f0dd: ``replace_cache_candidates``
+    clears its prefetch queues, ``task_scheduler.h``). A later use of a dropped copy loads it then, as a demand
+    copy queued at its layer's router (its use is late: ``prefetch.late``)."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ class CostModel:
     memory: MemoryFit | None = None  # the run's sizes in its weights' format and its host tier (None: fp16 + int4, RAM)
     write_back: bool = False  # a copy also moves back the expert it replaces, on one stream (system.write_back)
     serial_copies: bool = False  # copies run on the compute stream (system.copy_stream=compute): the engines' rule
+    clear_queue: bool = False  # each step drops the copies ahead still queued (system.prefetch.clear_queue): theirs too
     # the layers (the workload's) that run whole on the CPU (system.cpu_layer_scope=whole), and the pass size from which
     # their dense part is copied to the device and run there instead (system.offload_min_batch; 0: never)
     cpu_dense_layers: frozenset[int] = frozenset()

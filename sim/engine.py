@@ -93,6 +93,7 @@ class Link:
         self.nbytes: dict[int, int] = {}
         self._wake: simpy.Event | None = None
         self.inflight = -1
+        self.gone: dict[int, float] = {}  # prefetches a step dropped (clear_queue): tid -> seconds
         env.process(self._serve())
 
     def first_done(self, tids: list[int]) -> int:
@@ -108,6 +109,19 @@ class Link:
         kept = [q for q in self.queue if q[0] not in drop]
         self.cancelled += len(self.queue) - len(kept)
         self.queue = kept
+
+    def clear(self, uses: list[int]) -> None:
+        """``CostModel.clear_queue``: every prefetch not started leaves the queue (kept in ``gone``); those ``uses``
+        names come back as demand loads (``plain.requeue``)."""
+        self.gone.update((q[0], q[1]) for q in self.queue if not q[2])
+        self.cancelled += sum(1 for q in self.queue if not q[2])
+        self.queue = [q for q in self.queue if q[2]]
+        back = [(tid, self.gone.pop(tid), True) for tid in dict.fromkeys(uses) if tid in self.gone]
+        self.cancelled -= len(back)
+        for item in back:
+            self.queue.insert(demand_insert_at(self.queue, self.demand_first), item)
+        if back and self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
 
     def submit(self, items: list[tuple[int, float, bool]]) -> None:
         for item in items:
@@ -170,6 +184,7 @@ class Engine:
             and not step.loads
             and not step.cpu
             and not step.cancel
+            and not cost.clear_queue
             and all(self._ready(g.tid) for g in step.gpu)
         ):
             yield env.timeout(dense + sum(cost.cached("expert_s", g.precision, g.tokens) for g in step.gpu))
@@ -178,6 +193,8 @@ class Engine:
         routed = env.now
         if step.loads and self.issue:
             yield self._work(self.issue * len(step.loads), self.f.dense)
+        if cost.clear_queue:
+            link.clear([g.tid for g in step.gpu])
         if step.cancel:
             link.cancel(step.cancel)
         if step.loads:

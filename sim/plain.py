@@ -8,6 +8,8 @@ queued copy that a layer waits for starts before any later arrival could pass it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from hobbit.sim.cost import Contention, CostModel
@@ -17,25 +19,37 @@ from hobbit.sim.workload import Workload
 
 
 def requeue(
-    queue: list[tuple[int, float, bool]], items: list[tuple[int, float, bool]], cancel: list[int], demand_first: bool
+    queue: list[tuple[int, float, bool]],
+    items: list[tuple[int, float, bool]],
+    cancel: list[int],
+    demand_first: bool,
+    gone: dict[int, float] | None = None,
+    uses: Sequence[int] = (),
 ) -> int:
     """Drop the cancelled copies that have not started from ``queue``, then add ``items`` (a demand
-    load ahead of queued prefetches when ``demand_first``), in place; the number dropped."""
+    load ahead of queued prefetches when ``demand_first``), in place; the number dropped, less those a use brings
+    back. ``gone`` (``CostModel.clear_queue``): every prefetch not started leaves first, kept there (tid -> seconds);
+    those of them ``uses`` names come back as demand loads, ahead of ``items``."""
     before = len(queue)
+    if gone is not None:
+        gone.update((q[0], q[1]) for q in queue if not q[2])
+        queue[:] = [q for q in queue if q[2]]
     if cancel:
         drop = set(cancel)
         queue[:] = [q for q in queue if q[0] not in drop]
     dropped = before - len(queue)
-    for item in items:
+    back = [(tid, gone.pop(tid), True) for tid in dict.fromkeys(uses) if tid in gone] if gone else []
+    for item in back + items:
         at = demand_insert_at(queue, demand_first) if item[2] else len(queue)
         queue.insert(at, item)
-    return dropped
+    return dropped - len(back)
 
 
 class _Link:
     """FIFO, non-preemptive link: queued copies start back to back when it frees."""
 
-    def __init__(self, demand_first: bool) -> None:
+    def __init__(self, demand_first: bool, clear: bool = False) -> None:
+        self.gone: dict[int, float] | None = {} if clear else None  # prefetches a step dropped (clear_queue)
         self.free_at = 0.0
         self.queue: list[tuple[int, float, bool]] = []  # not started: (tid, seconds, is_demand)
         self.done: dict[int, float] = {}
@@ -54,10 +68,12 @@ class _Link:
         self.moved += self.nbytes.pop(tid)
         self.done[tid] = self.free_at
 
-    def enqueue(self, items: list[tuple[int, float, bool]], now: float, cancel: list[int]) -> None:
+    def enqueue(
+        self, items: list[tuple[int, float, bool]], now: float, cancel: list[int], uses: Sequence[int] = ()
+    ) -> None:
         while self.queue and self.free_at <= now:  # these started before ``now``
             self._start_next()
-        self.cancelled += requeue(self.queue, items, cancel, self.demand_first)
+        self.cancelled += requeue(self.queue, items, cancel, self.demand_first, self.gone, uses)
         if self.queue and self.free_at <= now:  # idle: the head starts now
             self.free_at = now
             self._start_next()
@@ -73,8 +89,9 @@ class _SharedLink:
     while both work, a copy progresses at 1/f.link of its own speed and the compute at 1/f of its.
     The compute stream drives the clock: each of its steps advances the link alongside."""
 
-    def __init__(self, demand_first: bool, f: Contention) -> None:
+    def __init__(self, demand_first: bool, f: Contention, clear: bool = False) -> None:
         self.f, self.demand_first = f, demand_first
+        self.gone: dict[int, float] | None = {} if clear else None  # prefetches a step dropped (clear_queue)
         self.now = 0.0
         self.queue: list[tuple[int, float, bool]] = []  # not started: (tid, seconds alone, is_demand)
         self.cur: list | None = None  # in flight: [tid, seconds alone left, start]
@@ -100,8 +117,8 @@ class _SharedLink:
             self.cur = [tid, dur, self.now]
             self.started[tid] = self.now
 
-    def enqueue(self, items: list[tuple[int, float, bool]], cancel: list[int]) -> None:
-        self.cancelled += requeue(self.queue, items, cancel, self.demand_first)
+    def enqueue(self, items: list[tuple[int, float, bool]], cancel: list[int], uses: Sequence[int] = ()) -> None:
+        self.cancelled += requeue(self.queue, items, cancel, self.demand_first, self.gone, uses)
         self._start()
 
     def compute(self, solo: float, factor: float) -> float:
@@ -151,7 +168,7 @@ def _replay_shared(
 ) -> Timeline:
     """``replay`` with contention: the same rules, the overlap of copies and compute charged."""
     f, issue = cost.contention, cost.issue_s()
-    link = _SharedLink(demand_first, f)
+    link = _SharedLink(demand_first, f, cost.clear_queue)
     n_pass, L = len(wl.pass_start), wl.num_layers
     tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(len(dec.steps)), np.zeros(len(dec.steps)))
     cpu_free = 0.0
@@ -170,10 +187,12 @@ def _replay_shared(
                 link.compute(issue * len(step.loads), f.dense)
                 if rec is not None:
                     rec.append((i, "issue", routed, link.now, -1))
-            if step.loads or step.cancel:
+            if step.loads or step.cancel or cost.clear_queue:
                 link.nbytes.update((ld.tid, cost.link_bytes(ld.nbytes)) for ld in step.loads)
                 link.enqueue(
-                    [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], step.cancel
+                    [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads],
+                    step.cancel,
+                    [g.tid for g in step.gpu],
                 )
             todo, stall = list(range(len(step.gpu))), 0.0
             tl.late += late_uses(step, link.done.__contains__)
@@ -252,7 +271,7 @@ def replay(
     not in transfer_start / transfer_done, or in transfer_start only."""
     if shared if shared is not None else cost.contention.active:
         return _replay_shared(wl, dec, cost, demand_first, rec, passes)
-    link = _Link(demand_first)
+    link = _Link(demand_first, cost.clear_queue)
     issue = cost.issue_s()
     n_pass = len(wl.pass_start)
     tl = Timeline(np.zeros(n_pass), np.zeros(n_pass), np.zeros(len(dec.steps)), np.zeros(len(dec.steps)))
@@ -273,10 +292,13 @@ def replay(
                 if rec is not None:
                     rec.append((i, "issue", t, t + issue * len(step.loads), -1))
                 t += issue * len(step.loads)
-            if step.loads or step.cancel:
+            if step.loads or step.cancel or cost.clear_queue:
                 link.nbytes.update((ld.tid, cost.link_bytes(ld.nbytes)) for ld in step.loads)
                 link.enqueue(
-                    [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads], t, step.cancel
+                    [(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads],
+                    t,
+                    step.cancel,
+                    [g.tid for g in step.gpu],
                 )
             stall = 0.0
             tl.late += late_uses(step, lambda tid: link.done_at(tid) <= t)  # noqa: B023 (called here, at once)

@@ -452,6 +452,7 @@ def simulate(
         memory=memory,
         write_back=system.write_back,
         serial_copies=system.copy_stream == "compute",
+        clear_queue=system.prefetch.clear_queue,
         cpu_dense_layers=placement.cpu_layers if system.cpu_layer_scope == "whole" else frozenset(),
         dense_offload_tokens=offload_tokens(system, model.num_experts, model.top_k),
     )

@@ -493,7 +493,13 @@ def test_random_traces_and_knobs(
             s.precision, mode=mode, t1=min(t), t2=max(t), serve_any_cached=any_cached, multi_token=multi
         ),
         prefetch=dataclasses.replace(
-            s.prefetch, kind=kind, max_depth=depth, fallback=fallback, staging_slots=staging, precision=pf_precision
+            s.prefetch,
+            kind=kind,
+            max_depth=depth,
+            fallback=fallback,
+            staging_slots=staging,
+            precision=pf_precision,
+            clear_queue=seed % 3 == 0,  # MoE-Infinity's queue, cleared at every step, in a third of the examples
         ),
         cache=dataclasses.replace(
             s.cache, policy=policy, per_layer=per_layer, high_bytes=high * eb[0], low_bytes=low * eb[1], multidim=md

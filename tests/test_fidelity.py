@@ -235,3 +235,58 @@ def test_an_mmapped_expert_is_read_at_the_page_fault_rate():
     # the CPU's work is the same; only the read differs, 1 / 0.29 times as long through the page faults
     slower = costs["mmap"].cpu_expert_s(1) - costs["load"].cpu_expert_s(1)
     assert slower == pytest.approx(read["mmap"] - read["load"], rel=1e-9) and slower > 0.1
+
+
+def _cleared(pred_layer1: list[int], clear: bool):
+    """Two decode passes of one token over two layers, experts {0, 1} in both, then {2, 3} in layer 0; layer 0 prefetches
+    the two experts it predicts for layer 1 (``pred_layer1``). Six slots. (timelines of every engine, decisions)."""
+    model = dataclasses.replace(MODEL, num_layers=2)
+    ids = [[[0, 1], [0, 1]], [[2, 3], [0, 1]]]
+    pred = [[[pred_layer1], [pred_layer1]]] * 2  # [N][L][D=1][K]
+    wl = decode_workload(ids, [[[0.5, 0.5], [0.5, 0.5]]] * 2, pred=pred)
+    system = dataclasses.replace(_system(), prefetch=PrefetchConfig(kind="next_layer", max_depth=1, clear_queue=clear))
+    nbytes = model.expert_bytes("fp16")
+    dec = Decider(wl, system, (6, 0), (nbytes, nbytes)).run()
+    cost = CostModel(model, HW, clear_queue=clear)
+    runs = [
+        Engine(wl, dec, cost).run(),
+        replay(wl, dec, cost),
+        replay(wl, dec, cost, shared=True),
+        fast.time_decisions(wl, dec, cost),
+        fast.time_decisions(wl, dec, cost, shared=True),
+    ]
+    for tl in runs[1:]:
+        np.testing.assert_allclose(tl.pass_end, runs[0].pass_end, rtol=1e-12)
+        np.testing.assert_allclose(tl.step_stall, runs[0].step_stall, rtol=1e-12, atol=1e-15)
+        assert (tl.bytes_moved, tl.cancelled, tl.late) == (runs[0].bytes_moved, runs[0].cancelled, runs[0].late)
+    return runs, dec, nbytes
+
+
+def test_a_stale_prefetch_is_dropped_never_copied():
+    """Layer 0 loads experts 0 and 1 on demand (copies 0, 1) and prefetches 2 and 3 for layer 1 (copies 2, 3), wrongly.
+    Copy 2 starts when the demand copies land, as layer 0 computes; when layer 1's router runs, copy 3 has not
+    started: with clear_queue (MoE-Infinity) it leaves the queue and is never copied, where the FIFO that never drops
+    copies it behind layer 1's demand copies 4 and 5, when the next pass's misses reach the link."""
+    fifo, dec, nbytes = _cleared([2, 3], clear=False)
+    cleared, dec_c, _ = _cleared([2, 3], clear=True)
+    loads = [[(ld.tid, ld.demand) for ld in s.loads] for s in dec.steps]
+    assert loads[:2] == [[(0, True), (1, True), (2, False), (3, False)], [(4, True), (5, True)]]
+    assert loads == [[(ld.tid, ld.demand) for ld in s.loads] for s in dec_c.steps]  # the same decisions
+    assert 3 in fifo[1].transfer_done and fifo[1].cancelled == 0
+    assert 3 not in cleared[1].transfer_done and cleared[1].cancelled == 1
+    assert fifo[1].bytes_moved - cleared[1].bytes_moved == nbytes
+    assert 3 not in cleared[0].transfer_done  # the simpy engine's link never ran it either
+    assert fifo[1].late == cleared[1].late == 0  # no use waited for a prefetch: both were wrong
+
+
+def test_a_dropped_prefetch_a_use_needs_is_queued_again_on_demand():
+    """Right predictions: copy 3 (expert 1 of layer 1) is dropped at layer 1's router and that layer needs it at once,
+    so it joins again as a demand copy, behind copy 2 in flight: the times and bytes of the FIFO, no copy lost,
+    nothing counted cancelled, and both of layer 1's uses late."""
+    fifo, _, nbytes = _cleared([0, 1], clear=False)
+    cleared, _, _ = _cleared([0, 1], clear=True)
+    np.testing.assert_allclose(cleared[1].pass_end, fifo[1].pass_end, rtol=1e-12)
+    assert cleared[1].bytes_moved == fifo[1].bytes_moved
+    assert cleared[1].cancelled == 0 and cleared[1].late == fifo[1].late == 2
+    copy = 1e-3 + nbytes / 1e9
+    assert cleared[1].transfer_done[3] == pytest.approx(4 * copy, rel=1e-6)  # behind 0, 1 and 2

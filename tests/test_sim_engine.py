@@ -38,6 +38,7 @@ SYSTEMS = [
     "freetoken",
     "tec",
     "llama-cpp-lru",
+    "llama-cpp-2024",
 ]
 
 

@@ -628,6 +628,7 @@ def _replay(
         float(cost.issue_s()),
         bool(demand_first),
         bool(cost.serial_copies),
+        bool(cost.clear_queue),
         link,
         base,
         *out,
@@ -750,6 +751,7 @@ def stream(
     ls[timing.CUR] = -1
     space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted): the previous chunk's
     demand = dropped = np.zeros(0, np.bool_)
+    gone = np.zeros(0, np.int8)
     started = done = dur = np.zeros(0)
     nbytes = np.zeros(0, np.int64)
     waiting = np.zeros(0, np.int64)  # the link's queue and the copy on it, as transfer ids
@@ -776,8 +778,9 @@ def stream(
         started = np.concatenate([started[old], np.full(n_new, np.nan)])
         done = np.concatenate([done[old], np.full(n_new, np.nan)])
         dropped = np.zeros(len(space) + 1, np.bool_)
+        gone = np.concatenate([gone[old], np.zeros(n_new + 1, np.int8)])  # clear_queue's marks, carried
         n_wait = len(waiting) - (ls[timing.CUR] >= 0)
-        q = np.zeros(n_wait + n_new + 1, np.int64)
+        q = np.zeros(n_wait + n_new + len(space) + 1, np.int64)  # a copy dropped comes back once at most
         q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
         ls[timing.HEAD], ls[timing.TAIL] = 0, n_wait
         if ls[timing.CUR] >= 0:
@@ -788,7 +791,7 @@ def stream(
         if len(cpu) and not cpu_known:
             _fill_cpu(cost, inputs[3])
             cpu_known = True
-        link = (demand, q, dropped, started, done, fs, ls)
+        link = (demand, q, dropped, started, done, fs, ls, gone)
         n = (p1 - p0) * L
         stall = np.zeros(n)
         _replay(

@@ -24,6 +24,7 @@ from numba import njit
 FREE_AT, BUSY, LEFT, CUR_START, CLOCK, CPU_FREE = range(6)  # fs (FREE_AT is ``now`` for the shared link; CLOCK:
 # the compute stream's time in ``replay``; CPU_FREE: when the CPU's experts are done)
 HEAD, TAIL, MOVED, CANCELLED, CUR, LATE = range(6)  # ls (LATE: ``Timeline.late``)
+GONE, BACK = 1, 2  # a copy's mark in ``gone`` (clear_queue): dropped from the queue; queued again as a demand load
 
 
 @njit(cache=True)
@@ -32,8 +33,36 @@ def _offsets(step_col, n_steps):
 
 
 @njit(cache=True, _nrt=False)
-def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first):
-    """``plain.requeue``: drop the cancelled copies not started, then the loads ``lo:hi`` join."""
+def _insert(q, ls, demand, gone, tid, first, demand_first):
+    """``tid`` joins the queue: at its tail, or ``first`` (a demand load) ahead of the first queued prefetch."""
+    at = ls[TAIL]
+    if first and demand_first:
+        for r in range(ls[HEAD], ls[TAIL]):
+            if not (demand[q[r]] or gone[q[r]] == BACK):
+                at = r
+                break
+    for r in range(ls[TAIL], at, -1):
+        q[r] = q[r - 1]
+    q[at] = tid
+    ls[TAIL] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first, gone, clear, uses):
+    """``plain.requeue``: with ``clear`` every prefetch not started leaves (``gone``), then the cancelled copies not
+    started, then those of ``uses`` (the step's transfer ids) that had left come back as demand loads, then the
+    loads ``lo:hi`` join."""
+    if clear:
+        w = ls[HEAD]
+        for r in range(ls[HEAD], ls[TAIL]):
+            t = q[r]
+            if demand[t] or gone[t] == BACK:
+                q[w] = t
+                w += 1
+            else:
+                gone[t] = GONE
+                ls[CANCELLED] += 1
+        ls[TAIL] = w
     if cancel_tids.shape[0]:
         for x in range(cancel_tids.shape[0]):
             dropped[cancel_tids[x]] = True
@@ -47,17 +76,15 @@ def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first):
         ls[TAIL] = w
         for x in range(cancel_tids.shape[0]):
             dropped[cancel_tids[x]] = False
+    if clear:
+        for x in range(uses.shape[0]):
+            t = uses[x]
+            if t >= 0 and gone[t] == GONE:
+                gone[t] = BACK
+                ls[CANCELLED] -= 1
+                _insert(q, ls, demand, gone, t, True, demand_first)
     for tid in range(lo, hi):
-        at = ls[TAIL]
-        if demand[tid] and demand_first:
-            for r in range(ls[HEAD], ls[TAIL]):
-                if not demand[q[r]]:
-                    at = r
-                    break
-        for r in range(ls[TAIL], at, -1):
-            q[r] = q[r - 1]
-        q[at] = tid
-        ls[TAIL] += 1
+        _insert(q, ls, demand, gone, tid, demand[tid], demand_first)
 
 
 @njit(cache=True, _nrt=False)
@@ -142,18 +169,19 @@ def _setup(i0, n_steps, loads, gpu, cpu, cancel):
 @njit(cache=True)
 def link_state(loads):
     """The link's state for a run whose copies are ``loads`` (transfer id = row): which loads are demand, the queue,
-    cancel marks, start and end times, ``fs`` and ``ls``."""
+    cancel marks, start and end times, ``fs``, ``ls`` and the clear_queue marks (``gone``)."""
     n_loads = loads.shape[0]
     fs, ls = np.zeros(6), np.zeros(6, np.int64)
     ls[CUR] = -1
     return (
         loads[:, 1] == 1,
-        np.zeros(n_loads + 1, np.int64),
+        np.zeros(2 * n_loads + 1, np.int64),  # a copy joins at most twice (dropped, then back: clear_queue)
         np.zeros(n_loads + 1, np.bool_),
         np.full(n_loads, np.nan),
         np.full(n_loads, np.nan),
         fs,
         ls,
+        np.zeros(n_loads + 1, np.int8),
     )
 
 
@@ -204,6 +232,7 @@ def replay(
     issue,
     demand_first,
     serial,
+    clear,
     link,
     base,
     pass_start,
@@ -220,7 +249,7 @@ def replay(
     L = num_layers
     i0, n_steps = p0 * L, (p1 - p0) * L
     lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
-    demand, q, dropped, started, done, fs, ls = link
+    demand, q, dropped, started, done, fs, ls, gone = link
     ready = np.zeros(max_g)
     order = np.zeros(max_g, np.int64)
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
@@ -234,7 +263,7 @@ def replay(
             routed = t
             if nl and issue:
                 t += issue * nl
-            if nl or lo_x[i + 1] > lo_x[i]:  # _Link.enqueue at t
+            if nl or lo_x[i + 1] > lo_x[i] or clear:  # _Link.enqueue at t
                 while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     _start_next(q, fs, ls, dur, nbytes, started, done)
                 _requeue(
@@ -246,6 +275,9 @@ def replay(
                     base + lo_l[i],
                     base + lo_l[i + 1],
                     demand_first,
+                    gone,
+                    clear,
+                    gpu[g0:g1, 1],
                 )
                 if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     fs[FREE_AT] = t
@@ -307,6 +339,7 @@ def replay_shared(
     issue,
     demand_first,
     serial,
+    clear,
     link,
     base,
     pass_start,
@@ -322,7 +355,7 @@ def replay_shared(
     L = num_layers
     i0, n_steps = p0 * L, (p1 - p0) * L
     lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
-    demand, q, dropped, started, done, fs, ls = link
+    demand, q, dropped, started, done, fs, ls, gone = link
     ready = np.zeros(max_g)
     rows = np.zeros(max_g, np.int64)
     todo = np.zeros(max_g, np.int64)
@@ -338,7 +371,7 @@ def replay_shared(
             routed = _compute(q, fs, ls, dur, nbytes, started, done, dense, f_dense, f_link)
             if nl and issue:
                 _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)
-            if nl or lo_x[i + 1] > lo_x[i]:
+            if nl or lo_x[i + 1] > lo_x[i] or clear:
                 _requeue(
                     q,
                     ls,
@@ -348,6 +381,9 @@ def replay_shared(
                     base + lo_l[i],
                     base + lo_l[i + 1],
                     demand_first,
+                    gone,
+                    clear,
+                    gpu[g0:g1, 1],
                 )
                 _start(q, fs, ls, dur, started)
             stall = 0.0
