@@ -26,7 +26,9 @@ from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider, Placement
 from hobbit.sim.engine import Engine
 from hobbit.sim.memory import fit
 from hobbit.sim.plain import replay
-from hobbit.sim.policies.base import HIGH
+from hobbit.sim.policies.base import HIGH, PolicyInputs
+from hobbit.sim.policies.cache import ExpertCache
+from hobbit.sim.policies.eviction.eam_release import EAMRelease
 from hobbit.sim.results import hit_rate, prefetch_counts
 from hobbit.sim.run import simulate
 from hobbit.sim.workload import Workload
@@ -290,3 +292,34 @@ def test_a_dropped_prefetch_a_use_needs_is_queued_again_on_demand():
     assert cleared[1].cancelled == 0 and cleared[1].late == fifo[1].late == 2
     copy = 1e-3 + nbytes / 1e9
     assert cleared[1].transfer_done[3] == pytest.approx(4 * copy, rel=1e-6)  # behind 0, 1 and 2
+
+
+class _Matched:
+    """A prefetcher's ``match`` (layers x experts probabilities), as the activation-matrix prefetcher holds it."""
+
+    def __init__(self, match):
+        self.match = match
+
+
+def test_moe_infinity_evicts_as_its_release_the_most_visited_copy_no_prefetch_wants():
+    """RemoveCachedSparseNode (350f0dd): of the cached experts outside the prefetch candidates (the match's nonzero
+    experts from the current layer on), the most visited since it entered the cache leaves; ties to the lowest
+    (layer, expert); with every copy a candidate, the same order over all of them."""
+    match = np.zeros((3, 4))
+    match[2, 1] = 0.7  # layer 2's expert 1 is a candidate while layers 0..2 fill
+    advisor = _Matched(match)
+    c = ExpertCache(3, 0, EAMRelease(None, PolicyInputs(prefetcher=advisor)), 3)  # type: ignore[arg-type]
+    for key in ((0, 0), (2, 1), (1, 3)):
+        c.admit(key, HIGH, key[0], transfer=0)
+    for key, n in (((0, 0), 1), ((2, 1), 5), ((1, 3), 2)):
+        for _ in range(n):
+            c.use(HIGH, c.index[HIGH][key], token=1)
+    # (2, 1) is visited most, but a candidate: (1, 3), the most visited of the others, leaves
+    assert c.admit((1, 0), HIGH, 1, transfer=1)[1] == (1, 3)
+    # filling layer 0 again: (0, 0) used once, (1, 0) used at its load (0 since): (0, 0) leaves
+    assert c.admit((0, 2), HIGH, 0, transfer=2)[1] == (0, 0)
+    # once the prefetcher's match names nothing, the most visited copy goes, candidate or not
+    advisor.match = None
+    assert c.admit((0, 3), HIGH, 0, transfer=3)[1] == (2, 1)
+    # ties (no use since insertion): the lowest (layer, expert)
+    assert c.admit((2, 2), HIGH, 2, transfer=4)[1] == (0, 2)

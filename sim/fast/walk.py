@@ -38,10 +38,24 @@ N_FIELDS = 9
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
 N_ST = 13
 # eviction policies, prefetchers, cpu_misses
-POLICIES = ("lru", "lfu", "fifo", "mru", "multidim", "belady", "eam_priority", "sieve", "lfru", "s3fifo", "arc", "lirs")
+POLICIES = (
+    "lru",
+    "lfu",
+    "fifo",
+    "mru",
+    "multidim",
+    "belady",
+    "eam_priority",
+    "eam_release",
+    "sieve",
+    "lfru",
+    "s3fifo",
+    "arc",
+    "lirs",
+)
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(12)
+LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(13)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
 HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
 # LFU's list (``_lfu_enter``) in gp[5]: each slot's group (the slots of one use count, side by side in the list) in
@@ -177,9 +191,32 @@ def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, policy, layer_now, 
     _, _, eam_lib, eam_match, bel, decay, scan_i, scan_v = rare
     if policy == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
+    if policy == EAM_RELEASE:
+        return _eam_release_evict(pool, pr, r0, r1, layer_now, eam_lib, eam_match[EC_M])
     return _eam_evict(
         pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match, decay, scan_i, scan_v
     )
+
+
+@njit(cache=True, _nrt=False)
+def _eam_release_evict(pool, pr, r0, r1, layer_now, eam_lib, m):
+    """eviction.eam_release: of the evictable copies in ``r0:r1`` that are not the match ``m``'s candidates (from
+    ``layer_now`` on, a nonzero probability; none without a match, ``m`` < 0), the most used since insertion, then the
+    lowest (layer, expert); every evictable copy when all are candidates. A scan of the region."""
+    best, bu, bk = -1, -1, 0
+    for every in range(2):
+        for s in range(r0, r1):
+            if not _eam_free(pool, pr, s):
+                continue
+            lay, e = pool[pr, s, LAYER], pool[pr, s, EXPERT]
+            if every == 0 and m >= 0 and lay >= layer_now and eam_lib[m, lay, e] > 0.0:
+                continue
+            u, k = pool[pr, s, ALL_USES], lay * eam_lib.shape[2] + e
+            if best < 0 or u > bu or (u == bu and k < bk):
+                best, bu, bk = s, u, k
+        if best >= 0:
+            break
+    return best
 
 
 @njit(cache=True, inline="always")

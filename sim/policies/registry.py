@@ -23,6 +23,7 @@ EVICTION: dict[str, str] = {
     "multidim": "hobbit.sim.policies.eviction.multidim:MultiDim",
     "belady": "hobbit.sim.policies.eviction.belady:Belady",
     "eam_priority": "hobbit.sim.policies.eviction.eam_priority:EAMPriority",
+    "eam_release": "hobbit.sim.policies.eviction.eam_release:EAMRelease",
     "mru": "hobbit.sim.policies.eviction.mru:MRU",
     "arc": "hobbit.sim.policies.eviction.arc:ARC",
     "s3fifo": "hobbit.sim.policies.eviction.s3fifo:S3FIFO",
