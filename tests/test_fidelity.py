@@ -297,7 +297,7 @@ def test_a_dropped_prefetch_a_use_needs_is_queued_again_on_demand():
 class _Matched:
     """A prefetcher's ``match`` (layers x experts probabilities), as the activation-matrix prefetcher holds it."""
 
-    def __init__(self, match):
+    def __init__(self, match: np.ndarray | None) -> None:
         self.match = match
 
 
@@ -308,7 +308,7 @@ def test_moe_infinity_evicts_as_its_release_the_most_visited_copy_no_prefetch_wa
     match = np.zeros((3, 4))
     match[2, 1] = 0.7  # layer 2's expert 1 is a candidate while layers 0..2 fill
     advisor = _Matched(match)
-    c = ExpertCache(3, 0, EAMRelease(None, PolicyInputs(prefetcher=advisor)), 3)  # type: ignore[arg-type]
+    c = ExpertCache(3, 0, EAMRelease(None, PolicyInputs(prefetcher=advisor)), 3)
     for key in ((0, 0), (2, 1), (1, 3)):
         c.admit(key, HIGH, key[0], transfer=0)
     for key, n in (((0, 0), 1), ((2, 1), 5), ((1, 3), 2)):
