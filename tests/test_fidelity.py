@@ -26,9 +26,9 @@ from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider, Placement
 from hobbit.sim.engine import Engine
 from hobbit.sim.memory import fit
 from hobbit.sim.plain import replay
+from hobbit.sim.policies import make_eviction
 from hobbit.sim.policies.base import HIGH, PolicyInputs
 from hobbit.sim.policies.cache import ExpertCache
-from hobbit.sim.policies.eviction.eam_release import EAMRelease
 from hobbit.sim.results import hit_rate, prefetch_counts
 from hobbit.sim.run import simulate
 from hobbit.sim.workload import Workload
@@ -308,7 +308,7 @@ def test_moe_infinity_evicts_as_its_release_the_most_visited_copy_no_prefetch_wa
     match = np.zeros((3, 4))
     match[2, 1] = 0.7  # layer 2's expert 1 is a candidate while layers 0..2 fill
     advisor = _Matched(match)
-    c = ExpertCache(3, 0, EAMRelease(None, PolicyInputs(prefetcher=advisor)), 3)
+    c = ExpertCache(3, 0, make_eviction("eam_release", None, PolicyInputs(prefetcher=advisor)), 3)
     for key in ((0, 0), (2, 1), (1, 3)):
         c.admit(key, HIGH, key[0], transfer=0)
     for key, n in (((0, 0), 1), ((2, 1), 5), ((1, 3), 2)):
