@@ -731,8 +731,8 @@ def _llama_flags(
         elif "-ngl" not in seen:
             r.assume(
                 "offload flags not stated: the llama-cpp preset's placement, the experts of as few layers as fit "
-                "on the CPU (n_cpu_moe=-1); a run that offloaded whole layers (-ngl, Ollama's default) kept "
-                "their attention on the CPU too, which is not modelled"
+                "on the CPU (n_cpu_moe=-1); a run that offloaded whole layers (-ngl, Ollama's default before "
+                "2026-05) kept their attention on the CPU too (system=llama-cpp-2024), which is not assumed"
             )
     if unknown:
         r.assume(f"flags not modelled, dropped: {', '.join(dict.fromkeys(unknown))}")
