@@ -179,6 +179,7 @@ def test_what_the_compiled_walk_leaves_to_the_reference():
         "multidim",
         "belady",
         "eam_priority",
+        "eam_release",
         "sieve",
         "lfru",
         "s3fifo",

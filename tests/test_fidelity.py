@@ -57,11 +57,9 @@ def _system(**kw) -> SystemConfig:
     )
 
 
-def _timed(wl: Workload, system: SystemConfig, slots: int = 2):
-    """The pass ends and bytes moved by every engine, and the cost model (the simpy engine's numbers first)."""
-    nbytes = MODEL.expert_bytes("fp16")
-    dec = Decider(wl, system, (slots, 0), (nbytes, nbytes)).run()
-    cost = CostModel(MODEL, HW, write_back=system.write_back, serial_copies=system.copy_stream == "compute")
+def _every_engine(wl: Workload, dec, cost: CostModel) -> list:
+    """``dec`` timed by every engine (the simpy engine first, then the plain replay with and without the shared-link
+    path, then the compiled timing both ways), which must agree on every pass, stall, byte, drop and late use."""
     runs = [
         Engine(wl, dec, cost).run(),
         replay(wl, dec, cost),
@@ -72,8 +70,16 @@ def _timed(wl: Workload, system: SystemConfig, slots: int = 2):
     for tl in runs[1:]:
         np.testing.assert_allclose(tl.pass_end, runs[0].pass_end, rtol=1e-12)
         np.testing.assert_allclose(tl.step_stall, runs[0].step_stall, rtol=1e-12, atol=1e-15)
-        assert tl.bytes_moved == runs[0].bytes_moved
-        assert tl.late == runs[0].late
+        assert (tl.bytes_moved, tl.cancelled, tl.late) == (runs[0].bytes_moved, runs[0].cancelled, runs[0].late)
+    return runs
+
+
+def _timed(wl: Workload, system: SystemConfig, slots: int = 2):
+    """The pass ends and bytes moved by every engine, and the cost model (the simpy engine's numbers first)."""
+    nbytes = MODEL.expert_bytes("fp16")
+    dec = Decider(wl, system, (slots, 0), (nbytes, nbytes)).run()
+    cost = CostModel(MODEL, HW, write_back=system.write_back, serial_copies=system.copy_stream == "compute")
+    runs = _every_engine(wl, dec, cost)
     return runs[0], cost, nbytes
 
 
@@ -130,13 +136,7 @@ def test_a_prefetch_still_in_flight_is_late_not_a_hit(link_gbps, late):
     nbytes = model.expert_bytes("fp16")
     dec = Decider(wl, system, (4, 0), (nbytes, nbytes)).run()
     cost = CostModel(model, hw)
-    runs = [
-        Engine(wl, dec, cost).run(),
-        replay(wl, dec, cost),
-        replay(wl, dec, cost, shared=True),
-        fast.time_decisions(wl, dec, cost),
-        fast.time_decisions(wl, dec, cost, shared=True),
-    ]
+    runs = _every_engine(wl, dec, cost)
     assert [tl.late for tl in runs] == [late] * 5
     assert dec.prefetch_issued == dec.prefetch_used == 2 and dec.copies_behind == 0
     assert dec.served[HIGH_HIT] == 2  # both prefetched uses found their copies in the cache
@@ -188,15 +188,7 @@ def _whole_cpu_run(tokens: int):
     nbytes = model.expert_bytes("fp16")
     dec = Decider(wl, system, (0, 0), (nbytes, nbytes), placement).run()
     cost = CostModel(model, hw, cpu_dense_layers=frozenset({0}), dense_offload_tokens=32)
-    runs = [
-        Engine(wl, dec, cost).run(),
-        replay(wl, dec, cost),
-        replay(wl, dec, cost, shared=True),
-        fast.time_decisions(wl, dec, cost),
-        fast.time_decisions(wl, dec, cost, shared=True),
-    ]
-    for tl in runs[1:]:
-        np.testing.assert_allclose(tl.pass_end, runs[0].pass_end, rtol=1e-12)
+    runs = _every_engine(wl, dec, cost)
     bounds = [pass_bounds(wl, cost, system), fast.pass_bounds(wl, cost, system)]
     np.testing.assert_allclose(bounds[1], bounds[0], rtol=1e-12)
     return runs, cost, bounds[0]
@@ -250,17 +242,7 @@ def _cleared(pred_layer1: list[int], clear: bool):
     nbytes = model.expert_bytes("fp16")
     dec = Decider(wl, system, (6, 0), (nbytes, nbytes)).run()
     cost = CostModel(model, HW, clear_queue=clear)
-    runs = [
-        Engine(wl, dec, cost).run(),
-        replay(wl, dec, cost),
-        replay(wl, dec, cost, shared=True),
-        fast.time_decisions(wl, dec, cost),
-        fast.time_decisions(wl, dec, cost, shared=True),
-    ]
-    for tl in runs[1:]:
-        np.testing.assert_allclose(tl.pass_end, runs[0].pass_end, rtol=1e-12)
-        np.testing.assert_allclose(tl.step_stall, runs[0].step_stall, rtol=1e-12, atol=1e-15)
-        assert (tl.bytes_moved, tl.cancelled, tl.late) == (runs[0].bytes_moved, runs[0].cancelled, runs[0].late)
+    runs = _every_engine(wl, dec, cost)
     return runs, dec, nbytes
 
 
