@@ -43,6 +43,7 @@ class CopyEngine:
         self.busy_s = 0.0
         self.moved = 0
         self.cancelled = 0
+        self.gone: dict[int, Copy] = {}  # prefetches ``clear`` dropped, until a use brings one back
         self._stop = False
         self.thread = threading.Thread(target=self._serve, name="hobbit-copy", daemon=True)
         self.thread.start()
@@ -68,6 +69,23 @@ class CopyEngine:
                 if c.tid in drop:
                     self.copies.pop(c.tid, None)
             self.queue = kept
+
+    def clear(self, uses: Iterable[int]) -> None:
+        """``system.prefetch.clear_queue`` (``sim.plain.requeue``): every prefetch not started leaves the queue, kept
+        aside; those ``uses`` names join again as demand copies, ahead of the prefetches queued after them."""
+        with self.cv:
+            for c in self.queue:
+                if not c.demand:
+                    self.gone[c.tid] = c
+            dropped = sum(1 for c in self.queue if not c.demand)
+            self.queue = deque(c for c in self.queue if c.demand)
+            back = [self.gone.pop(tid) for tid in dict.fromkeys(uses) if tid in self.gone]
+            self.cancelled += dropped - len(back)
+            for c in back:
+                c.demand = True
+                self.queue.append(c)  # the queue holds demand copies only now
+            if back:
+                self.cv.notify()
 
     def first(self, tids: Iterable[int]) -> int:
         """Of ``tids``, the copy this engine finishes first: one in flight or done, else the one queued

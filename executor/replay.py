@@ -82,11 +82,14 @@ class Replayer:
         copy_cpu: int | None = None,
         copies: bool = True,
         record: bool = False,
+        clear_queue: bool = False,
     ) -> None:
         """``record``: keep the schedule as it ran (``work``: (step, kind, start, end, index) as ``sim.plain.replay``
         records it, plus ``settle``, the cache's bookkeeping after a layer; ``copy_times``: tid -> (start, end)),
-        seconds from the run's start. On CUDA each expert is then synchronised to time it."""
+        seconds from the run's start. On CUDA each expert is then synchronised to time it. ``clear_queue``: each step
+        drops the prefetches that have not started, and a use of one queues it again on demand (``CopyEngine.clear``)."""
         self.wl, self.dec, self.store, self.copy_cpu, self.copies = wl, dec, store, copy_cpu, copies
+        self.clear_queue = clear_queue  # system.prefetch.clear_queue: each step drops the prefetches not started
         self.work: list[tuple] | None = [] if record else None
         self.copy_times: dict[int, tuple[float, float]] = {}
         self.origin = 0.0
@@ -112,6 +115,8 @@ class Replayer:
         return v
 
     def _issue(self, link: CopyEngine, step: LayerStep) -> None:
+        if self.clear_queue:
+            link.clear(g.tid for g in step.gpu)
         link.cancel(step.cancel)
         copies = []
         for (tid, _, demand), (layer, e, cls) in zip(step.loads, step.load_keys):

@@ -20,7 +20,7 @@ from hobbit.executor.config import ValidateConfig
 from hobbit.executor.replay import Replayer
 from hobbit.executor.setup import pinned, prepare
 from hobbit.executor.weights import HostStore, first_layers
-from hobbit.sim.config import HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, ProfileConfig, SystemConfig
 from hobbit.sim.events import Schedule, build, parse_window, simulated
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.results import Results, summarise
@@ -69,10 +69,28 @@ def run_pair(
     ``replayers``: a list that receives the replayer, recording its schedule. The simulation sizes experts in the
     formats the store holds them in (``store_formats``)."""
     res, wl = plan(trace, model, hw, store_formats(system, store), engine)
-    rep = Replayer(wl, res.decisions, store, copy_cpu, record=replayers is not None)
+    rep = Replayer(
+        wl, res.decisions, store, copy_cpu, record=replayers is not None, clear_queue=system.prefetch.clear_queue
+    )
     if replayers is not None:
         replayers.append(rep)
     return res, wl, rep.run()
+
+
+def check_replayable(system: SystemConfig) -> None:
+    """Refuse a system whose timing rules the replay does not run, before any work: its measured times would not be
+    the simulated rules' (the replay's copies run on a stream of their own, one way, and every layer on the device)."""
+    rules = {
+        "copy_stream": (system.copy_stream == "compute", "separate"),
+        "write_back": (system.write_back, "false"),
+        "cpu_layer_scope": (system.cpu_layer_scope == "whole", "experts"),
+    }
+    for knob, (on, off) in rules.items():
+        if on:
+            raise ConfigError(
+                f"system.{knob}={getattr(system, knob)}: system={system.name} times a rule the replay executor does "
+                f"not run, so a validation would compare unlike things (fix: system.{knob}={off}, or another system)"
+            )
 
 
 def store_formats(system: SystemConfig, store: HostStore) -> SystemConfig:
@@ -288,6 +306,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
     the costs), or they are replayed again after the calibration."""
     if cfg.timeline:
         parse_window(cfg.timeline_tokens, 1)  # a bad range fails now, not after the calibration
+    check_replayable(cfg.system)
     trace = first_layers(trace, cfg.layers)
     warm, measured = _requests(trace, 0, 1), _requests(trace, 1, cfg.requests)
     device, model, pair, store = prepare(cfg, cfg.cache_fraction)
@@ -303,7 +322,7 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
             planned.append(plan(measured, model, hw, system, cfg.engine))
         res, wl = planned[0]
         t0 = time.perf_counter()
-        rep = Replayer(wl, res.decisions, store, copy_cpu, record=cfg.timeline)
+        rep = Replayer(wl, res.decisions, store, copy_cpu, record=cfg.timeline, clear_queue=system.prefetch.clear_queue)
         runs.append(rep.run())
         spent[0] += time.perf_counter() - t0
         if reps is not None:

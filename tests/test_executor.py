@@ -143,7 +143,7 @@ def test_every_system_replays_within_its_slots(four_layers, system):
     res = simulate(trace, model, cfg.hardware, sc, profile_share=0.0)
     from hobbit.sim.workload import build_workload
 
-    rep = Replayer(build_workload(trace), res.decisions, store)
+    rep = Replayer(build_workload(trace), res.decisions, store, clear_queue=sc.prefetch.clear_queue)
     tl = rep.run()
     slots = res.decisions.slots
     assert rep.cache.peak[HIGH] <= slots[0] and rep.cache.peak[LOW] <= slots[1]
@@ -407,6 +407,25 @@ def test_bad_input_is_refused_before_work(tmp_path, capsys):
     assert "scale=7" in capsys.readouterr().err
     assert run_cli(["validate", "rounds=0", f"hydra.run.dir={tmp_path / 'e'}"]) == 2
     assert "rounds" in capsys.readouterr().err
+    # a system timed by a rule the replay does not run (MoE-Offloading's copies on the compute stream) is refused
+    assert run_cli(["validate", "system=moe-offloading", f"hydra.run.dir={tmp_path / 'f'}"]) == 2
+    assert "system.copy_stream=compute" in capsys.readouterr().err
+
+
+def test_the_copy_engine_drops_the_prefetches_a_step_did_not_start():
+    """``CopyEngine.clear`` (MoE-Infinity's cleared queue, as the simulator's ``requeue``): queued prefetches leave
+    and are never copied; one a use names comes back as a demand copy and is."""
+    eng = CopyEngine(torch.device("cpu"))
+    src = [torch.full((4,), float(i)) for i in range(3)]
+    dst = [torch.zeros(4) for _ in range(3)]
+    with eng.cv:  # the copy thread waits on this (re-entrant) lock: nothing starts until it is let go
+        eng.submit([Copy(i, src[i], dst[i], demand=False) for i in range(3)])
+        eng.clear([1, 7])
+        assert [c.tid for c in eng.queue] == [1] and eng.queue[0].demand and set(eng.gone) == {0, 2}
+    eng.wait(1)
+    eng.close()
+    assert torch.equal(dst[1], src[1]) and not dst[0].any() and not dst[2].any()
+    assert eng.cancelled == 2 and not eng.copies[0].done.is_set()
 
 
 @pytest.mark.gpu
