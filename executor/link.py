@@ -1,6 +1,7 @@
 """The copy engine: one thread feeds host-to-device copies one at a time, FIFO and
 non-preemptive, a demand copy ahead of queued (not started) prefetches, queued copies
-cancellable: the link the simulator models (``sim.timeline``). On CUDA each copy runs on a
+cancellable: the link the simulator models (``sim.timeline``). A copy with ``back`` first writes its
+buffer's old contents back to the host (``system.write_back``: MoE-Offloading's swap). On CUDA each copy runs on a
 dedicated stream and the thread waits for it; on the CPU it is a memcpy on the thread
 (torch releases the GIL), so it overlaps the compute of the main thread.
 """
@@ -23,6 +24,7 @@ class Copy:
     src: torch.Tensor
     dst: torch.Tensor
     demand: bool
+    back: torch.Tensor | None = None  # write-back: the buffer's old contents go here first, on the same stream
     done: threading.Event = field(default_factory=threading.Event)
     start_s: float = 0.0
     end_s: float = 0.0
@@ -118,13 +120,17 @@ class CopyEngine:
                 pass
             elif self.stream is not None:
                 with torch.cuda.stream(self.stream):
+                    if c.back is not None:
+                        c.back.copy_(c.dst, non_blocking=True)
                     c.dst.copy_(c.src, non_blocking=True)
                 self.stream.synchronize()
             else:
+                if c.back is not None:
+                    c.back.copy_(c.dst)
                 c.dst.copy_(c.src)
             c.end_s = time.perf_counter()
             self.busy_s += c.end_s - c.start_s
-            self.moved += c.src.numel() * c.src.element_size()
+            self.moved += c.src.numel() * c.src.element_size() * (1 if c.back is None else 2)
             c.done.set()
 
     def close(self) -> None:

@@ -71,6 +71,12 @@ class Dense:
         return x @ self.w["lm_head"].t()
 
 
+def host_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A host buffer of ``nbytes`` a copy back from ``device`` lands in (pinned for a CUDA device, as MoE-Offloading's
+    swap buffers are)."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+
+
 class Replayer:
     """Executes the decisions of one workload; ``run`` returns measured times."""
 
@@ -83,13 +89,22 @@ class Replayer:
         copies: bool = True,
         record: bool = False,
         clear_queue: bool = False,
+        serial_copies: bool = False,
+        write_back: bool = False,
     ) -> None:
         """``record``: keep the schedule as it ran (``work``: (step, kind, start, end, index) as ``sim.plain.replay``
         records it, plus ``settle``, the cache's bookkeeping after a layer; ``copy_times``: tid -> (start, end)),
         seconds from the run's start. On CUDA each expert is then synchronised to time it. ``clear_queue``: each step
-        drops the prefetches that have not started, and a use of one queues it again on demand (``CopyEngine.clear``)."""
+        drops the prefetches that have not started, and a use of one queues it again on demand (``CopyEngine.clear``);
+        ``serial_copies``: a layer's experts start once every copy it issued has landed (the copies on the compute
+        stream); ``write_back``: each copy first writes its buffer back to the host (``CopyEngine``)."""
         self.wl, self.dec, self.store, self.copy_cpu, self.copies = wl, dec, store, copy_cpu, copies
         self.clear_queue = clear_queue  # system.prefetch.clear_queue: each step drops the prefetches not started
+        self.serial_copies = serial_copies  # system.copy_stream=compute: a layer's experts wait for all its copies
+        # system.write_back: each copy first moves its buffer's old contents to a host buffer of the same size
+        self.back: dict[int, torch.Tensor] = (
+            {cls: host_buffer(k.nbytes, store.device) for cls, k in store.kernels.items()} if write_back else {}
+        )
         self.work: list[tuple] | None = [] if record else None
         self.copy_times: dict[int, tuple[float, float]] = {}
         self.origin = 0.0
@@ -123,7 +138,7 @@ class Replayer:
             self.log.append(LogEntry(step.pass_index, layer, e, "load" if demand else "prefetch", cls))
             buf = self.cache.take(cls)
             self.by_tid[tid] = ((layer, e, cls), buf)
-            copies.append(Copy(tid, self.store.experts[(layer, e, cls)], buf, demand))
+            copies.append(Copy(tid, self.store.experts[(layer, e, cls)], buf, demand, self.back.get(cls)))
         if copies:
             link.submit(copies)
 
@@ -139,6 +154,11 @@ class Replayer:
         todo = list(range(len(step.gpu)))
         stall = 0.0
         timed = self.work is not None
+        if self.serial_copies and step.loads:  # copies on the compute stream: all of the layer's land first
+            t0 = time.perf_counter()
+            for ld in step.loads:
+                link.wait(ld.tid)
+            stall += self._note(i, "stall", t0) - t0
         while todo:
             ready = [j for j in todo if link.done(step.gpu[j].tid)]
             if not ready:

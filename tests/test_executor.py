@@ -15,9 +15,11 @@ import torch
 from hobbit.executor.kernels import ExpertKernel, reference
 from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.replay import Replayer
+from hobbit.executor.validate import replay_rules
 from hobbit.executor.weights import build_store, reduce_model
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.run import simulate
+from hobbit.sim.workload import build_workload
 
 from conftest import run_cli
 from sim_helpers import bundled, compose_sim
@@ -141,9 +143,7 @@ def test_every_system_replays_within_its_slots(four_layers, system):
     sc = compose_sim(f"system={system}").system
     sc = dataclasses.replace(sc, cache=dataclasses.replace(sc.cache, high_bytes=11 * eb[0], low_bytes=11 * eb[1]))
     res = simulate(trace, model, cfg.hardware, sc, profile_share=0.0)
-    from hobbit.sim.workload import build_workload
-
-    rep = Replayer(build_workload(trace), res.decisions, store, clear_queue=sc.prefetch.clear_queue)
+    rep = Replayer(build_workload(trace), res.decisions, store, **replay_rules(sc))
     tl = rep.run()
     slots = res.decisions.slots
     assert rep.cache.peak[HIGH] <= slots[0] and rep.cache.peak[LOW] <= slots[1]
@@ -151,6 +151,28 @@ def test_every_system_replays_within_its_slots(four_layers, system):
         res.decisions.steps
     )
     assert np.all(tl.pass_end > tl.pass_start)
+
+
+def test_moe_offloading_replays_as_released_swapping_on_the_compute_stream(four_layers):
+    """MoE-Offloading's release (write_back, copy_stream=compute) replayed as simulated: every copy moves its buffer's
+    old contents back first (twice the bytes), and a layer's experts start once every copy it issued has landed."""
+    cfg, model, store, trace = four_layers
+    eb = (store.nbytes(HIGH), store.nbytes(LOW))
+    sc = compose_sim("system=moe-offloading").system
+    sc = dataclasses.replace(sc, cache=dataclasses.replace(sc.cache, high_bytes=11 * eb[0], low_bytes=11 * eb[1]))
+    res = simulate(trace, model, cfg.hardware, sc, profile_share=0.0)
+    wl = build_workload(trace)
+    rep = Replayer(wl, res.decisions, store, record=True, **replay_rules(sc))
+    tl = rep.run()
+    copied = sum(ld.nbytes for s in res.decisions.steps for ld in s.loads)
+    assert copied > 0 and tl.bytes_moved == 2 * copied == res.summary["bytes_loaded"]
+    assert rep.work is not None
+    landed: dict[int, float] = {}  # step -> when its last copy landed
+    for i, s in enumerate(res.decisions.steps):
+        if s.loads:
+            landed[i] = max(rep.copy_times[ld.tid][1] for ld in s.loads)
+    starts = [(i, t0) for i, kind, t0, _, _ in rep.work if kind == "expert" and i in landed]
+    assert starts and all(t0 >= landed[i] for i, t0 in starts)
 
 
 def _static(res) -> set:
@@ -407,9 +429,9 @@ def test_bad_input_is_refused_before_work(tmp_path, capsys):
     assert "scale=7" in capsys.readouterr().err
     assert run_cli(["validate", "rounds=0", f"hydra.run.dir={tmp_path / 'e'}"]) == 2
     assert "rounds" in capsys.readouterr().err
-    # a system timed by a rule the replay does not run (MoE-Offloading's copies on the compute stream) is refused
-    assert run_cli(["validate", "system=moe-offloading", f"hydra.run.dir={tmp_path / 'f'}"]) == 2
-    assert "system.copy_stream=compute" in capsys.readouterr().err
+    # a system timed by a rule the replay does not run (llama.cpp of 2024's whole CPU layers) is refused
+    assert run_cli(["validate", "system=llama-cpp-2024", f"hydra.run.dir={tmp_path / 'f'}"]) == 2
+    assert "system.cpu_layer_scope=whole" in capsys.readouterr().err
 
 
 def test_the_copy_engine_drops_the_prefetches_a_step_did_not_start():
