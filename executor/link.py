@@ -73,7 +73,7 @@ class CopyEngine:
             self.queue = kept
 
     def clear(self, uses: Iterable[int]) -> None:
-        """``system.prefetch.clear_queue`` (``sim.plain.requeue``): every prefetch not started leaves the queue, kept
+        """``system.prefetch.clear_queue`` (``sim.timeline.requeue``): every prefetch not started leaves the queue, kept
         aside; those ``uses`` names join again as demand copies, ahead of the prefetches queued after them."""
         with self.cv:
             for c in self.queue:

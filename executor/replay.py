@@ -25,7 +25,7 @@ from hobbit.executor.cache import DeviceCache
 from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.weights import HostStore, kv_width
 from hobbit.sim.decide import Decisions, LayerStep, LogEntry
-from hobbit.sim.timeline import Timeline, late_uses
+from hobbit.sim.timeline import Timeline, late_copies
 from hobbit.sim.workload import Workload
 
 HEAD_DIM = 64
@@ -264,7 +264,7 @@ class Replayer:
                         if timed:
                             t0 = self._note(i, "dense", t0)
                         self._issue(link, step)
-                        tl.late += late_uses(step, link.done)
+                        tl.late += len(late_copies(step, link.done))
                         if timed and step.loads:
                             self._note(i, "issue", t0)
                         tl.step_stall[i] = self._compute(link, step, tokens, i)

@@ -200,13 +200,20 @@ class CostModel:
                 self.layer_scale * (a + b * tokens + c * tokens * context + step) + self.hw.profile.layer_overhead_s,
                 0.0,
             )
-        m = self.model
-        kv_per_layer = m.kv_bytes_per_token * self.kv_scale / max(m.num_layers, 1)
-        weights = m.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
-        nbytes = weights + kv_per_layer * context
-        flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
+        nbytes, flops = self._dense_work(tokens, context)
         t = max(nbytes / self._mem_bps, flops / self._flops)
         return self.layer_scale * (t + DENSE_KERNELS * self._launch_s)
+
+    def _dense_bytes(self) -> float:
+        """One MoE layer's dense weights, in the run's format."""
+        return self.model.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
+
+    def _dense_work(self, tokens: int, context: int) -> tuple[float, float]:
+        """(bytes read, FLOPs) of one MoE layer's dense part: its weights and its KV cache at ``context``."""
+        m = self.model
+        kv_per_layer = m.kv_bytes_per_token * self.kv_scale / max(m.num_layers, 1)
+        flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
+        return self._dense_bytes() + kv_per_layer * context, flops
 
     def layer_dense_s(self, layer: int, tokens: int, context: int) -> float:
         """``dense_s`` of ``layer``, which may run whole on the CPU (``cpu_dense_layers``): there at the CPU's rates
@@ -217,19 +224,14 @@ class CostModel:
         if layer not in self.cpu_dense_layers:
             return self.cached("dense_s", tokens, context)
         if self.dense_offload_tokens and tokens >= self.dense_offload_tokens:
-            weights = self.model.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
-            copy = self.hw.link_t0_s + weights / (self.hw.link_gbps * GB)
+            copy = self.hw.link_t0_s + self._dense_bytes() / (self.hw.link_gbps * GB)
             return self.cached("dense_s", tokens, context) + self.layer_scale * copy
         return self.cached("cpu_dense_s", tokens, context)
 
     def cpu_dense_s(self, tokens: int, context: int) -> float:
         """``dense_s`` on the host CPU: the layer's dense weights and its KV cache read at the CPU's memory bandwidth,
         or its FLOPs at the CPU's rate (the system's CPU kernel efficiencies, as for its CPU experts)."""
-        m = self.model
-        kv_per_layer = m.kv_bytes_per_token * self.kv_scale / max(m.num_layers, 1)
-        weights = m.dense_bytes_per_layer() if self.memory is None else self.memory.dense_bytes
-        nbytes = weights + kv_per_layer * context
-        flops = 2 * m.dense_params_per_layer * tokens + 4 * tokens * context * m.hidden_size
+        nbytes, flops = self._dense_work(tokens, context)
         t = max(
             nbytes / (self.hw.cpu_mem_gbps * GB * self.cpu_efficiency),
             flops / (self.hw.cpu_tflops * TFLOP * (self.cpu_flops_efficiency or self.cpu_efficiency)),

@@ -17,7 +17,7 @@ import simpy
 
 from hobbit.sim.cost import Contention, CostModel
 from hobbit.sim.decide import Decisions, LayerStep
-from hobbit.sim.timeline import Timeline, demand_insert_at
+from hobbit.sim.timeline import Timeline, demand_insert_at, late_copies, requeue
 from hobbit.sim.workload import Workload
 
 
@@ -112,15 +112,9 @@ class Link:
 
     def clear(self, uses: list[int]) -> None:
         """``CostModel.clear_queue``: every prefetch not started leaves the queue (kept in ``gone``); those ``uses``
-        names come back as demand loads (``plain.requeue``)."""
-        self.gone.update((q[0], q[1]) for q in self.queue if not q[2])
-        self.cancelled += sum(1 for q in self.queue if not q[2])
-        self.queue = [q for q in self.queue if q[2]]
-        back = [(tid, self.gone.pop(tid), True) for tid in dict.fromkeys(uses) if tid in self.gone]
-        self.cancelled -= len(back)
-        for item in back:
-            self.queue.insert(demand_insert_at(self.queue, self.demand_first), item)
-        if back and self._wake is not None and not self._wake.triggered:
+        names come back as demand loads (``timeline.requeue``)."""
+        self.cancelled += requeue(self.queue, [], [], self.demand_first, self.gone, uses)
+        if self.queue and self._wake is not None and not self._wake.triggered:  # a copy brought back: serve it
             self._wake.succeed()
 
     def submit(self, items: list[tuple[int, float, bool]]) -> None:
@@ -202,10 +196,7 @@ class Engine:
             link.submit([(ld.tid, cost.cached("transfer_s", ld.nbytes), ld.demand) for ld in step.loads])
         todo = list(enumerate(step.gpu))
         stall = 0.0
-        demand = {ld.tid for ld in step.loads if ld.demand}
-        self.waits += [
-            (g.tid, env.now) for g in step.gpu if g.tid >= 0 and g.tid not in demand and not self._ready(g.tid)
-        ]
+        self.waits += [(tid, env.now) for tid in late_copies(step, self._ready)]
         if step.loads and cost.serial_copies:  # copies on the compute stream: every one lands before an expert runs
             t0 = env.now
             yield simpy.AllOf(env, [link.events[ld.tid] for ld in step.loads])

@@ -68,6 +68,7 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
         return _ktransformers(system, args, num_experts)
     knobs: dict = {}
     cpu_layers: set[int] = set()
+    whole = 0  # -ngl: the first MoE layers run whole on the CPU
     unmodelled: list[str] = []
     i = 0
 
@@ -102,11 +103,7 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
         elif a in ("-ngl", "--n-gpu-layers", "--gpu-layers"):
             # the last N of the n_layer blocks go to the GPU (llama-model.cpp: i_gpu_start = n_layer - n_gpu_layers),
             # the first run whole on the CPU; dense-first blocks come first, so they leave the GPU first
-            ngl = _int(a, value(a))
-            if ngl < num_layers + dense_layers:
-                whole_cpu = min(num_layers + dense_layers - ngl - dense_layers, num_layers)
-                if whole_cpu > 0:
-                    knobs["whole_cpu"] = whole_cpu
+            whole = max(num_layers - _int(a, value(a)), 0)  # n_layer - ngl blocks, less the dense-first ones
             i += 2
         elif a in ("--no-op-offload", "-nopo"):  # host-weight products stay on the CPU at any batch
             knobs["offload_min_batch"] = 0
@@ -149,16 +146,17 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
                 f"system.flags: {args[i]} is not a {system.runtime} flag this simulator knows (fix: drop it, or one "
                 f"of --n-cpu-moe, --cpu-moe, -ot, -ngl, --no-mmap, -c, -ctk, -ctv, -ub, -b, --moe-expert-cache)"
             )
-    whole = knobs.pop("whole_cpu", 0)
     if whole:  # -ngl below the layer count: the first layers run whole on the CPU
-        if cpu_layers or "n_cpu_moe" in knobs or system.placement != "static":
+        if system.placement != "static":
+            raise ConfigError(
+                f"system.flags='{system.flags}': -ngl below the layer count keeps whole layers on the CPU, which "
+                f"system={system.name} (placement={system.placement}) does not do (fix: -ngl 999, or system=llama-cpp)"
+            )
+        if cpu_layers or "n_cpu_moe" in knobs:
             raise ConfigError(
                 f"system.flags='{system.flags}': -ngl below the layer count puts whole layers on the CPU; with "
                 f"--n-cpu-moe, --cpu-moe or -ot as well some CPU layers would keep attention on the GPU and some not, "
                 f"which is not modelled (fix: -ngl 999 with those flags, or -ngl alone)"
-                if system.placement == "static"
-                else f"system.flags='{system.flags}': -ngl below the layer count keeps whole layers on the CPU, which "
-                f"system={system.name} (placement={system.placement}) does not do (fix: -ngl 999, or system=llama-cpp)"
             )
         knobs["n_cpu_moe"], knobs["cpu_layer_scope"] = whole, "whole"
     if cpu_layers and system.placement == "cache" and cpu_layers >= set(range(num_layers)):

@@ -14,35 +14,8 @@ import numpy as np
 
 from hobbit.sim.cost import Contention, CostModel
 from hobbit.sim.decide import Decisions
-from hobbit.sim.timeline import Timeline, demand_insert_at, late_uses
+from hobbit.sim.timeline import Timeline, late_copies, requeue
 from hobbit.sim.workload import Workload
-
-
-def requeue(
-    queue: list[tuple[int, float, bool]],
-    items: list[tuple[int, float, bool]],
-    cancel: list[int],
-    demand_first: bool,
-    gone: dict[int, float] | None = None,
-    uses: Sequence[int] = (),
-) -> int:
-    """Drop the cancelled copies that have not started from ``queue``, then add ``items`` (a demand
-    load ahead of queued prefetches when ``demand_first``), in place; the number dropped, less those a use brings
-    back. ``gone`` (``CostModel.clear_queue``): every prefetch not started leaves first, kept there (tid -> seconds);
-    those of them ``uses`` names come back as demand loads, ahead of ``items``."""
-    before = len(queue)
-    if gone is not None:
-        gone.update((q[0], q[1]) for q in queue if not q[2])
-        queue[:] = [q for q in queue if q[2]]
-    if cancel:
-        drop = set(cancel)
-        queue[:] = [q for q in queue if q[0] not in drop]
-    dropped = before - len(queue)
-    back = [(tid, gone.pop(tid), True) for tid in dict.fromkeys(uses) if tid in gone] if gone else []
-    for item in back + items:
-        at = demand_insert_at(queue, demand_first) if item[2] else len(queue)
-        queue.insert(at, item)
-    return dropped - len(back)
 
 
 class _Link:
@@ -195,7 +168,7 @@ def _replay_shared(
                     [g.tid for g in step.gpu],
                 )
             todo, stall = list(range(len(step.gpu))), 0.0
-            tl.late += late_uses(step, link.done.__contains__)
+            tl.late += len(late_copies(step, link.done.__contains__))
             if step.loads and cost.serial_copies:  # copies on the compute stream: all land before an expert runs
                 t0 = link.now
                 for ld in step.loads:
@@ -301,7 +274,7 @@ def replay(
                     [g.tid for g in step.gpu],
                 )
             stall = 0.0
-            tl.late += late_uses(step, lambda tid: link.done_at(tid) <= t)  # noqa: B023 (called here, at once)
+            tl.late += len(late_copies(step, lambda tid: link.done_at(tid) <= t))  # noqa: B023 (called here, at once)
             if step.loads and cost.serial_copies:  # copies on the compute stream: all land before an expert runs
                 r = max(link.done_at(ld.tid) for ld in step.loads)
                 if r > t:

@@ -17,7 +17,7 @@ so a stall gives the link all of it. CPU-side experts are outside this sharing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -86,11 +86,38 @@ def demand_insert_at(queue: list, demand_first: bool) -> int:
     return len(queue)
 
 
-def late_uses(step: LayerStep, landed: Callable[[int], bool]) -> int:
-    """How many of the step's uses wait for a copy ahead of them (not one of the step's demand loads) that has not
-    ``landed`` when the layer's experts could start (``Timeline.late``)."""
+def requeue(
+    queue: list[tuple[int, float, bool]],
+    items: list[tuple[int, float, bool]],
+    cancel: list[int],
+    demand_first: bool,
+    gone: dict[int, float] | None = None,
+    uses: Sequence[int] = (),
+) -> int:
+    """Drop the cancelled copies that have not started from ``queue`` (of (tid, seconds, is_demand)), then add
+    ``items`` (a demand load ahead of queued prefetches when ``demand_first``), in place; the number dropped, less
+    those a use brings back. ``gone`` (``CostModel.clear_queue``): every prefetch not started leaves first, kept there
+    (tid -> seconds); those of them ``uses`` names come back as demand loads, ahead of ``items``."""
+    before = len(queue)
+    if gone is not None:
+        gone.update((q[0], q[1]) for q in queue if not q[2])
+        queue[:] = [q for q in queue if q[2]]
+    if cancel:
+        drop = set(cancel)
+        queue[:] = [q for q in queue if q[0] not in drop]
+    dropped = before - len(queue)
+    back = [(tid, gone.pop(tid), True) for tid in dict.fromkeys(uses) if tid in gone] if gone else []
+    for item in back + items:
+        at = demand_insert_at(queue, demand_first) if item[2] else len(queue)
+        queue.insert(at, item)
+    return dropped - len(back)
+
+
+def late_copies(step: LayerStep, landed: Callable[[int], bool]) -> list[int]:
+    """The copies ahead of the step's uses (not one of the step's demand loads) that have not ``landed`` when the
+    layer's experts could start: each such use is late (``Timeline.late``)."""
     ahead = [g.tid for g in step.gpu if g.tid >= 0]
     if not ahead:
-        return 0
+        return []
     demand = {ld.tid for ld in step.loads if ld.demand}
-    return sum(1 for tid in ahead if tid not in demand and not landed(tid))
+    return [tid for tid in ahead if tid not in demand and not landed(tid)]

@@ -294,7 +294,7 @@ def per_pass(cost: CostModel, sizes: np.ndarray, context: np.ndarray) -> tuple[n
     cpu_layer = min(cost.cpu_dense_layers, default=-1)
     dense = np.array(
         [
-            (cost.cached("dense_s", int(a), int(b)), cost.layer_dense_s(cpu_layer, int(a), int(b)))
+            (cost.cached("dense_s", int(a), int(b)), cost.cached("layer_dense_s", cpu_layer, int(a), int(b)))
             for a, b in zip(tokens, ctx)
         ]
     ).reshape(-1, 2)

@@ -49,7 +49,7 @@ def _insert(q, ls, demand, gone, tid, first, demand_first):
 
 @njit(cache=True, _nrt=False)
 def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first, gone, clear, uses):
-    """``plain.requeue``: with ``clear`` every prefetch not started leaves (``gone``), then the cancelled copies not
+    """``timeline.requeue``: with ``clear`` every prefetch not started leaves (``gone``), then the cancelled copies not
     started, then those of ``uses`` (the step's transfer ids) that had left come back as demand loads, then the
     loads ``lo:hi`` join."""
     if clear:
