@@ -49,7 +49,12 @@ def _module(path: Path) -> tuple[str, str]:
 
 
 def _sources() -> dict[str, tuple[str, Path]]:
-    files = [p for d in [*PARTS, "hobbit"] for p in (ROOT / d).rglob("*.py")]
+    files = [
+        p
+        for d in [*PARTS, "hobbit"]
+        for p in (ROOT / d).rglob("*.py")
+        if "__pycache__" not in p.relative_to(ROOT).parts  # written at run time (sim.fast.special's copies)
+    ]
     return {name: (part, p) for p in files for name, part in [_module(p)]}
 
 

@@ -48,9 +48,13 @@ def _start(tmp_path):
 
 def test_a_process_waits_while_another_compiles_and_none_waits_once_cached(tmp_path):
     (tmp_path / "tiny_entry.py").write_text(MODULE)
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "nc")}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "nc"), "PYTHONPATH": str(tmp_path)}
     path = subprocess.run(
-        [sys.executable, "-c", "from hobbit.sim.fast import lock_path; print(lock_path())"],
+        [
+            sys.executable,
+            "-c",
+            "from hobbit.sim.fast import lock_path; import tiny_entry; print(lock_path(tiny_entry.plus_one))",
+        ],
         env=env,
         capture_output=True,
         text=True,

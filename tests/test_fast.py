@@ -763,8 +763,6 @@ def test_one_compiled_walk_for_read_only_and_writable_traces():
     """joblib hands a worker a large array as a read-only memory map (``hobbit.sweep(..., n_jobs=2)``), a trace
     built in this process is writable; numba would compile the walk for each (minutes, in every worker): the
     compiled core gets the trace's arrays read-only either way."""
-    from hobbit.sim.fast import walk
-
     tr = bundled(2)
     arrays, meta = tr.arrays, tr.meta
     frozen = dataclasses.replace(
@@ -775,7 +773,8 @@ def test_one_compiled_walk_for_read_only_and_writable_traces():
     cfg = compose_sim("system=hobbit")
     for tr in (Trace(meta, arrays), Trace(meta, frozen)):
         simulate(tr, cfg.model, cfg.hardware, cfg.system)
-    assert len(walk.walk.signatures) == 1, walk.walk.signatures
+    walk = fast.policy_walk(cfg.system.cache.policy)
+    assert len(walk.signatures) == 1, walk.signatures
     assert arrays.gate_weights.flags.writeable  # the trace itself is left as it was
 
 
@@ -800,7 +799,7 @@ def test_a_compilation_is_announced_and_timed_a_cache_load_is_silent():
     lines = out.getvalue().splitlines()
     assert len(lines) == 3 and "compiling the simulator's core (walk first)" in lines[0]
     assert lines[1].startswith("hobbit: compiled walk in ") and lines[2].startswith("hobbit: compiled replay in ")
-    assert fast.walk.walk in fast.ENTRY and fast.bound.pass_bounds in fast.ENTRY
+    assert fast.bound.pass_bounds in fast.ENTRY and fast.policy_walk("lru") in fast.NOTICE.entry
 
 
 def test_per_pass_costs_are_the_costs_of_each_pass():

@@ -48,7 +48,7 @@ from hobbit.sim.decide import (
     log_dtype,
     tables_from_steps,
 )
-from hobbit.sim.fast import bound, rule, timing, walk
+from hobbit.sim.fast import bound, rule, special, timing, walk
 from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
@@ -57,9 +57,11 @@ from hobbit.sim.timeline import Timeline, layer_sums
 from hobbit.sim.workload import Workload
 
 # Seconds (low, high) numba takes to compile each entry point, measured on a 2-core VM (numba compiles on one core,
-# so more cores do not shorten it; a faster core does). The walk is most of it: one large function with its helpers.
+# so more cores do not shorten it; a faster core does; benchmarks/first_compile.py). The walk is most of it: one
+# large function with its helpers, a walk per eviction policy (``special``), 19-29 s each, the first a run compiles
+# the longest (the helpers its policy shares with the others compile with it).
 COMPILE_S: dict[str, tuple[float, float]] = {
-    "walk": (55.0, 115.0),
+    "walk": (20.0, 35.0),
     "replay": (2.0, 4.0),
     "replay_shared": (2.0, 4.0),
     "pass_bounds": (1.0, 2.0),
@@ -163,17 +165,28 @@ class CompileNotice(numba_event.Listener):
         self._say(f"compiled {d.py_func.__name__} in {self.clock() - self.started[d]:.0f} s ({self._place(d)})")
 
 
-ENTRY = (walk.walk, timing.replay, timing.replay_shared, bound.pass_bounds)
-numba_event.register("numba:compile", CompileNotice(ENTRY))
+ENTRY = (timing.replay, timing.replay_shared, bound.pass_bounds)  # and each policy's walk, as a run asks for it
+NOTICE = CompileNotice(ENTRY)
+numba_event.register("numba:compile", NOTICE)
+
+
+def policy_walk(policy: str) -> Callable:
+    """The walk compiled for eviction policy ``policy`` (``special.core``): an entry point ``NOTICE`` announces."""
+    d = special.core(policy).walk
+    if d not in NOTICE.entry:
+        NOTICE.entry = (*NOTICE.entry, d)
+    return d
 
 
 WAITED: list[str] = []  # the entry points this process waited on another's compilation for (said once)
 
 
-def lock_path() -> Path:
-    """The file whose lock the processes compiling this copy of the core take: one per source directory, numba
-    version and cache directory (``first_use``)."""
-    key = f"{Path(__file__).resolve().parent}|{numba.__version__}|{numba.config.CACHE_DIR}"
+def lock_path(d) -> Path:
+    """The file whose lock the processes compiling entry point ``d`` take (``first_use``): one per entry point's
+    source file and name, numba version and cache directory, so that two policies' walks compile side by side."""
+    f = d.py_func
+    where = f"{Path(f.__code__.co_filename).resolve()}:{f.__qualname__}"
+    key = f"{Path(__file__).resolve().parent}|{where}|{numba.__version__}|{numba.config.CACHE_DIR}"
     return Path(tempfile.gettempdir()) / f"hobbit-core-{hashlib.sha1(key.encode()).hexdigest()[:16]}.lock"
 
 
@@ -190,14 +203,14 @@ def _in_cache(d) -> bool:
 def first_use(d, out=None) -> Iterator[None]:
     """Around the first call of a compiled entry point in a process: when numba would have to compile it (neither
     this process nor the on-disk cache has it), one process at a time goes on (an exclusive lock on
-    ``lock_path()``). A sweep's workers all start at once; without the lock each of them compiles the walk for
+    ``lock_path(d)``). A sweep's workers all start at once; without the lock each of them compiles the walk for
     itself (each taking the whole compilation's time and most of a GB), with the lock one compiles and the others
     then load its code from the cache. A process that dies releases the lock."""
     if fcntl is None or d.overloads or _in_cache(d):
         yield
         return
     try:
-        f = open(lock_path(), "a")  # noqa: SIM115 - held to the end of the block
+        f = open(lock_path(d), "a")  # noqa: SIM115 - held to the end of the block
     except OSError:
         yield
         return
@@ -445,7 +458,6 @@ def _walk_inputs(
         bool(ev.per_layer and ev.wide_step == "bypass"),
         offload_tokens(system, wl.num_experts, wl.top_k),
         bool(ev.per_layer),
-        policy,
         wts,
         fw,
         fut_off,
@@ -535,10 +547,10 @@ def decide(
     of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
     victim; ``walk._pruned_evict``)."""
     state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
-    with first_use(walk.walk_state):
-        state = walk.walk_state(*state_args)
-    with first_use(walk.walk):
-        out = walk.walk(state, *args, 0, len(wl.pass_start))
+    state = walk.walk_state(*state_args)
+    walk_of = policy_walk(system.cache.policy)
+    with first_use(walk_of):
+        out = walk_of(state, *args, 0, len(wl.pass_start))
     logs, (served, mass, st) = list(out[:6]), out[6:9]
     del out, state  # the views now hold the buffers (longer than the tables): each is copied, then let go
     for x in range(6):
@@ -743,8 +755,8 @@ def stream(
     decode = np.asarray(wl.pass_phase) == 1
     layer_stall, decode_stall = np.zeros(L), np.zeros(L)
     demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
-    with first_use(walk.walk_state):
-        state = walk.walk_state(*state_args)
+    state = walk.walk_state(*state_args)
+    walk_of = policy_walk(system.cache.policy)
     pins_at, logs_at = walk.STATE.index("pins"), walk.STATE.index("logs")
     pool, stg_tid, st = state[0], state[walk.STATE.index("stg_tid")], state[walk.STATE.index("st")]
     fs, ls = np.zeros(6), np.zeros(6, np.int64)
@@ -761,8 +773,8 @@ def stream(
         tid0 = int(st[walk.NEXT_TID])
         held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
         live = np.unique(held[held >= 0])
-        with first_use(walk.walk):
-            loads, gpu, cpu, cancel, *_, pins, logs = walk.walk(state, *args, p0, p1)  # the tables: views of logs
+        with first_use(walk_of):
+            loads, gpu, cpu, cancel, *_, pins, logs = walk_of(state, *args, p0, p1)  # the tables: views of logs
         state = tuple(pins if x == pins_at else logs if x == logs_at else v for x, v in enumerate(state))
         if st[walk.OVERFLOW]:
             return None

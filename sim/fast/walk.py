@@ -8,6 +8,10 @@ MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, sk
 slots, per-layer pools (regions of any sizes, ``roff``; wide steps kept or bypassed, ``cache.wide_step``),
 resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert.
 
+This file is a template: the eviction policy is the module global ``POLICY`` (-1 here), and ``sim.fast.special``
+imports a copy of the file per policy with it set, so that numba compiles each policy's walk with that policy's
+branches alone (``walk_state``, which takes the policy as an argument, runs from this module).
+
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]`` (both views of one row per (layer, expert), ``xs``), scalars in ``st`` (``CLOCK`` ..),
@@ -56,6 +60,18 @@ POLICIES = (
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
 LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(13)
+# The eviction policy this copy of the module decides for (``sim.fast.special.core``): -1 in this file, the template,
+# whose ``walk`` refuses to run; each generated copy sets it to one of the above. Numba reads a global as a constant
+# and prunes every branch on it before typing, so a copy compiles its own policy's code and none of the others'.
+POLICY = -1
+# LRU and MRU by last touch, FIFO by entry, LFU by use count then last touch: they keep a region's copies in a list
+# (``_list_push``) and find the victim at one end of it, not by scanning the region
+LISTED = POLICY in (LRU, FIFO, MRU, LFU)
+# policies whose victim ``_pre_admit`` picks (their miss hook runs there): the listed ones, and those with state of
+# their own or that read ``rare`` (Belady, EAM's priority and its release's eviction)
+PICKS_VICTIM = LISTED or POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS)
+# policies with an insert hook (``_post_admit``)
+INSERT_HOOK = LISTED or POLICY in (SIEVE, LFRU, S3FIFO, ARC, LIRS)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
 HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
 # LFU's list (``_lfu_enter``) in gp[5]: each slot's group (the slots of one use count, side by side in the list) in
@@ -183,15 +199,15 @@ def future_uses(ids, pass_start, pass_end, num_experts):
 
 
 @njit(cache=True, _nrt=False)
-def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, policy, layer_now, per_layer, rare):
+def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, layer_now, per_layer, rare):
     """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match, bel,
     and EAM's buffers: the layers' decays, a scan's kept slots and touches, their scores): Belady's victim is the root
     of its region's heap (``_bel_up``), EAM's priority's the lowest score (``_eam_evict``). Without reference counts
     (``_nrt=False``, see ``_pruned_evict``): neither allocates."""
     _, _, eam_lib, eam_match, bel, decay, scan_i, scan_v = rare
-    if policy == BELADY:
+    if POLICY == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    if policy == EAM_RELEASE:
+    if POLICY == EAM_RELEASE:
         return _eam_release_evict(pool, pr, r0, r1, layer_now, eam_lib, eam_match[EC_M])
     return _eam_evict(
         pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match, decay, scan_i, scan_v
@@ -540,7 +556,7 @@ def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, r
 
 
 @njit(cache=True)
-def _to_evict(pool, pr, r0, r1, policy, w, fw, tokens, layer_now):
+def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
     """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
     regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU, FIFO
     and MRU at an end of a list (``_lru_evict``), Belady and EAM's priority in ``_to_evict_rare``, the rest in their
@@ -734,17 +750,9 @@ def _beaten(bk, f, t):
     return (bk * (1.0 + 1e-9) - f) * t * (1.0 + 1e-9)
 
 
-@njit(cache=True, inline="always")
-def _listed(policy):
-    """Whether ``policy`` keeps its region's copies in a list (``_list_push``): LRU and MRU by last touch, FIFO by
-    entry, LFU by use count, then last touch (``_lfu_enter``); each then finds its victim at one end of the list, not
-    by scanning the region."""
-    return policy == LRU or policy == FIFO or policy == MRU or policy == LFU
-
-
 @njit(cache=True)
 def _link(hk, hr, pr, g, o, n):
-    """Make ``o`` and ``n`` neighbours in region ``g``'s list (``_listed``'s, and SIEVE's queue): ``o`` just older
+    """Make ``o`` and ``n`` neighbours in region ``g``'s list (``LISTED``'s, and SIEVE's queue): ``o`` just older
     than ``n``; -1 for ``o`` makes ``n`` the oldest (TAIL), for ``n`` makes ``o`` the newest (HEAD)."""
     if n < 0:
         hr[pr, g, HEAD] = o
@@ -840,19 +848,19 @@ def _lru_touch(hk, hr, pr, g, slot):
 
 
 @njit(cache=True)
-def _lru_evict(gp, pool, pr, g, policy):
-    """The victim of a listed policy (``_listed``) from the region's list, without scanning the region: LRU's least
+def _lru_evict(gp, pool, pr, g):
+    """The victim of a listed policy (``LISTED``) from the region's list, without scanning the region: LRU's least
     and MRU's most recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is in TOUCHED
     order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
     ``_lru_touch``), FIFO's first entered (INSERTED order: a copy enters it newest and stays), LFU's least used, then
     least recently touched (``_lfu_enter``). The victim leaves the list (``_post_admit`` enters the new copy); -1
     when every copy is pinned."""
     hk, hr = gp[5], gp[6]
-    newest = policy == MRU
+    newest = POLICY == MRU
     s = hr[pr, g, HEAD] if newest else hr[pr, g, TAIL]
     while s >= 0 and pool[pr, s, PINNED]:
         s = hk[OLDER, pr, s] if newest else hk[NEWER, pr, s]
-    if s >= 0 and policy == LFU:
+    if s >= 0 and POLICY == LFU:
         _lfu_leave(hk, hr, pr, g, s)
     elif s >= 0:
         _list_unlink(hk, hr, pr, g, s)
@@ -860,19 +868,19 @@ def _lru_evict(gp, pool, pr, g, policy):
 
 
 @njit(cache=True)
-def _on_insert(gp, pool, policy, pr, g, slot):
+def _on_insert(gp, pool, pr, g, slot):
     """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): a listed policy's list takes it
     (LFU's past the groups of fewer uses, the others at the newest end); SIEVE pushes it at the head, unvisited
     (Sieve.push); LFRU enters it with one use at the region's next access."""
     hk, hr = gp[5], gp[6]
-    if policy == LFU:
+    if POLICY == LFU:
         _lfu_insert(hk, hr, pool, pr, g, slot)
-    elif _listed(policy):
+    elif LISTED:
         _list_push(hk, hr, pr, g, slot)
-    elif policy == SIEVE:
+    elif POLICY == SIEVE:
         _list_push(hk, hr, pr, g, slot)
         hk[VISITED, pr, slot] = 0
-    elif policy == LFRU:
+    elif POLICY == LFRU:
         hr[pr, g, H_CLOCK] += 1
         hk[H_USES, pr, slot], hk[H_LAST, pr, slot] = 1, hr[pr, g, H_CLOCK]
         hk[H_SEQ, pr, slot] = hr[pr, g, H_NEXT]
@@ -880,24 +888,24 @@ def _on_insert(gp, pool, policy, pr, g, slot):
 
 
 @njit(cache=True, _nrt=False)
-def _on_hit(gp, policy, pr, g, slot):
+def _on_hit(gp, pr, g, slot):
     """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access (LRU
     and MRU: ``_lru_touch``, called by the walk itself)."""
     hk, hr = gp[5], gp[6]
-    if policy == SIEVE:
+    if POLICY == SIEVE:
         hk[VISITED, pr, slot] = 1
-    elif policy == LFRU:
+    elif POLICY == LFRU:
         hr[pr, g, H_CLOCK] += 1
         hk[H_USES, pr, slot] += 1
         hk[H_LAST, pr, slot] = hr[pr, g, H_CLOCK]
 
 
 @njit(cache=True)
-def _hooked_evict(gp, policy, pool, pr, g, r0, r1):
+def _hooked_evict(gp, pool, pr, g, r0, r1):
     """``Sieve.to_evict`` / ``LFRU.to_evict`` over region ``g`` (slots r0:r1); the victim leaves their state."""
     hk, hr = gp[5], gp[6]
     lay, pin = pool[pr, :, LAYER], pool[pr, :, PINNED]
-    if policy == LFRU:  # the lowest uses / (accesses since the last use + 1), ties to the earliest entry
+    if POLICY == LFRU:  # the lowest uses / (accesses since the last use + 1), ties to the earliest entry
         best, bs, bq = -1, 0.0, 0
         now = hr[pr, g, H_CLOCK]
         for s in range(r0, r1):
@@ -1431,7 +1439,7 @@ def _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, precisio
             pool[pr, s, LAST_USE] = rec[layer, e, 0]
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
-            if g_on[pr]:
+            if POLICY == MULTIDIM and g_on[pr]:
                 _g_changed(g_qlb, pr, layer)
                 if not pool[pr, s, PINNED]:  # a pinned slot's part stays +inf until it is unpinned
                     g_key[pr, layer, g_pos[pr, s]] = _q_key(rec, layer, e, w)
@@ -1446,7 +1454,7 @@ def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
 
 
 @njit(cache=True, _nrt=False)
-def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, per_layer, policy, w):
+def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, per_layer, w):
     """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's, FIFO's and MRU's lists, SIEVE,
     LFRU, S3-FIFO, ARC, LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss
     hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
@@ -1457,11 +1465,11 @@ def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, 
     if r1 == r0:  # no slot at all (the pool, or the layer's region): the policy hears nothing
         return -1
     g = layer if per_layer else 0
-    if policy == S3FIFO:
+    if POLICY == S3FIFO:
         _s3_on_miss(gp, pr, g, layer * num_experts + e)
-    elif policy == ARC:
+    elif POLICY == ARC:
         _arc_on_miss(gp, pr, g, layer * num_experts + e)
-    elif policy == LIRS:
+    elif POLICY == LIRS:
         _lirs_on_miss(gp, pool, pr, g, layer * num_experts + e)
     if per_layer:
         for s in range(r0, r1):
@@ -1469,31 +1477,31 @@ def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, 
                 return -1
     elif nfree[pr] < r1:
         return -1
-    if _listed(policy):
-        return _lru_evict(gp, pool, pr, g, policy)
-    if policy == SIEVE or policy == LFRU:
-        return _hooked_evict(gp, policy, pool, pr, g, r0, r1)
-    if policy == S3FIFO:
+    if LISTED:
+        return _lru_evict(gp, pool, pr, g)
+    if POLICY == SIEVE or POLICY == LFRU:
+        return _hooked_evict(gp, pool, pr, g, r0, r1)
+    if POLICY == S3FIFO:
         return _s3_evict(gp, pool, pr, g, w, num_experts, r1 - r0)
-    if policy == ARC:
+    if POLICY == ARC:
         return _arc_evict(gp, pool, pr, g, num_experts)
-    if policy == LIRS:
+    if POLICY == LIRS:
         return _lirs_evict(gp, pool, pr, g)
-    return _to_evict_rare(pool, index, gp[0], gp[1], pr, g, r0, r1, policy, layer_now, per_layer, rare)
+    return _to_evict_rare(pool, index, gp[0], gp[1], pr, g, r0, r1, layer_now, per_layer, rare)
 
 
 @njit(cache=True, _nrt=False)
-def _post_admit(gp, pool, roff, index, pr, layer, slot, per_layer, policy, w):
+def _post_admit(gp, pool, roff, index, pr, layer, slot, per_layer, w):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
     g = layer if per_layer else 0
     r0, r1 = _region(roff, pr, per_layer, layer)
-    if policy == SIEVE or policy == LFRU or _listed(policy):
-        _on_insert(gp, pool, policy, pr, g, slot)
-    elif policy == S3FIFO:
+    if POLICY == SIEVE or POLICY == LFRU or LISTED:
+        _on_insert(gp, pool, pr, g, slot)
+    elif POLICY == S3FIFO:
         _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
-    elif policy == ARC:
+    elif POLICY == ARC:
         _arc_on_insert(gp, pr, g, slot)
-    elif policy == LIRS:
+    elif POLICY == LIRS:
         _lirs_on_insert(gp, pool, pr, g, slot, index.shape[2])
 
 
@@ -1518,13 +1526,12 @@ def _admit(
     transfer,
     pinned,
     per_layer,
-    policy,
     w,
     fw,
     chosen,
 ):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
-    ``chosen``: the victim ``_pre_admit`` picked, for the policies that have it pick (``policy`` >= BELADY; their
+    ``chosen``: the victim ``_pre_admit`` picked, for the policies that have it pick (``PICKS_VICTIM``; their
     hooks run there and in ``_post_admit``).
 
     It and its two callers are inlined where they are called (``inline="always"``), and take the arrays they use
@@ -1546,7 +1553,7 @@ def _admit(
         slot = nfree[pr]
         nfree[pr] += 1
     if slot < 0:
-        if g_on[pr]:
+        if POLICY == MULTIDIM and g_on[pr]:
             inv_t = 1.0 / max(st[TOKENS], 1)
             slot = _pruned_evict(
                 pool,
@@ -1564,16 +1571,18 @@ def _admit(
                 layer_now,
                 num_layers,
             )
-        elif policy >= BELADY or _listed(policy):
+        elif PICKS_VICTIM:
             slot = chosen
         else:
-            slot = _to_evict(pool, pr, r0, r1, policy, w, fw, st[TOKENS], layer_now)
+            slot = _to_evict(pool, pr, r0, r1, w, fw, st[TOKENS], layer_now)
         if slot < 0:
             return -1, -1
         vl, ve = pool[pr, slot, LAYER], pool[pr, slot, EXPERT]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
-    if g_on[pr] or (policy == EAM_PRIORITY and not per_layer):  # the layer lists multidim and EAM's priority read
+    if (POLICY == MULTIDIM and g_on[pr]) or (
+        POLICY == EAM_PRIORITY and not per_layer
+    ):  # the layer lists multidim and EAM's priority read
         _group_move(g_slots, g_n, g_pos, g_key, g_qlb, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
     pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = (
@@ -1586,7 +1595,7 @@ def _admit(
     pool[pr, slot, TRANSFER] = transfer
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
-    if g_on[pr]:
+    if POLICY == MULTIDIM and g_on[pr]:
         if pinned:  # no eviction takes it while it is pinned (_pruned_evict): its part is +inf till then
             g_key[pr, layer, g_pos[pr, slot]] = np.inf
         else:
@@ -1617,7 +1626,6 @@ def _admit_used(
     tid,
     token,
     per_layer,
-    policy,
     w,
     fw,
     chosen,
@@ -1648,7 +1656,6 @@ def _admit_used(
         tid,
         False,
         per_layer,
-        policy,
         w,
         fw,
         chosen,
@@ -1693,7 +1700,6 @@ def _copy_ahead(
     pr,
     pinned,
     per_layer,
-    policy,
     w,
     fw,
     chosen,
@@ -1727,7 +1733,6 @@ def _copy_ahead(
         -1,
         pinned,
         per_layer,
-        policy,
         w,
         fw,
         chosen,
@@ -1926,7 +1931,6 @@ def _split_makespan(device, cpu, n, use_cpu):
     return max(total, on_cpu)
 
 
-@njit(cache=True)
 def walk_state(
     num_layers,
     num_experts,
@@ -1942,7 +1946,8 @@ def walk_state(
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
     one that ended at ``p0``: the same decisions as one walk over both ranges. ``roff``: the pools' regions
-    ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``."""
+    ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``. Plain Python: it runs once
+    per run and allocates, so compiling it (8 s) would buy nothing."""
     L, E = num_layers, num_experts
     roff = roff.copy()  # the walk's own (``walk`` reads the state's)
     size = roff[:, L].copy()
@@ -1961,7 +1966,18 @@ def walk_state(
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() or (policy == EAM_PRIORITY and not per_layer) else 1  # the layer lists (_group_move)
-    hS = S if policy == SIEVE or policy == LFRU or policy == S3FIFO or policy == ARC or _listed(policy) else 1
+    hS = (
+        S
+        if policy == SIEVE
+        or policy == LFRU
+        or policy == S3FIFO
+        or policy == ARC
+        or policy == LRU
+        or policy == FIFO
+        or policy == MRU
+        or policy == LFU
+        else 1
+    )
     hk = np.zeros((6, 2, hS), np.int64)
     hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
     hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
@@ -2059,8 +2075,7 @@ def walk_state(
         counts,
         bel,
         bel_cur,
-    ) + (logs,)  # (a literal of more
-    # than 30 items compiles to a list made a tuple, which numba does not take)
+    ) + (logs,)
 
 
 STATE = (
@@ -2118,7 +2133,6 @@ def walk(
     wide_bypass,
     offload_at,
     per_layer,
-    policy,
     w,
     fw,
     fut_off,
@@ -2170,6 +2184,8 @@ def walk(
     experts and token counts each step needs (a bound's expert is one not every selection skips, as here), and
     counts the selections of each class into ``cls_n`` (with HOBBIT's rule: ``rule.hobbit_counts``), so that a
     run reads the trace's selections once."""
+    if POLICY < 0:
+        raise ValueError("the template's walk decides for no policy: call sim.fast.special.core(policy).walk")
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
@@ -2216,7 +2232,7 @@ def walk(
     hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
     bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
     fo_b, fs_b = _borrowed(fut_off), _borrowed(fut_steps)
-    if policy == BELADY and bel_cur[0] < 0:  # each key's first use
+    if POLICY == BELADY and bel_cur[0] < 0:  # each key's first use
         bel_cur[:] = fut_off[:-1]
     index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
     n_stg, n_pins = n_held[0], n_held[1]
@@ -2295,7 +2311,7 @@ def walk(
             g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
             _g_forget(g_qlb)
             for pr in range(2):
-                if g_on[pr]:
+                if POLICY == MULTIDIM and g_on[pr]:
                     for g in range(L):
                         for j in range(g_n[pr, g]):
                             g_key[pr, g, j] = np.inf if pool[pr, g_slots[pr, g, j], PINNED] else 0.0
@@ -2308,7 +2324,7 @@ def walk(
         for layer in range(L):
             i = p * L + layer
             st[STEP] = i
-            if policy == BELADY and i > 0:  # the keys of the step before have passed their next use
+            if POLICY == BELADY and i > 0:  # the keys of the step before have passed their next use
                 q = (i - 1) // L
                 _bel_passed(
                     bel_b,
@@ -2451,19 +2467,19 @@ def walk(
                     if hp >= 0:
                         slot = index[hp, layer, e]
                         _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
-                        if policy == LRU or policy == MRU:
+                        if POLICY == LRU or POLICY == MRU:
                             _lru_touch(hk_b, hr_b, hp, layer if per_layer else 0, slot)
-                        elif policy == LFU:
+                        elif POLICY == LFU:
                             _lfu_touch(hk_b, hr_b, pool, hp, layer if per_layer else 0, slot)
-                        elif policy == SIEVE or policy == LFRU:
-                            _on_hit(gp, policy, hp, layer if per_layer else 0, slot)
-                        elif policy == S3FIFO:
+                        elif POLICY == SIEVE or POLICY == LFRU:
+                            _on_hit(gp, hp, layer if per_layer else 0, slot)
+                        elif POLICY == S3FIFO:
                             gp[5][H_USES, hp, slot] += 1
-                        elif policy == ARC:
+                        elif POLICY == ARC:
                             _arc_on_hit(gp, hp, layer if per_layer else 0, slot)
-                        elif policy == LIRS:
+                        elif POLICY == LIRS:
                             _lirs_on_hit(gp, pool, hp, layer if per_layer else 0, slot, E)
-                        elif policy == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
+                        elif POLICY == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
                             _bel_down(
                                 bel_b,
                                 pool,
@@ -2531,10 +2547,8 @@ def walk(
                             mode = 0
                         if mode:  # _copy_ahead, not pinned
                             ch = (
-                                _pre_admit(
-                                    gp, rare, pool, roff, nfree, index, st, layer, e, prec, layer, per_layer, policy, w
-                                )
-                                if policy >= BELADY or _listed(policy)
+                                _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, prec, layer, per_layer, w)
+                                if PICKS_VICTIM
                                 else -1
                             )
                             slot, nl, nv, nk = _copy_ahead(
@@ -2557,7 +2571,6 @@ def walk(
                                 prec,
                                 False,
                                 per_layer,
-                                policy,
                                 w,
                                 fw,
                                 ch,
@@ -2568,9 +2581,9 @@ def walk(
                                 kept,
                                 nk,
                             )
-                            if slot >= 0 and (policy >= SIEVE or _listed(policy)):
-                                _post_admit(gp, pool, roff, index, prec, layer, slot, per_layer, policy, w)
-                            elif slot >= 0 and policy == BELADY:
+                            if slot >= 0 and INSERT_HOOK:
+                                _post_admit(gp, pool, roff, index, prec, layer, slot, per_layer, w)
+                            elif slot >= 0 and POLICY == BELADY:
                                 _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
                             if slot >= 0:
                                 st[BYTES] += expert_bytes[layer, prec]
@@ -2596,8 +2609,8 @@ def walk(
                             a_tid = tid
                 if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
                     ch = (
-                        _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, got, layer, per_layer, policy, w)
-                        if policy >= BELADY or _listed(policy)
+                        _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, got, layer, per_layer, w)
+                        if PICKS_VICTIM
                         else -1
                     )
                     slot, nv, nk = _admit_used(
@@ -2620,7 +2633,6 @@ def walk(
                         a_tid,
                         token,
                         per_layer,
-                        policy,
                         w,
                         fw,
                         ch,
@@ -2629,9 +2641,9 @@ def walk(
                         kept,
                         nk,
                     )
-                    if slot >= 0 and (policy >= SIEVE or _listed(policy)):
-                        _post_admit(gp, pool, roff, index, got, layer, slot, per_layer, policy, w)
-                    elif slot >= 0 and policy == BELADY:
+                    if slot >= 0 and INSERT_HOOK:
+                        _post_admit(gp, pool, roff, index, got, layer, slot, per_layer, w)
+                    elif slot >= 0 and POLICY == BELADY:
                         _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, got, layer, e, slot, L, E)
                 mass[got] += need_m[e]
                 counts[layer, e] += n
@@ -2650,13 +2662,13 @@ def walk(
                     if s >= 0:
                         pool[pr, s, PINNED] = 0
                         if (
-                            policy == EAM_PRIORITY
+                            POLICY == EAM_PRIORITY
                             and eam_match[EC_VALID]
                             and eam_match[EC_PR] == pr
                             and s != eam_match[EC_PREV]
                         ):  # it can be evicted again: the candidates see it
                             _eam_let_go(eam_match, pool, pr, s, eam_lib, eam_d)
-                        if policy == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
+                        if POLICY == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
                             _bel_push(
                                 bel_b,
                                 fo_b,
@@ -2669,7 +2681,7 @@ def walk(
                                 s,
                                 pl * E + pe,
                             )
-                        if g_on[pr]:  # its record part enters its layer's list and bound
+                        if POLICY == MULTIDIM and g_on[pr]:  # its record part enters its layer's list and bound
                             _g_changed(g_qlb, pr, pl)
                             q = _q_key(rec, pl, pe, w)
                             g_key[pr, pl, g_pos[pr, s]] = q
@@ -2810,8 +2822,8 @@ def walk(
                     n_stg += 1
                 else:
                     ch = (
-                        _pre_admit(gp, rare, pool, roff, nfree, index, st, tl, te, prec, layer, per_layer, policy, w)
-                        if policy >= BELADY or _listed(policy)
+                        _pre_admit(gp, rare, pool, roff, nfree, index, st, tl, te, prec, layer, per_layer, w)
+                        if PICKS_VICTIM
                         else -1
                     )
                     slot, nl, nv, nk = _copy_ahead(
@@ -2834,7 +2846,6 @@ def walk(
                         prec,
                         True,
                         per_layer,
-                        policy,
                         w,
                         fw,
                         ch,
@@ -2845,9 +2856,9 @@ def walk(
                         kept,
                         nk,
                     )
-                    if slot >= 0 and (policy >= SIEVE or _listed(policy)):
-                        _post_admit(gp, pool, roff, index, prec, tl, slot, per_layer, policy, w)
-                    elif slot >= 0 and policy == BELADY:
+                    if slot >= 0 and INSERT_HOOK:
+                        _post_admit(gp, pool, roff, index, prec, tl, slot, per_layer, w)
+                    elif slot >= 0 and POLICY == BELADY:
                         _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, tl, te, slot, L, E)
                     if slot < 0:
                         st[DROPPED] += 1

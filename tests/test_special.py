@@ -1,0 +1,101 @@
+"""One compiled walk per eviction policy (``sim.fast.special``): the copies, and what a run compiles."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hobbit.sim.fast import special, walk
+
+
+def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_template():
+    dep = special.dependent()
+    assert {"walk", "_pre_admit", "_post_admit", "_admit", "_on_hit", "_note_use"} <= set(dep)
+    assert not {"walk_state", "_grow", "_pruned_evict", "_to_evict", "_best_match", "_split_makespan"} & set(dep)
+    for policy in ("lru", "eam_release", "lirs"):
+        mod = special.core(policy)
+        number = walk.POLICIES.index(policy)
+        assert mod.POLICY == number and mod.LISTED == (policy == "lru") and mod.PICKS_VICTIM
+        assert mod.__name__ == f"hobbit.sim.fast.walk_{policy}"
+        for name in dep:  # its own, compiled for it
+            assert (
+                getattr(mod, name) is not getattr(walk, name) and getattr(mod, name).py_func.__module__ == mod.__name__
+            )
+        for name in ("walk_state", "_grow", "_pruned_evict", "POLICIES", "STATE", "NEVER"):  # the template's, shared
+            assert getattr(mod, name) is getattr(walk, name)
+
+
+def test_an_unknown_policy_is_named_with_those_there_are():
+    with pytest.raises(ValueError, match=r"no eviction policy 'mru2': one of lru, lfu, "):
+        special.text("mru2")
+
+
+def test_the_template_refuses_to_walk():
+    assert walk.POLICY == -1 and not walk.LISTED and not walk.PICKS_VICTIM and not walk.INSERT_HOOK
+    mod = special.core("lfu")
+    assert mod.POLICY == walk.POLICIES.index("lfu") and mod.LISTED and mod.PICKS_VICTIM and mod.INSERT_HOOK
+    assert mod.__name__ == "hobbit.sim.fast.walk_lfu" and special.core("lfu") is mod
+
+
+def test_a_copy_is_written_once_and_an_older_templates_copy_goes(tmp_path, monkeypatch):
+    monkeypatch.setattr(special, "home", lambda: tmp_path)
+    stale = tmp_path / "walk_fifo_0123456789abcdef.py"
+    lookalike = tmp_path / "walk_fifo_x_0123456789abcdef.py"  # not a copy's name: stays
+    lookalike.write_text("POLICY = 2\n")
+    stale.write_text("POLICY = 2\n")
+    (tmp_path / "__pycache__").mkdir()
+    stale_cache = tmp_path / "__pycache__" / "walk_fifo_0123456789abcdef.walk-2140.py311.nbi"
+    stale_cache.write_bytes(b"x")
+    other = tmp_path / "walk_lru_0123456789abcdef.py"  # another policy's copy stays
+    other.write_text("POLICY = 0\n")
+    path = special.source("fifo")
+    assert path.read_text(encoding="utf-8") == special.text("fifo")
+    assert not stale.exists() and not stale_cache.exists() and other.exists() and lookalike.exists()
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~special._umask())
+    os.utime(path, ns=(1, 1))  # numba keys its cache by the file's stamp: a second call must leave it as it is
+    assert special.source("fifo") == path and path.stat().st_mtime_ns == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".walk_")] == []  # no temporary file left
+
+
+def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
+    """From an empty numba cache, a run of an LRU system compiles the LRU walk and its list's helpers, and none of
+    the other policies' (their branches are pruned before numba types them)."""
+    code = textwrap.dedent(
+        """
+        from numba.core import event
+        seen = set()
+        class Seen(event.Listener):
+            def on_start(self, e):
+                seen.add(e.data["dispatcher"].py_func.__name__)
+            def on_end(self, e):
+                pass
+        event.register("numba:compile", Seen())
+        from hobbit.sim.fast import decide, walk
+        from hobbit.sim.workload import build_workload
+        from sim_helpers import bundled, compose_sim
+        cfg = compose_sim("system=moe-offloading")
+        wl = build_workload(bundled(1))
+        decide(wl, cfg.system, (6, 0), [[1, 1]] * wl.num_layers)
+        print(" ".join(sorted(seen)))
+        """
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    seen = set(out.stdout.split())
+    assert {"walk", "_pre_admit", "_lru_evict", "_post_admit", "_on_insert"} <= seen, seen
+    others = {"_to_evict_rare", "_eam_evict", "_eam_release_evict", "_pruned_evict", "_bel_push", "_hooked_evict"}
+    others |= {"_lfu_insert", "_s3_evict", "_arc_evict", "_l_make_room", "_lirs_evict", "_l_insert"}
+    assert not others & seen, others & seen
