@@ -26,7 +26,15 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
             assert (
                 getattr(mod, name) is not getattr(walk, name) and getattr(mod, name).py_func.__module__ == mod.__name__
             )
-        for name in ("walk_state", "_grow", "_pruned_evict", "POLICIES", "STATE", "NEVER"):  # the template's, shared
+        for name in (
+            "walk_state",
+            "_grow",
+            "_pruned_evict",
+            "POLICIES",
+            "State",
+            "Inputs",
+            "NEVER",
+        ):  # the template's, shared
             assert getattr(mod, name) is getattr(walk, name)
 
 

@@ -365,10 +365,10 @@ def _walk_inputs(
     miss_costs: Callable[[int, int], tuple[float, float]] | None,
     profile: list[np.ndarray] | None,
     bound_inputs: tuple | None = None,
-) -> tuple[tuple, tuple]:
-    """(``walk.walk_state``'s arguments, ``walk.walk``'s between the state and the pass range) for ``system``;
-    with ``bound_inputs`` (``_bound_inputs``) the walk also writes each pass's bound into the array that ends its
-    arguments but one, and counts the selections of each class into the last (``walk.walk``)."""
+) -> tuple[dict[str, Any], walk.Inputs]:
+    """(``walk.walk_state``'s arguments by name, the walk's ``inputs``) for ``system``; with ``bound_inputs``
+    (``_bound_inputs``) the walk also writes each pass's bound into ``inputs.bound.out`` and counts the selections of
+    each class into ``inputs.bound.cls_n``."""
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
@@ -430,78 +430,86 @@ def _walk_inputs(
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
     log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
     roff = region_offsets(slots, L, bool(ev.per_layer))
-    state_args = (
-        L,
-        E,
-        roff,
-        bool(ev.per_layer),
-        policy,
-        int(pf.staging_slots),
-        int(PRUNE_MIN_SLOTS),
-        int(LIRS_VICTIMS_PER_KEY) * L * E,
-        int(EAM_CANDIDATES),
-        log,
+    state_args = {
+        "num_layers": L,
+        "num_experts": E,
+        "roff": roff,
+        "per_layer": bool(ev.per_layer),
+        "policy": policy,
+        "staging": int(pf.staging_slots),
+        "prune_min_slots": int(PRUNE_MIN_SLOTS),
+        "victim_entries": int(LIRS_VICTIMS_PER_KEY) * L * E,
+        "eam_candidates": int(EAM_CANDIDATES),
+        "log_proto": log,
+    }
+    routing = walk.Routing(
+        ids=narrow(wl.ids, "expert_ids"),
+        weights=frozen(wl.weights),
+        pred=pred,
+        pred_w=pred_w,
+        pass_start=np.asarray(wl.pass_start, np.int64),
+        pass_end=np.asarray(wl.pass_end, np.int64),
+        pass_request=np.asarray(wl.pass_request, np.int64),
+        token_in_request=np.asarray(wl.token_in_request, np.int64),
+        top_k=wl.top_k,
     )
-    args = (
-        narrow(wl.ids, "expert_ids"),
-        frozen(wl.weights),
-        pred,
-        pred_w,
-        *rule_args(p.mode, p.t1, p.t2),
-        log,
-        np.asarray(wl.pass_start, np.int64),
-        np.asarray(wl.pass_end, np.int64),
-        np.asarray(wl.pass_request, np.int64),
-        np.asarray(wl.token_in_request, np.int64),
-        resident,
-        cpu_layer,
-        bool(ev.per_layer and ev.wide_step == "bypass"),
-        offload_tokens(system, wl.num_experts, wl.top_k),
-        bool(ev.per_layer),
-        wts,
-        fw,
-        fut_off,
-        fut_steps,
-        eam_lib,
-        eam_norms,
-        eam_order,
-        int(per_step),
-        walk.PREFETCHERS.index(pf.kind),
-        depth,
-        pf.fallback == "history",
-        wl.top_k,
-        mixed,
-        int(uniform),
-        bool(p.serve_any_cached),
-        p.multi_token == "high" and mixed,
-        int(prefetch_prec),
-        bool(prefetching),
-        int(pf.staging_slots),
-        walk.CPU_MISSES.index(system.cpu_misses),
-        int(system.cpu_insert),
-        faster,
-        copy_s,
-        cpu_s,
-        float(system.split_threshold),
-        int(system.split_max_fetch),
-        per_expert,
-        frozen(layer_bytes(expert_bytes, wl.num_layers)),  # [L, 2]: a copy charges its layer's bytes (read-only
-        # whatever it was given as: one compiled walk)
+    hobbit_rule, rule_hi, rule_lo = rule_args(p.mode, p.t1, p.t2)
+    rule_in = walk.Rule(
+        hobbit_rule=hobbit_rule,
+        rule_hi=rule_hi,
+        rule_lo=rule_lo,
+        mixed=mixed,
+        uniform=int(uniform),
+        any_prec=bool(p.serve_any_cached),
+        multi_high=p.multi_token == "high" and mixed,
+    )
+    place = walk.Place(
+        resident=resident,
+        cpu_layer=cpu_layer,
+        wide_bypass=bool(ev.per_layer and ev.wide_step == "bypass"),
+        offload_at=offload_tokens(system, wl.num_experts, wl.top_k),
+        per_layer=bool(ev.per_layer),
+        per_expert=per_expert,
+        # [L, 2]: a copy charges its layer's bytes (read-only whatever it was given as: one compiled walk)
+        expert_bytes=frozen(layer_bytes(expert_bytes, wl.num_layers)),
+    )
+    evict = walk.Evict(w=wts, fw=fw, fut_off=fut_off, fut_steps=fut_steps)
+    prefetch = walk.Prefetch(
+        kind=walk.PREFETCHERS.index(pf.kind),
+        max_depth=depth,
+        history=pf.fallback == "history",
+        prefetch_prec=int(prefetch_prec),
+        prefetching=bool(prefetching),
+        staging=int(pf.staging_slots),
+        eam_lib=eam_lib,
+        eam_norms=eam_norms,
+        eam_order=eam_order,
+        eam_per_step=int(per_step),
+    )
+    cpu = walk.Cpu(
+        misses=walk.CPU_MISSES.index(system.cpu_misses),
+        insert=int(system.cpu_insert),
+        faster=faster,
+        copy_s=copy_s,
+        cpu_s=cpu_s,
+        split_threshold=float(system.split_threshold),
+        split_max_fetch=int(system.split_max_fetch),
     )
     if bound_inputs is None:
-        bnd = (
-            False,
-            np.zeros((1, 2)),
-            np.zeros(1, np.bool_),
-            np.zeros(1),
-            np.zeros(1),
-            np.zeros(1),
-            False,
-            np.zeros(1),
+        bnd = walk.Bound(
+            on=False,
+            dense=np.zeros((1, 2)),
+            whole=np.zeros(1, np.bool_),
+            other=np.zeros(1),
+            min_s=np.zeros(1),
+            cpu=np.zeros(1),
+            uses_cpu=False,
+            out=np.zeros(1),
+            cls_n=np.zeros(3, np.int64),
         )
     else:
-        bnd = (True, *bound_inputs, np.zeros(len(wl.pass_start)))
-    return state_args, (*args, *bnd, np.zeros(3, np.int64))
+        bnd = walk.Bound(True, *bound_inputs, out=np.zeros(len(wl.pass_start)), cls_n=np.zeros(3, np.int64))
+    return state_args, walk.Inputs(routing, rule_in, place, evict, prefetch, cpu, bnd, log)
 
 
 def _decisions(
@@ -546,12 +554,17 @@ def decide(
     """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
     of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
     victim; ``walk._pruned_evict``)."""
-    state_args, args = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
-    state = walk.walk_state(*state_args)
+    state_args, inputs = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    state = walk.walk_state(**state_args)
     walk_of = policy_walk(system.cache.policy)
     with first_use(walk_of):
-        out = walk_of(state, *args, 0, len(wl.pass_start))
-    logs, (served, mass, st) = list(out[:6]), out[6:9]
+        out = walk_of(state, inputs, 0, len(wl.pass_start))
+    logs, served, mass, st = (
+        [out.loads, out.gpu, out.cpu, out.cancel, out.evicted, out.kept],
+        out.served,
+        out.mass,
+        out.st,
+    )
     del out, state  # the views now hold the buffers (longer than the tables): each is copied, then let go
     for x in range(6):
         logs[x] = logs[x].copy()
@@ -738,7 +751,7 @@ def stream(
     n_steps = P * L
     max_t, _ = _tables(wl)
     inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
-    state_args, args = _walk_inputs(
+    state_args, walk_in = _walk_inputs(
         wl,
         system,
         slots,
@@ -755,10 +768,9 @@ def stream(
     decode = np.asarray(wl.pass_phase) == 1
     layer_stall, decode_stall = np.zeros(L), np.zeros(L)
     demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
-    state = walk.walk_state(*state_args)
+    state = walk.walk_state(**state_args)
     walk_of = policy_walk(system.cache.policy)
-    pins_at, logs_at = walk.STATE.index("pins"), walk.STATE.index("logs")
-    pool, stg_tid, st = state[0], state[walk.STATE.index("stg_tid")], state[walk.STATE.index("st")]
+    pool, stg_tid, st = state.pool, state.stg_tid, state.st
     fs, ls = np.zeros(6), np.zeros(6, np.int64)
     ls[timing.CUR] = -1
     space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted): the previous chunk's
@@ -774,8 +786,10 @@ def stream(
         held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
         live = np.unique(held[held >= 0])
         with first_use(walk_of):
-            loads, gpu, cpu, cancel, *_, pins, logs = walk_of(state, *args, p0, p1)  # the tables: views of logs
-        state = tuple(pins if x == pins_at else logs if x == logs_at else v for x, v in enumerate(state))
+            out = walk_of(state, walk_in, p0, p1)
+        loads, gpu, cpu, cancel = out.loads, out.gpu, out.cpu, out.cancel  # views of the buffers, out.logs
+        state = state._replace(pins=out.pins, logs=out.logs)
+        del out
         if st[walk.OVERFLOW]:
             return None
         old = np.searchsorted(space, live)
@@ -834,8 +848,8 @@ def stream(
             progress(p1, P)
     dec = _decisions(
         st,
-        state[walk.STATE.index("served")],
-        state[walk.STATE.index("mass")],
+        state.served,
+        state.mass,
         slots,
         system,
         NotKept(n_steps),
@@ -853,7 +867,8 @@ def stream(
         late=int(ls[timing.LATE]),
         stall_sums=(pass_stall, layer_stall, decode_stall),
     )
-    return Streamed(dec, tl, args[-2], args[-1] if system.precision.mode == "hobbit" else None)
+    classes = walk_in.bound.cls_n if system.precision.mode == "hobbit" else None
+    return Streamed(dec, tl, walk_in.bound.out, classes)
 
 
 class Times(Mapping):

@@ -20,13 +20,16 @@ tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists o
 S3-FIFO and ARC per slot (5) and per region (6), their ghost keys (7), ARC's p and capacity
 per region (9, 10), LIRS's lists (11-14). The log is appended to
 ``out.*`` tables, one row per record, in the order the reference appends them. All the state a
-pass leaves to the next is made by ``walk_state`` and passed to ``walk``, which walks a range of
-passes: a whole run is one range; a streamed run (``sim.fast.stream``) walks a chunk of passes
+pass leaves to the next is made by ``walk_state`` (``State``, a named tuple) and passed to ``walk`` with what it
+reads and does not carry (``Inputs``: named records of the routing, the rule, the placement, the eviction's and the
+prefetcher's inputs, the CPU's and the bound's), which walks a range of passes: a whole run is one range; a streamed run (``sim.fast.stream``) walks a chunk of passes
 at a time, timing and dropping each chunk's log before the next.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import config, njit, types
@@ -2044,148 +2047,236 @@ def walk_state(
         np.empty((0, 4), dt),
         np.empty((0, 4), dt),
     )
-    return (
-        pool,
-        roff,
-        nfree,
-        eam_match,
-        g_on,
-        g_slots,
-        g_n,
-        g_pos,
-        g_qlb,
-        g_key,
-        hk,
-        hreg,
-        np.zeros((3, 2, gK), np.int64),
-        np.zeros((2, L if per_layer else 1)),
-        cap,
-        lk,
-        lr,
-        ve,
-        ve_free,
-        xs,
-        st,
-        served,
-        mass,
-        stg_tid,
-        stg_prec,
-        stg_list,
-        pins,
-        counts,
-        bel,
-        bel_cur,
-    ) + (logs,)
+    return State(
+        pool=pool,
+        roff=roff,
+        nfree=nfree,
+        eam_match=eam_match,
+        g_on=g_on,
+        g_slots=g_slots,
+        g_n=g_n,
+        g_pos=g_pos,
+        g_qlb=g_qlb,
+        g_key=g_key,
+        hooks=hk,
+        regions=hreg,
+        ghosts=np.zeros((3, 2, gK), np.int64),
+        arc_p=np.zeros((2, L if per_layer else 1)),
+        cap=cap,
+        lk=lk,
+        lr=lr,
+        ve=ve,
+        ve_free=ve_free,
+        xs=xs,
+        st=st,
+        served=served,
+        mass=mass,
+        stg_tid=stg_tid,
+        stg_prec=stg_prec,
+        stg_list=stg_list,
+        pins=pins,
+        counts=counts,
+        bel=bel,
+        bel_cur=bel_cur,
+        logs=logs,
+    )
 
 
-STATE = (
-    "pool",
-    "roff",
-    "nfree",
-    "eam_match",
-    "g_on",
-    "g_slots",
-    "g_n",
-    "g_pos",
-    "g_qlb",
-    "g_key",
-    "hooks",
-    "regions",
-    "ghosts",
-    "arc_p",
-    "cap",
-    "lk",
-    "lr",
-    "ve",
-    "ve_free",
-    "xs",
-    "st",
-    "served",
-    "mass",
-    "stg_tid",
-    "stg_prec",
-    "stg_list",
-    "pins",
-    "counts",
-    "bel",
-    "bel_cur",
-    "logs",
-)  # walk_state's items
+class State(NamedTuple):
+    """What the walk carries from one pass to the next (``walk_state`` makes it, ``walk`` updates it in place; a
+    streamed run replaces ``pins`` and ``logs`` with the grown buffers ``walk`` returns)."""
+
+    pool: Any
+    roff: Any
+    nfree: Any
+    eam_match: Any
+    g_on: Any
+    g_slots: Any
+    g_n: Any
+    g_pos: Any
+    g_qlb: Any
+    g_key: Any
+    hooks: Any
+    regions: Any
+    ghosts: Any
+    arc_p: Any
+    cap: Any
+    lk: Any
+    lr: Any
+    ve: Any
+    ve_free: Any
+    xs: Any
+    st: Any
+    served: Any
+    mass: Any
+    stg_tid: Any
+    stg_prec: Any
+    stg_list: Any
+    pins: Any
+    counts: Any
+    bel: Any
+    bel_cur: Any
+    logs: Any
+
+
+STATE = State._fields
+
+
+class Routing(NamedTuple):
+    """The trace as the walk reads it (``fast._walk_inputs``): per token, per pass."""
+
+    ids: Any  # [N, L, K] int16: each token's experts per layer
+    weights: Any  # [N, L, K]: their gate weights
+    pred: Any  # [N, L, D, K] int16: the trace's predictions of later layers (-1: none)
+    pred_w: Any  # [N, L, D, K]: their weights
+    pass_start: Any  # [P] int64: each pass's first token
+    pass_end: Any  # [P] int64: one past its last
+    pass_request: Any  # [P] int64: its request
+    token_in_request: Any  # [N] int64: each token's place in its request
+    top_k: int  # the model's experts per token
+
+
+class Rule(NamedTuple):
+    """The precision rule (``rule.rule_args``, ``policies.precision``)."""
+
+    hobbit_rule: bool  # HOBBIT's T1/T2 rule, else a uniform precision
+    rule_hi: float  # T1
+    rule_lo: float  # T2
+    mixed: bool  # precision.mode == hobbit
+    uniform: int  # the precision of a uniform mode (HIGH or LOW)
+    any_prec: bool  # precision.serve_any_cached
+    multi_high: bool  # precision.multi_token == high, under the mixed mode
+
+
+class Place(NamedTuple):
+    """Where experts live and what the pools keep."""
+
+    resident: Any  # [L, E] bool: resident on the device (placement)
+    cpu_layer: Any  # [L] bool: the layer's experts stay on the CPU
+    wide_bypass: bool  # cache.wide_step=bypass on per-layer pools
+    offload_at: int  # tokens from which a CPU layer's experts run on the device (op offload)
+    per_layer: bool  # cache.per_layer
+    per_expert: Any  # [P] int64: tokens per expert of each pass (the bound's CPU share)
+    expert_bytes: Any  # [L, 2] int64: a copy's bytes per layer and precision
+
+
+class Evict(NamedTuple):
+    """What the eviction policies read besides the pools."""
+
+    w: Any  # [4]: multidim's weights (S3-FIFO's knobs in their place)
+    fw: Any  # [L, L]: multidim's FLD term (``fld_table``)
+    fut_off: Any  # Belady's future uses (``future_csr``): offsets per (layer, expert)
+    fut_steps: Any  # and the steps
+
+
+class Prefetch(NamedTuple):
+    """The prefetcher and its inputs."""
+
+    kind: int  # PF_*
+    max_depth: int  # prefetch.max_depth
+    history: bool  # the history fallback predicts from the request's counts
+    prefetch_prec: int  # the precision of a prefetch (-1: the rule's)
+    prefetching: bool  # the prefetcher loads ahead (and misses are not all computed on the CPU)
+    staging: int  # prefetch.staging_slots
+    eam_lib: Any  # [M, L, E]: MoE-Infinity's activation matrices, normalised per layer
+    eam_norms: Any  # [M, L]: their norms
+    eam_order: Any  # [M, L, E] int32: each matrix's experts per layer by probability, highest first
+    eam_per_step: int  # experts EAM proposes per step
+
+
+class Cpu(NamedTuple):
+    """Misses computed on the CPU (``system.cpu_misses``)."""
+
+    misses: int  # CM_*
+    insert: int  # system.cpu_insert: copies kept behind CPU-served misses, at most
+    faster: Any  # [2, tokens + 1] bool: computing a miss on the CPU beats loading it
+    copy_s: Any  # [2]: a miss's copy seconds per precision (FreeToken's split)
+    cpu_s: Any  # [tokens + 1]: its CPU seconds per token count
+    split_threshold: float
+    split_max_fetch: int
+
+
+class Bound(NamedTuple):
+    """Each pass's bound and the rule's class counts, computed as the walk reads the selections (``stream``)."""
+
+    on: bool  # compute them
+    dense: Any  # [P, 2]: the dense part's seconds per pass (a whole CPU layer's in column 1)
+    whole: Any  # [L] bool: the layer runs whole on the CPU
+    other: Any  # [P]: the rest of a pass
+    min_s: Any  # [tokens + 1]: an expert's least device seconds per token count (over the precisions run)
+    cpu: Any  # [tokens + 1]: on the CPU
+    uses_cpu: bool  # the bound may put experts on the CPU
+    out: Any  # [P]: written, each pass's bound
+    cls_n: Any  # [3] int64: written, the selections of each class
+
+
+class Out(NamedTuple):
+    """What ``walk`` returns: its passes' log tables (views of the buffers, which the next walk with the same state
+    overwrites), the counters (the state's own arrays), the pins' table and the buffers (grown: they replace the
+    state's ``pins`` and ``logs``)."""
+
+    loads: Any
+    gpu: Any
+    cpu: Any
+    cancel: Any
+    evicted: Any
+    kept: Any
+    served: Any
+    mass: Any
+    st: Any
+    pins: Any
+    logs: Any
+
+
+class Inputs(NamedTuple):
+    """Everything the walk reads and does not carry from one pass to the next (``fast._walk_inputs``)."""
+
+    routing: Routing
+    rule: Rule
+    place: Place
+    evict: Evict
+    prefetch: Prefetch
+    cpu: Cpu
+    bound: Bound
+    log_proto: Any  # an empty array of the log tables' dtype
 
 
 @njit(cache=True)
-def walk(
-    state,
-    ids,
-    weights,
-    pred,
-    pred_w,
-    hobbit_rule,
-    rule_hi,
-    rule_lo,
-    log_proto,
-    pass_start,
-    pass_end,
-    pass_request,
-    token_in_request,
-    resident,
-    cpu_layer,
-    wide_bypass,
-    offload_at,
-    per_layer,
-    w,
-    fw,
-    fut_off,
-    fut_steps,
-    eam_lib,
-    eam_norms,
-    eam_order,
-    eam_per_step,
-    prefetcher,
-    max_depth,
-    history,
-    top_k,
-    mixed,
-    uniform,
-    any_prec,
-    multi_high,
-    prefetch_prec,
-    prefetching,
-    staging,
-    cpu_misses,
-    cpu_insert,
-    cpu_faster,
-    copy_s,
-    cpu_s,
-    split_threshold,
-    split_max_fetch,
-    per_expert,
-    expert_bytes,
-    bnd_on,
-    bnd_dense,
-    bnd_whole,
-    bnd_other,
-    bnd_min,
-    bnd_cpu,
-    bnd_uses_cpu,
-    bnd_out,
-    cls_n,
-    p0,
-    p1,
-):
+def walk(state, inputs, p0, p1):
     """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables (views
     of the buffers, which the next walk with this state overwrites), the counters, the pins' table and the buffers
     (grown, they replace ``state``'s). ``wide_bypass`` (``cache.wide_step=bypass``, per-layer pools): a step that
     selects more distinct experts than its layer's region of a pool has slots keeps none of its misses there (no
     demand load's copy, nor a copy behind the CPU; prefetches, staged ones included, as ever: ``sim.decide``).
 
-    With ``bnd_on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: its tables
-    ``bnd_dense`` and ``bnd_whole``, ``bnd_other``, ``bnd_min``, ``bnd_cpu`` and ``bnd_uses_cpu``) into ``bnd_out[p]``, from the
+    ``inputs`` (``Inputs``) is what it reads and does not carry, as named records, unpacked here once.
+
+    With ``inputs.bound.on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: ``Bound``'s
+    tables ``dense`` and ``whole``, ``other``, ``min_s``, ``cpu`` and ``uses_cpu``) into ``Bound.out[p]``, from the
     experts and token counts each step needs (a bound's expert is one not every selection skips, as here), and
-    counts the selections of each class into ``cls_n`` (with HOBBIT's rule: ``rule.hobbit_counts``), so that a
+    counts the selections of each class into ``Bound.cls_n`` (with HOBBIT's rule: ``rule.hobbit_counts``), so that a
     run reads the trace's selections once."""
     if POLICY < 0:
         raise ValueError("the template's walk decides for no policy: call sim.fast.special.core(policy).walk")
+    ids, weights, pred, pred_w, pass_start, pass_end, pass_request, token_in_request, top_k = inputs.routing
+    hobbit_rule, rule_hi, rule_lo, mixed, uniform, any_prec, multi_high = inputs.rule
+    resident, cpu_layer, wide_bypass, offload_at, per_layer, per_expert, expert_bytes = inputs.place
+    w, fw, fut_off, fut_steps = inputs.evict
+    (
+        prefetcher,
+        max_depth,
+        history,
+        prefetch_prec,
+        prefetching,
+        staging,
+        eam_lib,
+        eam_norms,
+        eam_order,
+        eam_per_step,
+    ) = inputs.prefetch
+    cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s, split_threshold, split_max_fetch = inputs.cpu
+    bnd_on, bnd_dense, bnd_whole, bnd_other, bnd_min, bnd_cpu, bnd_uses_cpu, bnd_out, cls_n = inputs.bound
+    log_proto = inputs.log_proto
     L, K = ids.shape[1], ids.shape[2]
     E = resident.shape[1]
     D = min(pred.shape[2], max_depth)
@@ -2874,17 +2965,16 @@ def walk(
     cls_n[SKIP] += n_sel - n_high - n_low
     n_held[0], n_held[1] = n_stg, n_pins
     _keep(owners)
-    return (
-        tabs[0][:nl],
-        tabs[1][:ng],
-        tabs[2][:nc],
-        tabs[3][:nx],
-        tabs[4][:nv],
-        tabs[5][:nk],
-        owners[12],
-        owners[13],
-        owners[5],
-        owners[1],
-        pins_own[0],
-        (tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]),
+    return Out(
+        loads=tabs[0][:nl],
+        gpu=tabs[1][:ng],
+        cpu=tabs[2][:nc],
+        cancel=tabs[3][:nx],
+        evicted=tabs[4][:nv],
+        kept=tabs[5][:nk],
+        served=state.served,
+        mass=state.mass,
+        st=state.st,
+        pins=pins_own[0],
+        logs=(tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]),
     )
