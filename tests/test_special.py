@@ -107,3 +107,14 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
     others = {"_to_evict_rare", "_eam_evict", "_eam_release_evict", "_pruned_evict", "_bel_push", "_hooked_evict"}
     others |= {"_lfu_insert", "_s3_evict", "_arc_evict", "_l_make_room", "_lirs_evict", "_l_insert"}
     assert not others & seen, others & seen
+
+
+def test_where_the_template_cannot_be_written_copies_go_to_the_users_cache(tmp_path, monkeypatch):
+    """A read-only install (the template's folder not writable): the copies go under ``$HOBBIT_CACHE``."""
+    beside = Path(walk.__file__).parent / "__pycache__" / "walks"
+    real = special._writable
+    monkeypatch.setattr(special, "_writable", lambda d: d != beside and real(d))
+    monkeypatch.setenv("HOBBIT_CACHE", str(tmp_path / "cache"))
+    assert special.home() == tmp_path / "cache" / "walks"
+    monkeypatch.setattr(special, "home", lambda: tmp_path / "cache" / "walks")
+    assert special.source("sieve").parent == tmp_path / "cache" / "walks"
