@@ -41,6 +41,7 @@ def _template() -> tuple[str, ast.Module]:
     return src, ast.parse(src)
 
 
+@cache
 def dependent() -> tuple[str, ...]:
     """The template's functions that depend on the policy, in the template's order: those that read one of ``FLAGS``
     and those that call one of them (each copy defines these anew; it takes the rest, compiled once for every
@@ -129,17 +130,17 @@ def _umask() -> int:
 
 
 def source(policy: str) -> Path:
-    """The file of ``policy``'s walk (``text``), written if it is not there. Written to a temporary name and linked to its own,
-    so that a process never reads a half-written copy and two processes writing at once leave the first's file (and
+    """The file of ``policy``'s walk (``text``), written if it is not there. Written to a temporary name and linked to
+    its own, so that a process never reads a half-written copy and two processes writing at once leave the first's file (and
     numba's cache of it) as it was; copies of the policy from other versions of the template are removed."""
-    body, name = text(policy), policy
+    body = text(policy)
     # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls
     digest = hashlib.sha256((_template()[0] + body).encode()).hexdigest()[:16]
     d = home()
-    path = d / f"walk_{name}_{digest}.py"
+    path = d / f"walk_{policy}_{digest}.py"
     if path.exists():
         return path
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".walk_{name}_", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".walk_{policy}_", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(body)
@@ -154,8 +155,8 @@ def source(policy: str) -> Path:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    for old in d.glob(f"walk_{name}_*.py"):  # an older template's copy: its compiled cache goes with it
-        if old != path and re.fullmatch(rf"walk_{re.escape(name)}_[0-9a-f]{{16}}\.py", old.name):
+    for old in d.glob(f"walk_{policy}_*.py"):  # an older template's copy: its compiled cache goes with it
+        if old != path and re.fullmatch(rf"walk_{re.escape(policy)}_[0-9a-f]{{16}}\.py", old.name):
             for f in (old, *(d / "__pycache__").glob(f"{old.stem}.*")):
                 with contextlib.suppress(OSError):
                     f.unlink()
@@ -165,8 +166,7 @@ def source(policy: str) -> Path:
 @cache
 def core(policy: str) -> ModuleType:
     """The module of ``policy``'s walk, imported once per process as ``hobbit.sim.fast.walk_<policy>``: its ``walk``
-    compiles for that policy alone (``walk_state``,
-    which takes the policy as an argument, is the template's)."""
+    compiles for that policy alone (``walk_state``, which takes the policy as an argument, is the template's)."""
     path = source(policy)
     name = f"{__package__}.walk_{policy}"
     spec = importlib.util.spec_from_file_location(name, path)
