@@ -35,6 +35,7 @@ from hobbit.sim.memory import check_placement, fit
 from hobbit.sim.results import Results
 from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
+from hobbit.sim.windowed import simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
@@ -187,6 +188,27 @@ def simulate_config(
         profile=profile,
         profile_share=cfg.profile_share,
         keep_decisions=keep_decisions,
+        progress=progress,
+        context=cfg.context,
+    )
+
+
+def simulate_file_config(
+    path: str | Path, cfg: SimConfig, progress: Callable[[int, int], None] | None = None
+) -> Results:
+    """One run of a composed ``SimConfig`` over the trace file at ``path``, read ``cfg.window_tokens`` tokens at a time
+    (``hobbit.sim.windowed``: the memory a window's, not the trace's); no files are written."""
+    if cfg.engine != "fast":
+        raise ConfigError(f"sim.window_tokens={cfg.window_tokens} runs the compiled core only (fix: engine=fast)")
+    return simulate_file(
+        path,
+        cfg.model,
+        cfg.hardware,
+        cfg.system,
+        np.random.default_rng(cfg.seed),
+        profile=cfg.profile_trace,
+        profile_share=cfg.profile_share,
+        window_tokens=cfg.window_tokens,
         progress=progress,
         context=cfg.context,
     )

@@ -96,14 +96,19 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
     ``label``: what heads its printed line in place of the system, hardware and model (a sweep point's overrides)."""
     from tqdm import tqdm
 
-    from hobbit.api import read_trace, simulate_config, trace_file
+    from hobbit.api import read_trace, simulate_config, simulate_file_config, trace_file
     from hobbit.results_io import cache_root, config_blob, from_cache, key_of, to_cache, write_results
     from hobbit.sim.events import parse_window
 
     if cfg.timeline:  # its range's syntax and direction, before the run (the pass count comes with the trace)
         parse_window(cfg.timeline_tokens, 1 << 30)
+    if cfg.timeline and cfg.window_tokens:
+        raise ConfigError(
+            f"timeline=true draws the decisions of a trace read whole, window_tokens={cfg.window_tokens} reads it a "
+            f"window at a time (fix: window_tokens=0, or timeline=false)"
+        )
     trace_path = trace_file(cfg.trace, cfg.model, cfg.seed)
-    trace = read_trace(trace_path)
+    trace = None if cfg.window_tokens else read_trace(trace_path)  # a windowed run reads it a window at a time
     out = Path(cfg.out_dir)
     root = cache_root(cfg) if cfg.use_cache else None
     blob = config_blob(cfg, trace_path) if root is not None else ""
@@ -125,7 +130,10 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
             bar.update(done - bar.n)
 
         # streamed, unless a timeline is to be drawn from the decisions
-        res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline), progress=advance)
+        if trace is None:
+            res = simulate_file_config(trace_path, cfg, progress=advance)
+        else:
+            res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline), progress=advance)
     if cfg.timeline:  # a range past the trace's end is known now, before anything is written
         parse_window(cfg.timeline_tokens, len(res.timeline.pass_start))
     paths = write_results(res, out)

@@ -659,7 +659,7 @@ class SimConfig:
 
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile_trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
-    LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)", "context": ">=0"}
+    LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)", "context": ">=0", "window_tokens": ">=0"}
 
     trace: str | None = None
     """A schema-v1 routing trace (Parquet); null: the bundled model's trace (traces/tiny/trace.parquet); synthetic:
@@ -686,6 +686,11 @@ class SimConfig:
     profile_share: float = 0.25
     """Without a profile_trace: this share of the trace's first requests profiles, and every system is timed on
     the remaining requests only, so ratios always compare the same requests."""
+    window_tokens: int = 0
+    """0: the trace is read whole. N: it is read N tokens at a time (whole passes, ``sim.windowed``), so the run's
+    memory is bounded by the window, not by the trace: for traces longer than memory (a serving log). The same
+    results, except the draws of the fallback predictions of a trace that records none; no timeline; a system that
+    reads the whole trace at once (Belady, system.host_cache=lru past RAM) is refused with the fix."""
     cache_dir: str | None = None
     """Finished runs by resolved config; null: $HOBBIT_CACHE or ~/.cache/hobbit/sim."""
     use_cache: bool = True

@@ -30,6 +30,8 @@ results.json keys (times in ms):
   ``flags`` (a system given ``system.flags``): the runtime, the flags given and those accepted but not modelled
 - ``cache``: pool slots and bytes; ``layers_simulated``; ``model``, ``hardware``, ``system`` (names) and
   ``system_config`` (every knob of the system); ``engine``, ``wall_s``
+- ``windows`` (a run over a trace read a window at a time, ``sim.windowed``): {tokens, count}, the window's tokens
+  and the windows read
 """
 
 from __future__ import annotations
@@ -137,10 +139,11 @@ def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> C
     }
 
 
-def layer_table(wl: Workload, dec: Decisions, tl: Timeline, layers: tuple[int, ...]) -> Columns:
-    decode = np.asarray(wl.pass_phase) == 1
-    total, in_decode = tl.layer_stall(wl.num_layers, decode)
-    loads, prefetches = dec.loads_per_layer(wl.num_layers)
+def layer_table(num_layers: int, phase: np.ndarray, dec: Decisions, tl: Timeline, layers: tuple[int, ...]) -> Columns:
+    """passes.parquet's per-layer counterpart; ``phase``: each pass's (``pass_table``'s column)."""
+    decode = np.asarray(phase) == 1
+    total, in_decode = tl.layer_stall(num_layers, decode)
+    loads, prefetches = dec.loads_per_layer(num_layers)
     n_dec = max(int(decode.sum()), 1)
     return {
         "layer": np.asarray(list(layers), np.int64),
@@ -185,9 +188,12 @@ def summarise(
     wall_s: float,
     bound: np.ndarray | None = None,
     mix: dict[str, float] | None = None,
+    passes: Columns | None = None,
 ) -> Results:
-    """``mix``: the rule mix of HOBBIT's classes at the system's T1 and T2, when already counted."""
-    passes = pass_table(wl, tl, bound)
+    """``mix``: the rule mix of HOBBIT's classes at the system's T1 and T2, when already counted. ``passes``: the
+    per-pass table when the run laid it out itself (``pass_table``'s columns; a run over a trace read a window at a
+    time, whose ``wl`` is one window: ``sim.windowed``)."""
+    passes = passes if passes is not None else pass_table(wl, tl, bound)
     tokens, latency, phase = passes["tokens"], passes["latency_ms"], passes["phase"]
     dec_rows, pre_rows = phase == 1, phase == 0
     dec_tokens = tokens[dec_rows]
@@ -196,7 +202,7 @@ def summarise(
     makespan = tl.makespan
     summary = {
         "tokens": {"total": int(tokens.sum()), "prefill": int(tokens[pre_rows].sum()), "decode": int(dec_tokens.sum())},
-        "requests": len(set(wl.pass_request)),
+        "requests": len(np.unique(passes["request_id"])),
         "decode_ms_per_token": _stats(latency[dec_rows] / np.clip(dec_tokens, 1, None)),
         "prefill_ms_per_request": _stats(_per_request(passes["request_id"], pre_rows, latency)),
         "precision_rule_mix": mix
@@ -226,4 +232,4 @@ def summarise(
     }
     dm, bm = summary["decode_ms_per_token"]["mean"], summary["bound"]["decode_ms_per_token"]
     summary["gap_to_bound"] = dm / bm if dm is not None and bm else None
-    return Results(summary, passes, layer_table(wl, dec, tl, trace.meta.layers), dec, tl)
+    return Results(summary, passes, layer_table(wl.num_layers, phase, dec, tl, trace.meta.layers), dec, tl)

@@ -45,7 +45,7 @@ from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.timeline import Timeline
-from hobbit.sim.workload import Workload, build_workload, chunk_prefill, split_requests
+from hobbit.sim.workload import Profiled, Workload, build_workload, chunk_prefill, split_requests
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
 from hobbit.traces.knobs import check_knobs
@@ -273,7 +273,7 @@ def place(
     hw: HardwareConfig,
     system: SystemConfig,
     sizing: CacheSizing,
-    profile: Workload | None = None,
+    profile: Profiled | None = None,
     memory: MemoryFit | None = None,
     sizing_context: int = 1,
 ) -> Placement:
@@ -308,7 +308,7 @@ def place(
     return Placement()
 
 
-def gpu_experts(system: SystemConfig, L: int, E: int, profile: Workload | None) -> frozenset[tuple[int, int]]:
+def gpu_experts(system: SystemConfig, L: int, E: int, profile: Profiled | None) -> frozenset[tuple[int, int]]:
     """The (layer, expert) pairs ``system.gpu_experts`` keeps on the GPU, by ``gpu_experts_strategy``, as
     KTransformers' kt-kernel chooses them (docs/references.md, Systems compared): N x L in all."""
     n = system.gpu_experts
@@ -381,63 +381,44 @@ def lay_out(
     return prepare(trace, profile, profile_share, p.fallback, p.fallback_accuracy, p.max_depth, rng)
 
 
-def simulate(
-    trace: Trace,
+@dataclass(frozen=True)
+class Setup:
+    """What a run derives from its knobs and its trace before the walk (``configure``)."""
+
+    memory: MemoryFit
+    sizing: CacheSizing
+    placement: Placement
+    cost: CostModel
+    per_layer: np.ndarray  # [L, 2] bytes a copy of each layer's expert moves, by precision
+    slots: tuple[int, int] | np.ndarray  # the pools' slots, or [2, L] per layer
+    cpu_faster: Callable[[int, int], bool]
+    miss_costs: Callable[[int, int], tuple[float, float]]
+    profile_matrices: (
+        list[np.ndarray] | None
+    )  # the profiling requests' activation matrices, for a policy that reads them
+    layout: str  # a per-layer split's note
+
+
+def configure(
+    wl: Workload,
+    recorded: Sequence[int],
     model: ModelConfig,
     hw: HardwareConfig,
     system: SystemConfig,
-    rng: np.random.Generator | None = None,
-    engine: str = "fast",
-    keep_log: bool = False,
-    profile: Trace | None = None,
-    profile_share: float = 0.25,
-    keep_decisions: bool = True,
-    progress: Callable[[int, int], None] | None = None,
-    context: int = 0,
-) -> Results:
-    """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
-
-    What a system learns offline comes from ``profile``, a profiling trace; without one, from the
-    first ``profile_share`` of ``trace``'s requests, which are then not timed (``split_requests``).
-    ``engine``: fast (the compiled core, ``sim.fast``), plain (the Python reference walk and timing, ``sim.plain``)
-    or simpy (the reference walk, timed by the discrete-event engine, ``sim.engine``); all three give the same
-    decisions and the same times (within 1e-9 relative). ``keep_decisions=False`` lets the fast engine stream: it
-    walks and times a chunk of passes at a time and drops each chunk's log (``sim.fast.stream``), so the run's memory
-    is the trace's, its per-pass results, the cache's state and one chunk; the results are the same, but the
-    decisions' records (``Results.decisions.steps``), the steps' times (``Results.timeline.step_stall``, ``step_end``)
-    and the copies' (``transfer_start``, ``transfer_done``) are not kept.
-    ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end.
-    ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``)."""
-    t_wall = time.perf_counter()
-    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
-        check_knobs(cfg, prefix)
-    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
-    system = flags.system
-    check_system(system)
-    check_topology(trace, model)
-    check_weights(trace, system)
-    check_profile(model, hw)
-    if engine not in ENGINES:
-        raise ConfigError(f"engine={engine} must be one of {', '.join(ENGINES)}")
-    rng = rng if rng is not None else np.random.default_rng(0)
+    max_context: int,
+    prof: Profiled | None,
+    host_ram: Callable[[MemoryFit], MemoryFit],
+) -> Setup:
+    """The memory fit, cache sizes, placement and cost model of a run of ``system`` over ``wl`` (its topology: a
+    window of the trace serves as well as the whole), whose longest context is ``max_context`` tokens and whose
+    trace recorded the model's layers ``recorded``; ``prof``: the profiling requests; ``host_ram``: the fit with
+    the share of host-side reads RAM serves, for a fit that leaves some experts on the SSD."""
     p = system.prefetch
-    if profile is not None:
-        check_topology(profile, model)
-    trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
-    if system.ubatch:  # a prompt runs in passes of at most -ub tokens
-        n = system.ubatch
-        wl = wl.derived(("ubatch", n), lambda: chunk_prefill(wl, n))
-    if context:  # every pass also attends over the history already in the KV cache
-        wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
     share = wl.num_layers / wl.layers_total
-    memory = fit(model, hw, system, max(wl.pass_context), share)
+    memory = fit(model, hw, system, max_context, share)
     if memory.ram_share < 1.0:  # some host-side experts stay on the SSD: how many reads RAM serves
-        passes = list(zip(wl.pass_start, wl.pass_end))
-        memory = wl.derived(
-            ("host_ram", memory, system.host_cache), lambda: host_ram_share(memory, system, wl.ids, passes)
-        )
-    recorded = trace.meta.layers  # the model's layers the trace's layers are
-    sizing = size_cache(model, hw, system, max(wl.pass_context), share, memory, recorded)
+        memory = host_ram(memory)
+    sizing = size_cache(model, hw, system, max_context, share, memory, recorded)
     placement = place(wl, model, hw, system, sizing, prof, memory)
     cost = CostModel(
         model,
@@ -492,6 +473,66 @@ def simulate(
         return cost.cached("transfer_s", eb[prec]), cost.cached("cpu_expert_s", tokens)
 
     profile_matrices = prof.request_matrices() if prof is not None and "profile" in needs(system) else None
+    return Setup(memory, sizing, placement, cost, per_layer, slots, cpu_faster, miss_costs, profile_matrices, layout)
+
+
+def simulate(
+    trace: Trace,
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    rng: np.random.Generator | None = None,
+    engine: str = "fast",
+    keep_log: bool = False,
+    profile: Trace | None = None,
+    profile_share: float = 0.25,
+    keep_decisions: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    context: int = 0,
+) -> Results:
+    """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
+
+    What a system learns offline comes from ``profile``, a profiling trace; without one, from the
+    first ``profile_share`` of ``trace``'s requests, which are then not timed (``split_requests``).
+    ``engine``: fast (the compiled core, ``sim.fast``), plain (the Python reference walk and timing, ``sim.plain``)
+    or simpy (the reference walk, timed by the discrete-event engine, ``sim.engine``); all three give the same
+    decisions and the same times (within 1e-9 relative). ``keep_decisions=False`` lets the fast engine stream: it
+    walks and times a chunk of passes at a time and drops each chunk's log (``sim.fast.stream``), so the run's memory
+    is the trace's, its per-pass results, the cache's state and one chunk; the results are the same, but the
+    decisions' records (``Results.decisions.steps``), the steps' times (``Results.timeline.step_stall``, ``step_end``)
+    and the copies' (``transfer_start``, ``transfer_done``) are not kept.
+    ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end.
+    ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``)."""
+    t_wall = time.perf_counter()
+    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
+        check_knobs(cfg, prefix)
+    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
+    system = flags.system
+    check_system(system)
+    check_topology(trace, model)
+    check_weights(trace, system)
+    check_profile(model, hw)
+    if engine not in ENGINES:
+        raise ConfigError(f"engine={engine} must be one of {', '.join(ENGINES)}")
+    rng = rng if rng is not None else np.random.default_rng(0)
+    if profile is not None:
+        check_topology(profile, model)
+    trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
+    if system.ubatch:  # a prompt runs in passes of at most -ub tokens
+        n = system.ubatch
+        wl = wl.derived(("ubatch", n), lambda: chunk_prefill(wl, n))
+    if context:  # every pass also attends over the history already in the KV cache
+        wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
+
+    def host_ram(memory: MemoryFit) -> MemoryFit:  # how many of the host-side reads RAM serves, over this trace
+        passes = list(zip(wl.pass_start, wl.pass_end))
+        return wl.derived(
+            ("host_ram", memory, system.host_cache), lambda: host_ram_share(memory, system, wl.ids, passes)
+        )
+
+    setup = configure(wl, trace.meta.layers, model, hw, system, max(wl.pass_context), prof, host_ram)
+    sizing, placement, cost, per_layer, slots = setup.sizing, setup.placement, setup.cost, setup.per_layer, setup.slots
+    cpu_faster, miss_costs, profile_matrices = setup.cpu_faster, setup.miss_costs, setup.profile_matrices
     streamed = None
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
         streamed = fast.stream(
@@ -549,17 +590,23 @@ def simulate(
     res = summarise(
         trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
     )
-    res.summary["memory"] = memory.summary()
-    if placement.static and system.placement == "static":  # which layers' experts stayed on the CPU
-        res.summary["placement"] = {"cpu_moe_layers": sorted(placement.cpu_layers), "layers": wl.num_layers}
-    if system.flags:
-        res.summary["flags"] = {"runtime": system.runtime, "given": system.flags, "unmodelled": list(flags.unmodelled)}
-    if sizing.derived:
-        res.summary["memory"]["notes"].append(sizing.derived)
-    if layout:
-        res.summary["memory"]["notes"].append(layout)
+    describe(res, setup, system, flags.unmodelled, wl.num_layers)
     res.workload, res.cost = wl, cost
     return res
+
+
+def describe(res: Results, setup: Setup, system: SystemConfig, unmodelled: Sequence[str], num_layers: int) -> None:
+    """Add to ``res.summary`` where the bytes went (``memory``), the static placement and the runtime's flags."""
+    res.summary["memory"] = setup.memory.summary()
+    placement = setup.placement
+    if placement.static and system.placement == "static":  # which layers' experts stayed on the CPU
+        res.summary["placement"] = {"cpu_moe_layers": sorted(placement.cpu_layers), "layers": num_layers}
+    if system.flags:
+        res.summary["flags"] = {"runtime": system.runtime, "given": system.flags, "unmodelled": list(unmodelled)}
+    if setup.sizing.derived:
+        res.summary["memory"]["notes"].append(setup.sizing.derived)
+    if setup.layout:
+        res.summary["memory"]["notes"].append(setup.layout)
 
 
 def needs(system: SystemConfig) -> frozenset[str]:

@@ -15,7 +15,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -82,6 +82,40 @@ class Workload:
                 for e in set(self.ids[a:b, layer].ravel().tolist()):
                     uses.setdefault((layer, e), []).append(p * L + layer)
         return uses
+
+
+class Profiled(Protocol):
+    """What a run learns from its profiling requests: a ``Workload`` of them, or their matrices read a window at a
+    time (``RequestMatrices``)."""
+
+    def request_matrices(self) -> list[np.ndarray]: ...
+
+    def expert_counts(self) -> np.ndarray: ...
+
+
+@dataclass
+class RequestMatrices:
+    """The profiling requests' activation matrices (``Workload.request_matrices``), added up a window of the trace
+    at a time (``add``): a request cut by a window's edge is one matrix, as in the whole trace."""
+
+    matrices: list[np.ndarray] = field(default_factory=list)
+    last: int | None = None  # the request of the last matrix
+
+    def add(self, wl: Workload) -> None:
+        """Add the requests of ``wl``, the window after those added so far."""
+        firsts = [r for i, r in enumerate(wl.pass_request) if i == 0 or r != wl.pass_request[i - 1]]
+        for r, m in zip(dict.fromkeys(firsts), wl.request_matrices()):
+            if r == self.last:
+                self.matrices[-1] = self.matrices[-1] + m
+            else:
+                self.matrices.append(m)
+                self.last = r
+
+    def request_matrices(self) -> list[np.ndarray]:
+        return self.matrices
+
+    def expert_counts(self) -> np.ndarray:
+        return np.sum(self.matrices, axis=0)
 
 
 def split_requests(trace: Trace, share: float) -> tuple[Trace | None, Trace]:
@@ -157,9 +191,11 @@ def build_workload(
     accuracy: float = 0.9,
     depth: int = 3,
     rng: np.random.Generator | None = None,
+    tokens_before: int = 0,
 ) -> Workload:
     """Lay ``trace`` out for replay; fill predictions with ``fallback`` when it has none. The trace's arrays are
-    reshaped, not copied (a 10^6-token trace is laid out in its own memory)."""
+    reshaped, not copied (a 10^6-token trace is laid out in its own memory). ``trace`` may be a window of a longer
+    one (``traces.window``) whose first request had ``tokens_before`` tokens before it."""
     meta, a = trace.meta, trace.arrays
     L, k = len(meta.layers), meta.model.top_k
     ids = a.expert_ids.reshape(-1, L, k)
@@ -168,6 +204,8 @@ def build_workload(
     starts, ends, req, phase, ctx = _passes(a.request_id[pick], a.step[pick], a.position[pick], a.phase[pick])
     first_of_request = np.r_[0, np.flatnonzero(np.diff(a.request_id[pick])) + 1]
     token_in_req = np.arange(len(ids)) - np.repeat(first_of_request, np.diff(np.r_[first_of_request, len(ids)]))
+    if tokens_before:
+        token_in_req[: first_of_request[1] if len(first_of_request) > 1 else len(ids)] += tokens_before
     pred_ids = pred_w = None
     if a.pred_ids is not None:
         assert a.pred_weights is not None  # a trace's predictions carry both columns

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -271,6 +271,11 @@ def rule_mix(wl: Workload, t1: float, t2: float, counts: np.ndarray | None = Non
             else rule.hobbit_counts(wl.weights.reshape(-1, wl.top_k), float(t1) + EPS, float(t2) + EPS)
         ),
     )
+    return mix_of(n)
+
+
+def mix_of(n: np.ndarray) -> dict[str, float]:
+    """``rule_mix``'s shares from the selections' counts per class."""
     total = max(int(n.sum()), 1)
     return {"high": float(n[HIGH] / total), "low": float(n[LOW] / total), "skip": float(n[SKIP] / total)}
 
@@ -365,10 +370,14 @@ def _walk_inputs(
     miss_costs: Callable[[int, int], tuple[float, float]] | None,
     profile: list[np.ndarray] | None,
     bound_inputs: tuple | None = None,
+    window: tuple[int, int] = (0, -1),
+    records: int | None = None,
 ) -> tuple[dict[str, Any], walk.Inputs]:
     """(``walk.walk_state``'s arguments by name, the walk's ``inputs``) for ``system``; with ``bound_inputs``
     (``_bound_inputs``) the walk also writes each pass's bound into ``inputs.bound.out`` and counts the selections of
-    each class into ``inputs.bound.cls_n``."""
+    each class into ``inputs.bound.cls_n``. ``wl`` is a window of a longer trace when ``window`` = (the trace's
+    number of its first pass, the request of the pass before it) says so (``Window``); ``records``: the run's
+    most steps and records in any log table, which picks the tables' type (``wl``'s, by default)."""
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
@@ -428,7 +437,8 @@ def _walk_inputs(
         cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
     room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
-    log = np.zeros(0, log_dtype(max(room, len(wl.pass_start) * L)))  # the log tables' type: int32 when it numbers all
+    # the log tables' type: int32 when it numbers all
+    log = np.zeros(0, log_dtype(records if records is not None else max(room, len(wl.pass_start) * L)))
     roff = region_offsets(slots, L, bool(ev.per_layer))
     state_args = {
         "num_layers": L,
@@ -452,6 +462,8 @@ def _walk_inputs(
         pass_request=np.asarray(wl.pass_request, np.int64),
         token_in_request=np.asarray(wl.token_in_request, np.int64),
         top_k=wl.top_k,
+        first_pass=int(window[0]),
+        prev_request=int(window[1]),
     )
     hobbit_rule, rule_hi, rule_lo = rule_args(p.mode, p.t1, p.t2)
     rule_in = walk.Rule(
@@ -635,8 +647,10 @@ def _replay(
     link: tuple,
     base: int,
     out: tuple,
+    first_pass: int = 0,
 ) -> None:
-    """The timing of passes ``p0:p1`` (``timing.replay`` or, with contention, ``replay_shared``)."""
+    """The timing of passes ``p0:p1`` (``timing.replay`` or, with contention, ``replay_shared``); ``wl``'s passes,
+    the per-pass ``inputs`` and ``out`` start at pass ``first_pass`` (a window's, ``stream``)."""
     f = cost.contention
     dense, other, expert, cpu_s = inputs[:4]
     args = (
@@ -656,6 +670,7 @@ def _replay(
         bool(cost.clear_queue),
         link,
         base,
+        first_pass,
         *out,
     )
     if shared if shared is not None else f.active:
@@ -717,6 +732,46 @@ class Streamed(NamedTuple):
     classes: np.ndarray | None
 
 
+class Window(NamedTuple):
+    """Consecutive whole passes of a trace, laid out for replay (``stream_windows``): ``wl`` holds them, its tokens
+    numbered from 0 (``Workload.token_in_request`` counts from each request's first token in the trace); ``first_pass``
+    is the trace's number of its first pass, ``prev_request`` the request of the pass before it (-1: none)."""
+
+    wl: Workload
+    first_pass: int = 0
+    prev_request: int = -1
+
+
+class Chunk(NamedTuple):
+    """A chunk of a streamed run's passes once timed (``stream_windows``' ``on_chunk``): the trace's passes
+    ``p0:p1``, the window they belong to, and their start and end times, stalls and bounds in seconds (views, valid
+    during the call)."""
+
+    p0: int
+    p1: int
+    window: Window
+    start: np.ndarray
+    end: np.ndarray
+    stall: np.ndarray
+    bound: np.ndarray
+
+
+class Totals(NamedTuple):
+    """What a streamed run counted beyond its chunks (``stream_windows``): its decisions (``Decisions.steps`` not
+    kept), the link's busy seconds, bytes and counts of copies cancelled and landing late, each layer's stall over
+    the run and over decode passes (``Timeline.stall_sums``), and the selections' counts per class of HOBBIT's rule
+    (None when the system does not apply it)."""
+
+    decisions: Decisions
+    link_busy_s: float
+    bytes_moved: int
+    cancelled: int
+    late: int
+    layer_stall: np.ndarray
+    decode_stall: np.ndarray
+    classes: np.ndarray | None
+
+
 CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many steps at a time (whole passes, >= 1)
 
 
@@ -741,36 +796,78 @@ def stream(
     timeline's copy times are not kept (``decide_or_refer`` and ``time_decisions`` for those). None when LIRS runs
     out of its counted-out entries (``decide`` hands such a run to the reference).
 
-    The timing numbers copies afresh for each chunk: the copies a later step can still name (held in a slot,
-    staged, queued or on the link when the chunk starts) first, in order, then the chunk's own loads, so its
-    per-copy arrays hold those and no others. ``progress(passes done, passes)`` is called after each chunk.
+    ``stream_windows`` with the whole trace as one window; its results laid out per pass. ``progress(passes done,
+    passes)`` is called after each chunk.
 
     The walk also computes each pass's bound (``pass_bounds``' floats) and, under HOBBIT's rule, the mix of the
     selections' classes (``rule_mix``'s counts) as it reads the selections (``Streamed``)."""
-    L, P = wl.num_layers, len(wl.pass_start)
-    n_steps = P * L
-    max_t, _ = _tables(wl)
-    inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
-    state_args, walk_in = _walk_inputs(
-        wl,
+    P = len(wl.pass_start)
+    ps, pe, pass_stall, bnd = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+
+    def keep(c: Chunk) -> None:
+        ps[c.p0 : c.p1], pe[c.p0 : c.p1], pass_stall[c.p0 : c.p1], bnd[c.p0 : c.p1] = c.start, c.end, c.stall, c.bound
+        if progress is not None:
+            progress(c.p1, P)
+
+    totals = stream_windows(
+        [Window(wl)],
         system,
         slots,
         expert_bytes,
+        cost,
+        keep,
+        demand_first,
         placement,
         cpu_faster,
         miss_costs,
         profile,
-        _bound_inputs(wl, cost, system, inputs[:2]),
+        chunk_steps,
+        shared,
     )
-    cpu_known = False  # CPU expert times, looked up once a chunk computes experts there (as time_decisions does)
-    dur_of, nbytes_of = inputs[4], inputs[5]
-    ps, pe, pass_stall = np.zeros(P), np.zeros(P), np.zeros(P)
-    decode = np.asarray(wl.pass_phase) == 1
-    layer_stall, decode_stall = np.zeros(L), np.zeros(L)
-    demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
-    state = walk.walk_state(**state_args)
-    walk_of = policy_walk(system.cache.policy)
-    pool, stg_tid, st = state.pool, state.stg_tid, state.st
+    if totals is None:
+        return None
+    tl = Timeline(
+        ps,
+        pe,
+        np.zeros(0),
+        np.zeros(0),
+        link_busy_s=totals.link_busy_s,
+        bytes_moved=totals.bytes_moved,
+        cancelled=totals.cancelled,
+        late=totals.late,
+        stall_sums=(pass_stall, totals.layer_stall, totals.decode_stall),
+    )
+    return Streamed(totals.decisions, tl, bnd, totals.classes)
+
+
+def stream_windows(
+    windows: Iterable[Window],
+    system: SystemConfig,
+    slots: Any,
+    expert_bytes: Any,
+    cost: CostModel,
+    on_chunk: Callable[[Chunk], None],
+    demand_first: bool = True,
+    placement: Placement | None = None,
+    cpu_faster: Callable[[int, int], bool] | None = None,
+    miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
+    profile: list[np.ndarray] | None = None,
+    chunk_steps: int | None = None,
+    shared: bool | None = None,
+    records: int | None = None,
+) -> Totals | None:
+    """The walk and its timing over ``windows``, the trace's passes in order a window at a time (``Window``), a chunk
+    of ``chunk_steps`` steps of a window at a time: each chunk's log is timed, counted and dropped, and its per-pass
+    results handed to ``on_chunk`` (``Chunk``), so a run holds one window, O(cache + chunk) state and what
+    ``on_chunk`` keeps. The cache, the link and the clock carry from one window to the next: the same decisions and
+    times however the trace is cut into windows. ``records``: the run's most steps and records in any log table (the
+    tables' integer type; the first window's when None, right for a single window). None when LIRS runs out of its
+    counted-out entries (``decide`` hands such a run to the reference).
+
+    The timing numbers copies afresh for each chunk: the copies a later step can still name (held in a slot,
+    staged, queued or on the link when the chunk starts) first, in order, then the chunk's own loads, so its
+    per-copy arrays hold those and no others."""
+    state = walk_of = None
     fs, ls = np.zeros(6), np.zeros(6, np.int64)
     ls[timing.CUR] = -1
     space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted): the previous chunk's
@@ -779,96 +876,131 @@ def stream(
     started = done = dur = np.zeros(0)
     nbytes = np.zeros(0, np.int64)
     waiting = np.zeros(0, np.int64)  # the link's queue and the copy on it, as transfer ids
-    per = max(1, (chunk_steps or CHUNK_STEPS) // max(L, 1))  # passes per chunk
-    for p0 in range(0, P, per):
-        p1 = min(P, p0 + per)
-        tid0 = int(st[walk.NEXT_TID])
-        held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
-        live = np.unique(held[held >= 0])
-        with first_use(walk_of):
-            out = walk_of(state, walk_in, p0, p1)
-        loads, gpu, cpu, cancel = out.loads, out.gpu, out.cpu, out.cancel  # views of the buffers, out.logs
-        state = state._replace(pins=out.pins, logs=out.logs)
-        del out
-        if st[walk.OVERFLOW]:
-            return None
-        old = np.searchsorted(space, live)
-        if len(live) and not np.array_equal(space[np.minimum(old, len(space) - 1)], live):
-            raise AssertionError("a copy the timing must still know of is not in its arrays")
-        n_new = len(loads)
-        layer, prec = loads[:, 2], loads[:, 4]
-        space = np.concatenate([live, np.arange(tid0, tid0 + n_new, dtype=np.int64)])
-        demand = np.concatenate([demand[old], loads[:, 1] == 1])
-        dur = np.concatenate([dur[old], dur_of[layer, prec]])
-        nbytes = np.concatenate([nbytes[old], nbytes_of[layer, prec]])
-        started = np.concatenate([started[old], np.full(n_new, np.nan)])
-        done = np.concatenate([done[old], np.full(n_new, np.nan)])
-        dropped = np.zeros(len(space) + 1, np.bool_)
-        gone = np.concatenate([gone[old], np.zeros(n_new + 1, np.int8)])  # clear_queue's marks, carried
-        n_wait = len(waiting) - (ls[timing.CUR] >= 0)
-        q = np.zeros(n_wait + n_new + len(space) + 1, np.int64)  # a copy dropped comes back once at most
-        q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
-        ls[timing.HEAD], ls[timing.TAIL] = 0, n_wait
-        if ls[timing.CUR] >= 0:
-            ls[timing.CUR] = np.searchsorted(space, waiting[-1])
-        for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
-            if not timing.renumber(t[:, 1], live, tid0, len(live)):
-                raise AssertionError("a step names a copy the timing was not told to keep")
-        if len(cpu) and not cpu_known:
-            _fill_cpu(cost, inputs[3])
-            cpu_known = True
-        link = (demand, q, dropped, started, done, fs, ls, gone)
-        n = (p1 - p0) * L
-        stall = np.zeros(n)
-        _replay(
+    layer_stall = decode_stall = demand_n = prefetch_n = classes = None
+    n_passes = 0
+    for window in windows:
+        wl, first = window.wl, window.first_pass
+        L, P = wl.num_layers, len(wl.pass_start)
+        max_t, _ = _tables(wl)
+        inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
+        state_args, walk_in = _walk_inputs(
             wl,
-            cost,
-            shared,
-            p0,
-            p1,
-            (loads, gpu, cpu, cancel),
-            (dur, nbytes),
-            inputs,
-            demand_first,
-            link,
-            len(live),
-            (ps, pe, stall, np.zeros(n)),
+            system,
+            slots,
+            expert_bytes,
+            placement,
+            cpu_faster,
+            miss_costs,
+            profile,
+            _bound_inputs(wl, cost, system, inputs[:2]),
+            window=(first, window.prev_request),
+            records=records,
         )
-        rows = stall.reshape(-1, L)
-        pass_stall[p0:p1] = rows.sum(axis=1)
-        layer_stall = layer_sums(rows, layer_stall)
-        decode_stall = layer_sums(rows * decode[p0:p1, None], decode_stall)
-        waiting = space[q[ls[timing.HEAD] : ls[timing.TAIL]]]
-        if ls[timing.CUR] >= 0:
-            waiting = np.append(waiting, space[ls[timing.CUR]])
-        layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
-        demand_n += np.bincount(layer[loads[:, 1] == 1], minlength=L)
-        prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
-        if progress is not None:
-            progress(p1, P)
+        if state is None:
+            state = walk.walk_state(**state_args)
+            walk_of = policy_walk(system.cache.policy)
+            layer_stall, decode_stall = np.zeros(L), np.zeros(L)
+            demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
+            classes = np.zeros(3, np.int64)
+        assert walk_of is not None and layer_stall is not None and decode_stall is not None
+        assert demand_n is not None and prefetch_n is not None and classes is not None
+        cpu_known = False  # the window's CPU expert times, looked up once a chunk computes experts there
+        n_passes += P
+        dur_of, nbytes_of = inputs[4], inputs[5]
+        decode = np.asarray(wl.pass_phase) == 1
+        ps, pe = np.zeros(P), np.zeros(P)
+        pool, stg_tid, st = state.pool, state.stg_tid, state.st
+        per = max(1, (chunk_steps or CHUNK_STEPS) // max(L, 1))  # passes per chunk
+        for p0 in range(first, first + P, per):
+            p1 = min(first + P, p0 + per)
+            tid0 = int(st[walk.NEXT_TID])
+            held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
+            live = np.unique(held[held >= 0])
+            with first_use(walk_of):
+                out = walk_of(state, walk_in, p0, p1)
+            loads, gpu, cpu, cancel = out.loads, out.gpu, out.cpu, out.cancel  # views of the buffers, out.logs
+            state = state._replace(pins=out.pins, logs=out.logs)
+            del out
+            if st[walk.OVERFLOW]:
+                return None
+            old = np.searchsorted(space, live)
+            if len(live) and not np.array_equal(space[np.minimum(old, len(space) - 1)], live):
+                raise AssertionError("a copy the timing must still know of is not in its arrays")
+            n_new = len(loads)
+            layer, prec = loads[:, 2], loads[:, 4]
+            space = np.concatenate([live, np.arange(tid0, tid0 + n_new, dtype=np.int64)])
+            demand = np.concatenate([demand[old], loads[:, 1] == 1])
+            dur = np.concatenate([dur[old], dur_of[layer, prec]])
+            nbytes = np.concatenate([nbytes[old], nbytes_of[layer, prec]])
+            started = np.concatenate([started[old], np.full(n_new, np.nan)])
+            done = np.concatenate([done[old], np.full(n_new, np.nan)])
+            dropped = np.zeros(len(space) + 1, np.bool_)
+            gone = np.concatenate([gone[old], np.zeros(n_new + 1, np.int8)])  # clear_queue's marks, carried
+            n_wait = len(waiting) - (ls[timing.CUR] >= 0)
+            q = np.zeros(n_wait + n_new + len(space) + 1, np.int64)  # a copy dropped comes back once at most
+            q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
+            ls[timing.HEAD], ls[timing.TAIL] = 0, n_wait
+            if ls[timing.CUR] >= 0:
+                ls[timing.CUR] = np.searchsorted(space, waiting[-1])
+            for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
+                if not timing.renumber(t[:, 1], live, tid0, len(live)):
+                    raise AssertionError("a step names a copy the timing was not told to keep")
+            if len(cpu) and not cpu_known:
+                _fill_cpu(cost, inputs[3])
+                cpu_known = True
+            link = (demand, q, dropped, started, done, fs, ls, gone)
+            n = (p1 - p0) * L
+            stall = np.zeros(n)
+            _replay(
+                wl,
+                cost,
+                shared,
+                p0,
+                p1,
+                (loads, gpu, cpu, cancel),
+                (dur, nbytes),
+                inputs,
+                demand_first,
+                link,
+                len(live),
+                (ps, pe, stall, np.zeros(n)),
+                first,
+            )
+            rows = stall.reshape(-1, L)
+            w0, w1 = p0 - first, p1 - first
+            layer_stall = layer_sums(rows, layer_stall)
+            decode_stall = layer_sums(rows * decode[w0:w1, None], decode_stall)
+            waiting = space[q[ls[timing.HEAD] : ls[timing.TAIL]]]
+            if ls[timing.CUR] >= 0:
+                waiting = np.append(waiting, space[ls[timing.CUR]])
+            layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
+            demand_n += np.bincount(layer[loads[:, 1] == 1], minlength=L)
+            prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
+            on_chunk(Chunk(p0, p1, window, ps[w0:w1], pe[w0:w1], rows.sum(axis=1), walk_in.bound.out[w0:w1]))
+        classes += walk_in.bound.cls_n
+    if state is None:
+        raise ValueError("a streamed run needs at least one window of passes")
+    assert layer_stall is not None and decode_stall is not None
     dec = _decisions(
-        st,
+        state.st,
         state.served,
         state.mass,
         slots,
         system,
-        NotKept(n_steps),
+        NotKept(n_passes * len(layer_stall)),
         None,
         (demand_n, prefetch_n),
     )
-    tl = Timeline(
-        ps,
-        pe,
-        np.zeros(0),
-        np.zeros(0),
-        link_busy_s=float(fs[timing.BUSY]),
-        bytes_moved=int(ls[timing.MOVED]),
-        cancelled=int(ls[timing.CANCELLED]),
-        late=int(ls[timing.LATE]),
-        stall_sums=(pass_stall, layer_stall, decode_stall),
+    return Totals(
+        dec,
+        float(fs[timing.BUSY]),
+        int(ls[timing.MOVED]),
+        int(ls[timing.CANCELLED]),
+        int(ls[timing.LATE]),
+        layer_stall,
+        decode_stall,
+        classes if system.precision.mode == "hobbit" else None,
     )
-    classes = walk_in.bound.cls_n if system.precision.mode == "hobbit" else None
-    return Streamed(dec, tl, walk_in.bound.out, classes)
 
 
 class Times(Mapping):

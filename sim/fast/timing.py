@@ -235,13 +235,15 @@ def replay(
     clear,
     link,
     base,
+    first_pass,
     pass_start,
     pass_end,
     step_stall,
     step_end,
 ):
     """``plain.replay`` without contention, passes ``p0:p1``, continuing ``link`` (``link_state``; updated in
-    place): their times into ``pass_start`` and ``pass_end`` (indexed by pass) and ``step_stall`` and ``step_end``
+    place): their times into ``pass_start`` and ``pass_end`` (by pass: pass p's row is p - ``first_pass``, as in
+    ``dense_s`` and ``other_s``, a window's rows in a streamed run) and ``step_stall`` and ``step_end``
     (by step of the range: the range's first step is 0); ``started`` / ``done`` of
     ``link`` NaN for a copy that never ran. The tables hold these passes' rows; their loads are the transfers
     ``base``, ``base + 1``, .. of ``link``'s arrays (``dur``, ``nbytes``, ``started`` and ``done`` are indexed by
@@ -254,12 +256,13 @@ def replay(
     order = np.zeros(max_g, np.int64)
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
     for p in range(p0, p1):
-        pass_start[p] = t
+        pw = p - first_pass  # the pass's row of the per-pass arrays (a window's, in a streamed run)
+        pass_start[pw] = t
         for layer in range(L):
             i = (p - p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
-            t += dense_s[p, 1 if whole[layer] else 0]
+            t += dense_s[pw, 1 if whole[layer] else 0]
             routed = t
             if nl and issue:
                 t += issue * nl
@@ -315,8 +318,8 @@ def replay(
                 t = max(t, cpu_free)
             step_stall[i] = stall
             step_end[i] = t
-        t += other_s[p]
-        pass_end[p] = t
+        t += other_s[pw]
+        pass_end[pw] = t
     fs[CLOCK], fs[CPU_FREE] = t, cpu_free
 
 
@@ -342,6 +345,7 @@ def replay_shared(
     clear,
     link,
     base,
+    first_pass,
     pass_start,
     pass_end,
     step_stall,
@@ -362,12 +366,13 @@ def replay_shared(
     order = np.zeros(max_g, np.int64)
     cpu_free = fs[CPU_FREE]
     for p in range(p0, p1):
-        pass_start[p] = fs[FREE_AT]
+        pw = p - first_pass
+        pass_start[pw] = fs[FREE_AT]
         for layer in range(L):
             i = (p - p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
-            dense = dense_s[p, 1 if whole[layer] else 0]
+            dense = dense_s[pw, 1 if whole[layer] else 0]
             routed = _compute(q, fs, ls, dur, nbytes, started, done, dense, f_dense, f_link)
             if nl and issue:
                 _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)
@@ -455,5 +460,5 @@ def replay_shared(
                     fs[FREE_AT] = t
             step_stall[i] = stall
             step_end[i] = fs[FREE_AT]
-        pass_end[p] = _compute(q, fs, ls, dur, nbytes, started, done, other_s[p], f_dense, f_link)
+        pass_end[pw] = _compute(q, fs, ls, dur, nbytes, started, done, other_s[pw], f_dense, f_link)
     fs[CPU_FREE] = cpu_free

@@ -2134,6 +2134,10 @@ class Routing(NamedTuple):
     pass_request: Any  # [P] int64: its request
     token_in_request: Any  # [N] int64: each token's place in its request
     top_k: int  # the model's experts per token
+    # a window of a longer trace (``fast.stream`` over windows): the per-pass arrays' row 0 is pass ``first_pass``,
+    # whose predecessor ran request ``prev_request`` (-1: none); a whole trace is the window from pass 0
+    first_pass: int = 0
+    prev_request: int = -1
 
 
 class Rule(NamedTuple):
@@ -2252,13 +2256,15 @@ def walk(state, inputs, p0, p1):
     ``inputs`` (``Inputs``) is what it reads and does not carry, as named records, unpacked here once.
 
     With ``inputs.bound.on``, it also writes each pass's bound (``bound.pass_bounds``, the same floats: ``Bound``'s
-    tables ``dense`` and ``whole``, ``other``, ``min_s``, ``cpu`` and ``uses_cpu``) into ``Bound.out[p]``, from the
+    tables ``dense`` and ``whole``, ``other``, ``min_s``, ``cpu`` and ``uses_cpu``) into ``Bound.out`` (by the pass's row), from the
     experts and token counts each step needs (a bound's expert is one not every selection skips, as here), and
     counts the selections of each class into ``Bound.cls_n`` (with HOBBIT's rule: ``rule.hobbit_counts``), so that a
     run reads the trace's selections once."""
     if POLICY < 0:
         raise ValueError("the template's walk decides for no policy: call sim.fast.special.core(policy).walk")
-    ids, weights, pred, pred_w, pass_start, pass_end, pass_request, token_in_request, top_k = inputs.routing
+    ids, weights, pred, pred_w, pass_start, pass_end, pass_request, token_in_request, top_k, p_base, p_req = (
+        inputs.routing
+    )
     hobbit_rule, rule_hi, rule_lo, mixed, uniform, any_prec, multi_high = inputs.rule
     resident, cpu_layer, wide_bypass, offload_at, per_layer, per_expert, expert_bytes = inputs.place
     w, fw, fut_off, fut_steps = inputs.evict
@@ -2387,8 +2393,9 @@ def walk(state, inputs, p0, p1):
     loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), _borrowed(tabs[3])
     evicted, kept, pins = _borrowed(tabs[4]), _borrowed(tabs[5]), _borrowed(pins_own[0])
     for p in range(p0, p1):
-        a, b = pass_start[p], pass_end[p]
-        if p > 0 and pass_request[p] != pass_request[p - 1]:
+        pw = p - p_base  # the pass's row of the window's per-pass arrays
+        a, b = pass_start[pw], pass_end[pw]
+        if p > 0 and pass_request[pw] != (pass_request[pw - 1] if pw > 0 else p_req):
             rec[:] = 0
             for pr in range(2):  # the slots taken so far (the others hold no record)
                 for s in range(roff[pr, L] if per_layer else nfree[pr]):
@@ -2411,7 +2418,7 @@ def walk(state, inputs, p0, p1):
         T = b - a
         bound = min(E, T * K)
         n_sel += T * K * L
-        b_total = bnd_other[p] if bnd_on else 0.0
+        b_total = bnd_other[pw] if bnd_on else 0.0
         for layer in range(L):
             i = p * L + layer
             st[STEP] = i
@@ -2425,8 +2432,8 @@ def walk(state, inputs, p0, p1):
                     pool,
                     index,
                     ids,
-                    pass_start[q],
-                    pass_end[q],
+                    pass_start[q - p_base],
+                    pass_end[q - p_base],
                     (i - 1) % L,
                     roff,
                     per_layer,
@@ -2471,9 +2478,9 @@ def walk(state, inputs, p0, p1):
                     if need_c[e] != SKIP:
                         b_dev[nd], b_cpu[nd] = bnd_min[need_n[e]], bnd_cpu[need_n[e]]
                         nd += 1
-                b_total += bnd_dense[p, 1 if bnd_whole[layer] else 0] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
+                b_total += bnd_dense[pw, 1 if bnd_whole[layer] else 0] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
                 if layer == L - 1:
-                    bnd_out[p] = b_total
+                    bnd_out[pw] = b_total
             if T > 1 and multi_high:
                 for j in range(n_need):
                     e = order[j]
@@ -2897,7 +2904,7 @@ def walk(state, inputs, p0, p1):
                 ):
                     continue
                 prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
-                if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[p]]:
+                if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[pw]]:
                     continue
                 if staging:
                     if n_stg >= staging:

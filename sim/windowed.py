@@ -1,0 +1,307 @@
+"""``simulate_file``: ``simulate`` over a trace file read a window of passes at a time, for traces longer than memory.
+
+A run over a whole trace holds its arrays (a 10^6-token Mixtral trace: about 2 GB laid out); this one holds one window
+of ``window_tokens`` tokens (``traces.window``), the cache's state and the per-pass results, so its memory is bounded
+by the window, not by the trace. The compiled walk and timing carry the cache, the link and the clock from one window
+to the next (``sim.fast.stream_windows``): the decisions and times are those of ``simulate`` on the whole trace,
+except where a rule reads the whole trace at once, which a windowed run refuses with the fix (Belady's next uses,
+a least-recently-used page cache of host RAM over the trace's reads) or does a window at a time: the fallback
+predictions of a trace that records none (``prefetch.fallback=oracle``) are drawn window by window, the same
+distribution as a whole run's, other draws. ``Results.decisions.steps`` and the timeline's copy times are not kept
+(as in any streamed run), nor the whole ``Workload`` (``Results.workload`` is None); passes.parquet holds the same
+values, its integer columns in the trace's own widths (request_id, tokens and context int32, phase int8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import numpy as np
+
+from hobbit.sim import fast
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig, check_system
+from hobbit.sim.fast import rule
+from hobbit.sim.flags import apply_flags
+from hobbit.sim.memory import MemoryFit, host_ram_share
+from hobbit.sim.policies.precision import EPS
+from hobbit.sim.results import Columns, Results, summarise
+from hobbit.sim.run import check_profile, check_topology, check_weights, configure, describe, needs
+from hobbit.sim.timeline import Timeline
+from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
+from hobbit.traces import window
+from hobbit.traces.arrays import TraceArrays
+from hobbit.traces.io import Trace
+from hobbit.traces.knobs import check_knobs
+from hobbit.traces.schema import TraceMeta
+
+# tokens a window holds by default: a Mixtral window takes about 8 kB a token while it is read and laid out, and a
+# smaller window runs as fast (benchmarks/long_trace.py)
+WINDOW_TOKENS = 1 << 13
+
+
+class PassColumns:
+    """passes.parquet's columns, grown as a run's chunks are timed (``add``), in the trace's widths."""
+
+    DTYPES: ClassVar[dict[str, type]] = {
+        "request_id": np.int32,
+        "phase": np.int8,
+        "tokens": np.int32,
+        "context": np.int32,
+        "start": np.float64,
+        "end": np.float64,
+        "stall": np.float64,
+        "bound": np.float64,
+    }
+
+    def __init__(self, capacity: int) -> None:
+        self.n = 0
+        self.cols = {k: np.zeros(max(capacity, 1), t) for k, t in self.DTYPES.items()}
+
+    def add(self, c: fast.Chunk) -> None:
+        wl = c.window.wl
+        w0, w1 = c.p0 - c.window.first_pass, c.p1 - c.window.first_pass
+        m = w1 - w0
+        if self.n + m > len(self.cols["start"]):
+            size = max(self.n + m, len(self.cols["start"]) * 3 // 2)
+            for k, a in self.cols.items():
+                grown = np.zeros(size, a.dtype)
+                grown[: self.n] = a[: self.n]
+                self.cols[k] = grown
+        at = slice(self.n, self.n + m)
+        self.cols["request_id"][at] = wl.pass_request[w0:w1]
+        self.cols["phase"][at] = wl.pass_phase[w0:w1]
+        self.cols["tokens"][at] = np.subtract(wl.pass_end[w0:w1], wl.pass_start[w0:w1])
+        self.cols["context"][at] = wl.pass_context[w0:w1]
+        self.cols["start"][at], self.cols["end"][at] = c.start, c.end
+        self.cols["stall"][at], self.cols["bound"][at] = c.stall, c.bound
+        self.n += m
+
+    def table(self) -> tuple[Columns, np.ndarray, np.ndarray, np.ndarray]:
+        """(passes.parquet's columns, each pass's start and end and stall in seconds)."""
+        c = {k: a[: self.n] for k, a in self.cols.items()}
+        passes = {
+            "request_id": c["request_id"],
+            "phase": c["phase"],
+            "tokens": c["tokens"],
+            "context": c["context"],
+            "start_ms": c["start"] * 1e3,
+            "latency_ms": (c["end"] - c["start"]) * 1e3,
+            "stall_ms": c["stall"] * 1e3,
+            "bound_ms": c["bound"] * 1e3,
+        }
+        return passes, c["start"], c["end"], c["stall"]
+
+
+def uses_profile(system: SystemConfig) -> bool:
+    """Whether ``system`` reads the profiling requests (``run.place``, a policy that ``needs`` a profile)."""
+    return (
+        system.placement == "popular"
+        or system.gpu_experts > 0
+        or system.cache.layer_pinned > 0
+        or "profile" in needs(system)
+    )
+
+
+def refused(system: SystemConfig) -> str | None:
+    """Why a windowed run cannot run ``system`` (None: it can)."""
+    why = fast.unsupported(system)
+    if why is not None:
+        return f"the compiled walk does not implement {why}, and the reference walk reads the whole trace"
+    if system.cache.policy == "belady":
+        return "Belady's policy reads each expert's next use over the whole trace"
+    return None
+
+
+def log_records(scan: window.Scan, system: SystemConfig, ubatch: int) -> int:
+    """An upper bound on a run's steps and log records over ``scan``'s passes (``fast._walk_inputs``' room, summed
+    over the trace), which picks the log tables' integer type."""
+    m = scan.meta.model
+    L, E, K = len(scan.meta.layers), m.num_experts, m.top_k
+    pf = system.prefetch
+    per_step = L * E if pf.kind == "eam" else 0  # EAM's proposals per step are at most every expert of every layer
+    room = steps = 0
+    for (phase, size), n in scan.pass_sizes.items():
+        parts = (
+            [size] if phase == 1 or not ubatch else [ubatch] * (size // ubatch) + [size % ubatch] * (size % ubatch > 0)
+        )
+        for t in parts:
+            room += n * L * ((3 + pf.max_depth) * min(E, t * K) + pf.staging_slots + per_step + 2)
+            steps += n * L
+    return max(room, steps)
+
+
+def simulate_file(
+    path: str | os.PathLike,
+    model: ModelConfig,
+    hw: HardwareConfig,
+    system: SystemConfig,
+    rng: np.random.Generator | None = None,
+    profile: str | os.PathLike | None = None,
+    profile_share: float = 0.25,
+    window_tokens: int = WINDOW_TOKENS,
+    progress: Callable[[int, int], None] | None = None,
+    context: int = 0,
+) -> Results:
+    """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
+    at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk."""
+    t_wall = time.perf_counter()
+    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
+        check_knobs(cfg, prefix)
+    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
+    system = flags.system
+    check_system(system)
+    check_profile(model, hw)
+    why = refused(system)
+    if why is not None:
+        raise ConfigError(
+            f"system={system.name} cannot run on a trace read a window at a time: {why} (fix: window_tokens=0, "
+            f"which reads the trace whole)"
+        )
+    if window_tokens < 1:
+        raise ConfigError(f"sim.window_tokens={window_tokens} must be >= 1 for a windowed run (0 reads it whole)")
+    file = str(path)
+    scan = window.scan(file)
+    meta = scan.meta
+    rng = rng if rng is not None else np.random.default_rng(0)
+    p = system.prefetch
+    n_prof = 0
+    if profile is None and profile_share > 0:  # as ``split_requests``: the first requests profile, the rest are timed
+        n_prof = min(int(profile_share * len(scan.requests)), len(scan.requests) - 1)
+    skip = int(scan.request_tokens[: max(n_prof, 0)].sum())
+    timed = _windows(file, scan.meta, window_tokens, skip, p, rng, system.ubatch, context)
+    first = next(timed)
+    stand_in = Trace(meta, first[1], file)  # the topology's and the weights' checks read the metadata
+    check_topology(stand_in, model)
+    check_weights(stand_in, system)
+    prof = None
+    if uses_profile(system) and (profile is not None or n_prof > 0):
+        prof = RequestMatrices()
+        source = str(profile) if profile is not None else file
+        pmeta = window.scan(source).meta if profile is not None else meta
+        if profile is not None:
+            check_topology(Trace(pmeta, first[1], source), model)
+        for a in window.windows(source, pmeta, window_tokens, 0, skip if profile is None else None):
+            prof.add(build_workload(Trace(pmeta, a, source), "none"))
+    wl0 = first[0].wl
+    max_context = int(scan.request_context[max(n_prof, 0) :].max()) + context
+
+    def host_ram(memory: MemoryFit) -> MemoryFit:
+        if system.host_cache == "lru":
+            raise ConfigError(
+                "system.host_cache=lru replays a page cache over the whole trace's reads, which a run over a trace "
+                "read a window at a time does not hold (fix: system.host_cache=uniform, or window_tokens=0)"
+            )
+        return host_ram_share(memory, system, wl0.ids[:0], [])
+
+    setup = configure(wl0, meta.layers, model, hw, system, max_context, prof, host_ram)
+    columns = PassColumns(scan.passes)
+    total = scan.passes
+    counted = system.precision.mode != "hobbit"  # the walk counts HOBBIT's classes only under HOBBIT's rule
+    mix_n = np.zeros(3, np.int64)
+    n_windows = 0
+
+    def laid_out() -> Iterator[fast.Window]:
+        nonlocal n_windows
+        for w, _ in _chain(first, timed):
+            n_windows += 1
+            if counted:
+                mix_n[:] += rule.hobbit_counts(
+                    w.wl.weights.reshape(-1, w.wl.top_k),
+                    float(system.precision.t1) + EPS,
+                    float(system.precision.t2) + EPS,
+                )
+            yield w
+
+    def on_chunk(c: fast.Chunk) -> None:
+        columns.add(c)
+        if progress is not None:
+            progress(columns.n, max(total, columns.n))
+
+    totals = fast.stream_windows(
+        laid_out(),
+        system,
+        setup.slots,
+        setup.per_layer,
+        setup.cost,
+        on_chunk,
+        system.demand_first,
+        setup.placement,
+        setup.cpu_faster,
+        setup.miss_costs,
+        setup.profile_matrices,
+        records=log_records(scan, system, system.ubatch),
+    )
+    if totals is None:
+        raise ConfigError(
+            f"system={system.name}'s LIRS ran out of the entries it counts out; a whole trace hands such a run to the "
+            f"reference walk (fix: window_tokens=0)"
+        )
+    passes, start, end, stall = columns.table()
+    tl = Timeline(
+        start,
+        end,
+        np.zeros(0),
+        np.zeros(0),
+        link_busy_s=totals.link_busy_s,
+        bytes_moved=totals.bytes_moved,
+        cancelled=totals.cancelled,
+        late=totals.late,
+        stall_sums=(stall, totals.layer_stall, totals.decode_stall),
+    )
+    mix = fast.mix_of(totals.classes if totals.classes is not None else mix_n)
+    res = summarise(
+        stand_in,
+        wl0,
+        totals.decisions,
+        tl,
+        model,
+        hw,
+        system,
+        setup.sizing,
+        "fast",
+        time.perf_counter() - t_wall,
+        mix=mix,
+        passes=passes,
+    )
+    res.summary["windows"] = {"tokens": int(window_tokens), "count": n_windows}
+    describe(res, setup, system, flags.unmodelled, wl0.num_layers)
+    res.workload, res.cost = None, setup.cost
+    return res
+
+
+def _chain(first: tuple[fast.Window, TraceArrays], rest: Iterator[tuple[fast.Window, TraceArrays]]):
+    yield first
+    yield from rest
+
+
+def _windows(
+    file: str,
+    meta: TraceMeta,
+    tokens: int,
+    skip: int,
+    p: PrefetchConfig,
+    rng: np.random.Generator,
+    ubatch: int,
+    context: int,
+) -> Iterator[tuple[fast.Window, TraceArrays]]:
+    """The timed windows laid out for replay, each with its rows (``fast.Window``, ``TraceArrays``)."""
+    L = len(meta.layers)
+    first_pass, prev_request = 0, -1
+    run_request, run_tokens = -1, 0  # the last request read so far and its tokens read so far
+    for a in window.windows(file, meta, tokens, skip):
+        head, last = int(a.request_id[0]), int(a.request_id[-1])
+        before = run_tokens if head == run_request else 0
+        wl = build_workload(Trace(meta, a, file), p.fallback, p.fallback_accuracy, p.max_depth, rng, before)
+        n_last = int(np.count_nonzero(a.request_id[::L] == last))
+        run_tokens, run_request = (before + n_last) if head == last else n_last, last
+        if ubatch:
+            wl = chunk_prefill(wl, ubatch)
+        if context:
+            wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
+        yield fast.Window(wl, first_pass, prev_request), a
+        first_pass += len(wl.pass_start)
+        prev_request = wl.pass_request[-1]

@@ -1,0 +1,243 @@
+"""Traces longer than memory: a trace file read a window of whole passes at a time (``traces.window``) and simulated
+window by window (``sim.windowed``), against the same trace read whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from hobbit.sim import fast
+from hobbit.sim.config import ConfigError
+from hobbit.sim.run import simulate
+from hobbit.sim.windowed import simulate_file
+from hobbit.sim.workload import RequestMatrices, build_workload
+from hobbit.traces import window
+from hobbit.traces.io import METADATA_KEY, Trace, read_trace, write_trace
+from hobbit.traces.schema import TraceError
+
+from conftest import run_cli
+from sim_helpers import BUNDLED, bundled, compose_sim
+
+SYSTEMS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "system").glob("*.yaml"))
+WHOLE_TRACE_RULES = {"hobbit-oracle"}  # Belady: next uses over the whole trace
+
+
+def same_run(a, b) -> list:
+    """What differs between two runs' results (their wall time and the windowed run's own key aside)."""
+    bad = [(k, a.summary[k], b.summary.get(k)) for k in a.summary if k != "wall_s" and a.summary[k] != b.summary.get(k)]
+    for k, col in a.pass_columns.items():
+        if not np.array_equal(np.asarray(col, float), np.asarray(b.pass_columns[k], float), equal_nan=True):
+            bad.append(("passes." + k, col[:4], b.pass_columns[k][:4]))
+    for k, col in a.layer_columns.items():
+        if not np.array_equal(col, b.layer_columns[k]):
+            bad.append(("layers." + k, col, b.layer_columns[k]))
+    return bad
+
+
+def test_a_scan_counts_the_tokens_requests_and_passes_a_whole_read_lays_out():
+    tr = bundled()
+    wl = build_workload(tr, "none")
+    s = window.scan(BUNDLED)
+    assert s.tokens == tr.num_tokens and s.passes == len(wl.pass_start)
+    assert s.requests.tolist() == sorted(set(wl.pass_request))
+    sizes = {}
+    for ph, a, b in zip(wl.pass_phase, wl.pass_start, wl.pass_end):
+        sizes[ph, b - a] = sizes.get((ph, b - a), 0) + 1
+    assert s.pass_sizes == sizes
+    assert s.request_tokens.sum() == tr.num_tokens
+    ends = {r: c for r, c in zip(wl.pass_request, wl.pass_context)}
+    assert s.request_context.tolist() == [ends[r] for r in s.requests.tolist()]
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 64, 10**6])
+def test_windows_are_whole_passes_and_together_the_trace(tokens):
+    tr = bundled()
+    L = len(tr.meta.layers)
+    parts = list(window.windows(BUNDLED, tr.meta, tokens))
+    assert len(parts) >= (2 if tokens < 64 else 1)
+    for a, b in itertools.pairwise(parts):  # a pass (request, step) never spans two windows
+        assert (a.request_id[-1], a.step[-1]) != (b.request_id[0], b.step[0])
+    for name, col in vars(tr.arrays).items():
+        if isinstance(col, np.ndarray):
+            assert np.array_equal(
+                np.concatenate([getattr(p, name) for p in parts]), col, equal_nan=col.dtype.kind == "f"
+            ), name
+    for p in parts:  # each about ``tokens`` tokens: past them only by the rest of its last pass
+        last = (p.request_id[-1], p.step[-1])
+        head = len(p) - int(np.sum((p.request_id == last[0]) & (p.step == last[1])))
+        assert head < tokens * L
+
+
+def test_windows_skip_and_stop_at_a_requests_edge():
+    tr = bundled()
+    s = window.scan(BUNDLED)
+    cut = int(s.request_tokens[:2].sum())
+    head = list(window.windows(BUNDLED, tr.meta, 7, 0, cut))
+    tail = list(window.windows(BUNDLED, tr.meta, 7, cut))
+    L = len(tr.meta.layers)
+    assert sum(len(a) for a in head) == cut * L and sum(len(a) for a in tail) == len(tr.arrays) - cut * L
+    assert set(np.concatenate([a.request_id for a in head]).tolist()) == set(s.requests[:2].tolist())
+    assert tail[0].request_id[0] == s.requests[2]
+
+
+def test_a_window_that_breaks_the_schema_names_the_files_row(tmp_path):
+    """A bad row past the first window: the error names its row in the file, not in its window."""
+    tr = bundled()
+    a = dataclasses.replace(tr.arrays)
+    a.expert_ids = a.expert_ids.copy()
+    bad = len(a) - 3
+    a.expert_ids[bad, 0] = tr.meta.model.num_experts + 5
+    table = pq.read_table(BUNDLED)
+    col = table.column("expert_ids").to_pylist()
+    col[bad][0] = int(a.expert_ids[bad, 0])
+    table = table.set_column(
+        table.schema.get_field_index("expert_ids"), "expert_ids", pa.array(col, pa.list_(pa.int16()))
+    )
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: table.schema.metadata[METADATA_KEY]}), path)
+    with pytest.raises(TraceError) as e:
+        list(window.windows(path, tr.meta, 4))
+    assert e.value.row == bad and e.value.field == "expert_ids" and str(path) in str(e.value)
+
+
+def test_windows_out_of_order_are_refused_where_they_meet(tmp_path):
+    """Two windows whose rows go backwards where they meet (each in order alone): the first row out of order."""
+    tr = bundled(2)
+    a = tr.arrays
+    first = np.flatnonzero(a.request_id == a.request_id[0])
+    later = np.flatnonzero(a.request_id != a.request_id[0])
+    rows = np.concatenate([later, first])  # the second request's rows, then the first's
+    table = pq.read_table(write_trace(tmp_path / "ok.parquet", a, tr.meta)).take(pa.array(rows))
+    path = tmp_path / "swapped.parquet"
+    pq.write_table(table, path, row_group_size=len(later))
+    with pytest.raises(TraceError) as e:
+        list(window.windows(path, tr.meta, 10**6))  # one window: validate's own order check
+    assert e.value.row == len(later)
+    with pytest.raises(TraceError) as e:
+        list(window.windows(path, tr.meta, 3))
+    assert e.value.row == len(later) and "ordered" in str(e.value)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_a_windowed_run_gives_a_whole_runs_results(system):
+    """Every registered system (but those that read the whole trace at once), windows of 5 tokens (a request's
+    passes across many of them): the same results.json, passes and layers as the trace read whole, streamed."""
+    cfg = compose_sim(f"system={system}")
+    if system in WHOLE_TRACE_RULES:
+        with pytest.raises(ConfigError, match="window_tokens=0"):
+            simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=5)
+        return
+    whole = simulate(read_trace(BUNDLED), cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
+    win = simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=5)
+    assert win.summary["windows"]["count"] > 100
+    assert same_run(whole, win) == []
+
+
+@pytest.mark.parametrize(
+    "system,knobs",
+    [
+        ("hobbit", ["system.prefetch.fallback=history", "system.ubatch=64", "context=100"]),
+        ("moe-infinity", ["system.prefetch.fallback=history"]),
+        ("fiddler", []),
+        ("llama-cpp", ["system.ubatch=16"]),
+    ],
+)
+def test_a_windowed_run_of_real_routing_gives_a_whole_runs_results(real_converted, system, knobs):
+    """Qwen1.5-MoE's vLLM routing (prompts of many tokens, batched, no predictions), windows of 37 tokens: a
+    prompt's prefill split by ``ubatch`` across windows, a context before each request, a profile read apart."""
+    tr = real_converted["qwen"]
+    cfg = compose_sim("model=qwen1.5-moe-a2.7b", f"system={system}", *knobs)
+    whole = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False, context=cfg.context)
+    win = simulate_file(tr.path, cfg.model, cfg.hardware, cfg.system, window_tokens=37, context=cfg.context)
+    assert same_run(whole, win) == []
+
+
+def test_the_fallback_predictions_are_drawn_a_window_at_a_time(real_converted):
+    """A trace without predictions under the oracle fallback: other draws than a whole run's, the same accuracy."""
+    tr = real_converted["qwen"]
+    cfg = compose_sim("model=qwen1.5-moe-a2.7b", "system=hobbit")
+    whole = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
+    win = simulate_file(tr.path, cfg.model, cfg.hardware, cfg.system, window_tokens=37)
+    assert win.summary["prefetch"] != whole.summary["prefetch"]
+    w, g = whole.summary["prefetch"]["accuracy"], win.summary["prefetch"]["accuracy"]
+    assert abs(w - g) < 0.02, (w, g)
+
+
+def test_request_matrices_added_a_window_at_a_time_are_the_whole_traces():
+    tr = bundled()
+    m = RequestMatrices()
+    for a in window.windows(BUNDLED, tr.meta, 3):
+        m.add(build_workload(Trace(tr.meta, a, tr.path), "none"))
+    want = build_workload(tr, "none").request_matrices()
+    assert len(m.request_matrices()) == len(want)
+    assert all(np.array_equal(x, y) for x, y in zip(m.request_matrices(), want))
+
+
+def test_a_windowed_run_holds_a_window_not_the_trace():
+    """Scale: a windowed run's allocations peak at a fraction of the trace's arrays, which a whole read holds
+    (numpy's allocations, traced; the compiled code loaded first)."""
+    tr = bundled()
+    own = sum(v.nbytes for v in vars(tr.arrays).values() if isinstance(v, np.ndarray))
+    cfg = compose_sim("system=hobbit")
+    simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=16)
+    tracemalloc.start()
+    try:
+        simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < own / 4, (peak, own)
+
+
+def test_a_windowed_run_refuses_what_needs_the_whole_trace():
+    cfg = compose_sim("system=hobbit", "system.cache.policy=belady")
+    with pytest.raises(ConfigError, match="Belady"):
+        simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=8)
+    with pytest.raises(ConfigError, match="window_tokens"):
+        simulate_file(BUNDLED, cfg.model, cfg.hardware, compose_sim().system, window_tokens=0)
+
+
+def test_hobbit_sim_reads_a_trace_a_window_at_a_time(tmp_path):
+    whole, win = tmp_path / "whole", tmp_path / "win"
+    assert run_cli(["sim", "use_cache=false", f"hydra.run.dir={whole}"]) == 0
+    assert run_cli(["sim", "use_cache=false", "window_tokens=9", f"hydra.run.dir={win}"]) == 0
+    a, b = (json.loads((d / "results.json").read_text()) for d in (whole, win))
+    assert b["windows"]["tokens"] == 9
+    assert {k: v for k, v in a.items() if k != "wall_s"} == {
+        k: v for k, v in b.items() if k not in ("wall_s", "windows")
+    }
+    pa_, pb = pq.read_table(whole / "passes.parquet"), pq.read_table(win / "passes.parquet")
+    assert pa_.column_names == pb.column_names
+    assert all(np.array_equal(pa_.column(c).to_numpy(), pb.column(c).to_numpy()) for c in pa_.column_names)
+    # a timeline draws a whole run's decisions: refused before any work, exit code 2
+    assert run_cli(["sim", "window_tokens=9", "timeline=true", f"hydra.run.dir={tmp_path / 't'}"]) == 2
+    assert not (tmp_path / "t" / "results.json").exists()
+
+
+def test_a_chunk_names_its_window_and_passes():
+    """``stream_windows``' chunks: consecutive passes, each within its window, the windows' passes numbered on."""
+    tr = bundled()
+    cfg = compose_sim("system=hobbit")
+    from hobbit.sim.run import configure as setup_of
+
+    wl = build_workload(tr, "oracle", 0.9, 3, np.random.default_rng(0))
+    s = setup_of(wl, tr.meta.layers, cfg.model, cfg.hardware, cfg.system, max(wl.pass_context), None, lambda m: m)
+    parts = [build_workload(Trace(tr.meta, a, tr.path), "none") for a in window.windows(BUNDLED, tr.meta, 50)]
+    wins, first, prev = [], 0, -1
+    for w in parts:
+        wins.append(fast.Window(w, first, prev))
+        first, prev = first + len(w.pass_start), w.pass_request[-1]
+    seen = []
+    fast.stream_windows(wins, cfg.system, s.slots, s.per_layer, s.cost, seen.append, chunk_steps=64)
+    assert [c.p0 for c in seen] == [0] + [c.p1 for c in seen[:-1]] and seen[-1].p1 == first
+    for c in seen:
+        assert c.window.first_pass <= c.p0 < c.p1 <= c.window.first_pass + len(c.window.wl.pass_start)
+        assert len(c.start) == len(c.stall) == len(c.bound) == c.p1 - c.p0
