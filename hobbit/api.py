@@ -252,6 +252,8 @@ def preload(cfg: SimConfig) -> None:
     trace's first ``PRELOAD_REQUESTS`` requests. A process that then forks workers (a sweep's launcher,
     ``hobbit.launcher``) hands them all of it, so they neither read, lay out nor load it again: one copy of the trace's
     arrays for every worker (shared, copy-on-write)."""
+    if cfg.window_tokens:  # a trace read a window at a time is never held whole: each worker reads its own windows
+        return
     trace = read_trace(trace_file(cfg.trace, cfg.model, cfg.seed))
     profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
     lay_out(trace, cfg.system, np.random.default_rng(cfg.seed), profile, cfg.profile_share)
@@ -268,16 +270,23 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:
     return [[_knob(k, v) for k, v in zip(keys, combo)] for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def _point(trace: Trace, cfg: SimConfig, out: Path | None, overrides: list[str]) -> dict[str, Any]:
-    """One sweep point (in a joblib worker): simulate; with ``out``, write its run directory."""
-    res = simulate_config(trace, cfg, keep_decisions=False)
+def _point(trace: Trace | Path, cfg: SimConfig, out: Path | None, overrides: list[str]) -> dict[str, Any]:
+    """One sweep point (in a joblib worker): simulate (a trace file a window at a time, ``cfg.window_tokens``); with
+    ``out``, write its run directory."""
+    if cfg.window_tokens:
+        file = trace.path if isinstance(trace, Trace) else trace
+        if file is None:
+            raise ConfigError(f"window_tokens={cfg.window_tokens} reads a trace file; this trace was made in memory")
+        res = simulate_file_config(file, cfg)
+    else:
+        res = simulate_config(trace if isinstance(trace, Trace) else read_trace(trace), cfg, keep_decisions=False)
     if out is not None:
         write_results(res, out)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
     return res.summary
 
 
-def _points(trace: Trace, items: list[tuple[SimConfig, Path | None, list[str]]]) -> list[dict[str, Any]]:
+def _points(trace: Trace | Path, items: list[tuple[SimConfig, Path | None, list[str]]]) -> list[dict[str, Any]]:
     """A chunk of sweep points in one worker: the trace arrives and is laid out once for all of them."""
     return [_point(trace, cfg, out, over) for cfg, out, over in items]
 
@@ -294,8 +303,13 @@ def sweep(
     """Simulate every point of ``grid`` (``{override path: values}``, e.g. ``{"system.precision.t1":
     [0.4, 0.6], "system": ["hobbit", "on-demand"]}``) over ``base`` knobs (as ``configure`` takes them,
     default engine fast). One row per point: its knobs (``knob.<path>``) and results.json flattened.
-    With ``out``, each point's run directory (``out/<i>``) is written for ``hobbit report``."""
-    tr = trace if isinstance(trace, Trace) else read_trace(trace)
+    With ``out``, each point's run directory (``out/<i>``) is written for ``hobbit report``. With ``window_tokens=N``
+    in ``base``, each point reads the trace file (``trace``: its path) N tokens at a time (``simulate_file_config``)."""
+    windowed = bool(base.get("window_tokens")) and not isinstance(trace, Trace)
+    if windowed:
+        tr: Trace | Path = bundled_trace() if trace is None else Path(cast("str | Path", trace))
+    else:
+        tr = trace if isinstance(trace, Trace) else read_trace(trace)
     base = {"engine": "fast", **base}
     names = {g: base.pop(g, None) for g in GROUPS}
     points = grid_points(grid)

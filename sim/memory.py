@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,7 +176,7 @@ def trailing_layers_fitting(expert_bytes: Sequence[int], num_experts: int, free:
     return n
 
 
-def lru_ram_share(keys: list[np.ndarray], capacity: int) -> float:
+def lru_ram_share(keys: Iterable[np.ndarray], capacity: int) -> float:
     """The share of host-side expert reads a least-recently-used page cache of ``capacity`` experts serves, over
     ``keys`` (each pass's distinct experts, in the order the passes read them): what the kernel's page cache does
     with the experts' pages, expert by expert (``system.host_cache=lru``)."""
@@ -299,14 +299,29 @@ def host_ram_share(mem: MemoryFit, system: SystemConfig, ids: np.ndarray, passes
     [tokens, layers, k] expert ids; ``passes``: each pass's (first token, end)."""
     if mem.ram_share >= 1.0:
         return mem
-    share = mem.ram_share
     layers = [i for i in mem.host_layers if i < ids.shape[1]]
+    E = int(ids.max()) + 1 if ids.size else 1
+    return replayed_share(mem, system, lambda: pass_keys(ids, passes, layers, E), layers, E)
+
+
+def pass_keys(ids: np.ndarray, passes: Iterable[tuple[int, int]], layers: list[int], E: int) -> Iterator[np.ndarray]:
+    """Each pass's distinct host-side experts (``layers`` of ``ids`` [tokens, layers, k]) as keys layer * ``E`` +
+    expert, in the order the passes read them (``lru_ram_share``'s)."""
+    offsets = (np.asarray(layers, np.int64) * E)[None, :, None]
+    for a, b in passes:
+        yield np.unique(ids[a:b, layers, :].astype(np.int64) + offsets)
+
+
+def replayed_share(
+    mem: MemoryFit, system: SystemConfig, keys: Callable[[], Iterable[np.ndarray]], layers: list[int], E: int
+) -> MemoryFit:
+    """``host_ram_share`` from the trace's reads: ``keys()`` gives each pass's (``pass_keys``; read only for
+    ``system.host_cache=lru``), ``layers`` are the host-side layers the trace recorded and ``E`` one past its largest
+    expert id."""
+    share = mem.ram_share
     if system.host_cache == "lru" and layers:
-        E = int(ids.max()) + 1 if ids.size else 1
         capacity = int(mem.ram_share * len(layers) * E)
-        offsets = (np.asarray(layers, np.int64) * E)[None, :, None]
-        keys = [np.unique(ids[a:b, layers, :].astype(np.int64) + offsets) for a, b in passes]
-        share = lru_ram_share(keys, capacity)
+        share = lru_ram_share(keys(), capacity)
     note = (
         f"host RAM holds {mem.ram_share:.0%} of the host-side experts, the rest stays on the SSD; "
         f"RAM serves {share:.1%} of their reads (system.host_cache={system.host_cache})"

@@ -1,15 +1,16 @@
 """``simulate_file``: ``simulate`` over a trace file read a window of passes at a time, for traces longer than memory.
 
-A run over a whole trace holds its arrays (a 10^6-token Mixtral trace: about 2 GB laid out); this one holds one window
-of ``window_tokens`` tokens (``traces.window``), the cache's state and the per-pass results, so its memory is bounded
-by the window, not by the trace. The compiled walk and timing carry the cache, the link and the clock from one window
-to the next (``sim.fast.stream_windows``): the decisions and times are those of ``simulate`` on the whole trace,
-except where a rule reads the whole trace at once, which a windowed run refuses with the fix (Belady's next uses,
-a least-recently-used page cache of host RAM over the trace's reads) or does a window at a time: the fallback
-predictions of a trace that records none (``prefetch.fallback=oracle``) are drawn window by window, the same
-distribution as a whole run's, other draws. ``Results.decisions.steps`` and the timeline's copy times are not kept
-(as in any streamed run), nor the whole ``Workload`` (``Results.workload`` is None); passes.parquet holds the same
-values, its integer columns in the trace's own widths (request_id, tokens and context int32, phase int8).
+A run over a whole trace holds its arrays (a 10^6-token Mixtral trace peaks at 3.3 GB); this one holds one window of
+``window_tokens`` tokens (``traces.window``), the cache's state and the per-pass results, so its memory grows with the
+trace only by its results (about 45 bytes a pass). The compiled walk and timing carry the cache, the link and the
+clock from one window to the next (``sim.fast.stream_windows``): the decisions and times are those of ``simulate`` on
+the whole trace, but for two rules that read the whole trace at once. Belady's next uses are refused, with the fix;
+a page cache of host RAM replayed over the trace's reads (``system.host_cache=lru``, experts past RAM) reads the
+file twice more before the run, for its largest expert id and for its reads. The fallback predictions of a trace
+that records none (``prefetch.fallback=oracle``) are drawn window by window: the same distribution as a whole run's,
+other draws. ``Results.decisions.steps`` and the timeline's copy times are not kept (as in any streamed run), nor the
+whole ``Workload`` (``Results.workload`` is None); passes.parquet holds the same values, its integer columns in the
+trace's own widths (request_id, tokens and context int32, phase int8).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hobbit.sim import fast
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig, check_system
 from hobbit.sim.fast import rule
 from hobbit.sim.flags import apply_flags
-from hobbit.sim.memory import MemoryFit, host_ram_share
+from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
 from hobbit.sim.run import check_profile, check_topology, check_weights, configure, describe, needs
@@ -190,12 +191,21 @@ def simulate_file(
     max_context = int(scan.request_context[max(n_prof, 0) :].max()) + context
 
     def host_ram(memory: MemoryFit) -> MemoryFit:
-        if system.host_cache == "lru":
-            raise ConfigError(
-                "system.host_cache=lru replays a page cache over the whole trace's reads, which a run over a trace "
-                "read a window at a time does not hold (fix: system.host_cache=uniform, or window_tokens=0)"
-            )
-        return host_ram_share(memory, system, wl0.ids[:0], [])
+        """``host_ram_share`` over the timed windows: their largest expert id, then (a page cache replayed over their
+        reads, ``system.host_cache=lru``) each pass's keys, two reads of the file before the run's."""
+        layers = [i for i in memory.host_layers if i < len(meta.layers)]
+        if system.host_cache != "lru" or not layers:
+            return replayed_share(memory, system, lambda: iter(()), layers, 1)
+        E = 1 + max(int(a.expert_ids.max()) for a in window.windows(file, meta, window_tokens, skip))
+
+        def keys() -> Iterator[np.ndarray]:
+            for a in window.windows(file, meta, window_tokens, skip):
+                wl = build_workload(Trace(meta, a, file), "none")
+                if system.ubatch:
+                    wl = chunk_prefill(wl, system.ubatch)
+                yield from pass_keys(wl.ids, zip(wl.pass_start, wl.pass_end), layers, E)
+
+        return replayed_share(memory, system, keys, layers, E)
 
     setup = configure(wl0, meta.layers, model, hw, system, max_context, prof, host_ram)
     columns = PassColumns(scan.passes)

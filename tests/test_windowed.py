@@ -8,6 +8,7 @@ import itertools
 import json
 import tracemalloc
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -241,3 +242,34 @@ def test_a_chunk_names_its_window_and_passes():
     for c in seen:
         assert c.window.first_pass <= c.p0 < c.p1 <= c.window.first_pass + len(c.window.wl.pass_start)
         assert len(c.start) == len(c.stall) == len(c.bound) == c.p1 - c.p0
+
+
+def test_a_sweep_reads_its_trace_a_window_at_a_time_per_point():
+    """``hobbit.sweep(path, grid, window_tokens=N)``: every point over the file read a window at a time, the same
+    rows as the sweep over the trace read whole; a sweep's preload holds no trace then."""
+    from hobbit import api
+
+    grid = {"system": ["hobbit", "on-demand"], "system.cache.high_fraction": [0.5]}
+    whole = api.sweep(BUNDLED, grid, progress=False)
+    win = api.sweep(BUNDLED, grid, progress=False, window_tokens=11)
+    assert (win["windows.tokens"] == 11).all()
+    cols = [c for c in whole.columns if c != "wall_s"]
+    assert whole[cols].equals(win[cols])
+    with mock.patch.object(api, "read_trace", side_effect=AssertionError("read whole")):
+        api.preload(compose_sim("window_tokens=11"))
+
+
+@pytest.mark.parametrize("host_cache", ["lru", "uniform"])
+def test_host_ram_past_its_size_is_replayed_over_the_windows(host_cache):
+    """RAM for a third of fp16 Mixtral's experts (``test_memory``'s set-up): the page cache replayed over the
+    windows' reads gives the whole trace's share of reads from RAM, and the run its times."""
+    cfg = compose_sim(
+        "model=mixtral-8x7b", "system=ktransformers", "system.weights=fp16", f"system.host_cache={host_cache}"
+    )
+    m = cfg.model
+    hw = dataclasses.replace(cfg.hardware, host_memory_bytes=m.num_layers * 8 * m.expert_bytes("fp16") // 3)
+    hw = dataclasses.replace(hw, host_reserve_bytes=0)
+    whole = simulate(read_trace(BUNDLED), m, hw, cfg.system, keep_decisions=False)
+    win = simulate_file(BUNDLED, m, hw, cfg.system, window_tokens=13)
+    assert whole.summary["memory"]["ram_share"] < 1
+    assert same_run(whole, win) == []
