@@ -689,8 +689,7 @@ class SimConfig:
     window_tokens: int = 0
     """0: the trace is read whole. N: it is read N tokens at a time (whole passes, ``sim.windowed``), so the run's
     memory is bounded by the window, not by the trace: for traces longer than memory (a serving log). The same
-    results, except the draws of the fallback predictions of a trace that records none; no timeline; Belady, which
-    reads each expert's next use over the whole trace, is refused with the fix."""
+    results, except the draws of the fallback predictions of a trace that records none; no timeline."""
     cache_dir: str | None = None
     """Finished runs by resolved config; null: $HOBBIT_CACHE or ~/.cache/hobbit/sim."""
     use_cache: bool = True

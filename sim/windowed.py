@@ -4,9 +4,11 @@ A run over a whole trace holds its arrays (a 10^6-token Mixtral trace peaks at 3
 ``window_tokens`` tokens (``traces.window``), the cache's state and the per-pass results, so its memory grows with the
 trace only by its results (about 45 bytes a pass). The compiled walk and timing carry the cache, the link and the
 clock from one window to the next (``sim.fast.stream_windows``): the decisions and times are those of ``simulate`` on
-the whole trace, but for two rules that read the whole trace at once. Belady's next uses are refused, with the fix;
-a page cache of host RAM replayed over the trace's reads (``system.host_cache=lru``, experts past RAM) reads the
-file twice more before the run, for its largest expert id and for its reads. The fallback predictions of a trace
+the whole trace. Two rules read the whole trace before the run, and a windowed run reads the file again for them:
+Belady's next uses (a first read keeps each window's first use of every key, and each window's lists end with the
+key's first use after it: ``_after``, ``fast.window_future``), and a page cache of host RAM replayed over the
+trace's reads (``system.host_cache=lru``, experts past RAM: two reads, for the largest expert id and for the reads).
+The fallback predictions of a trace
 that records none (``prefetch.fallback=oracle``) are drawn window by window: the same distribution as a whole run's,
 other draws. ``Results.decisions.steps`` and the timeline's copy times are not kept (as in any streamed run), nor the
 whole ``Workload`` (``Results.workload`` is None); passes.parquet holds the same values, its integer columns in the
@@ -26,6 +28,7 @@ import numpy as np
 from hobbit.sim import fast
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig, check_system
 from hobbit.sim.fast import rule
+from hobbit.sim.fast.walk import NEVER
 from hobbit.sim.flags import apply_flags
 from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
@@ -112,8 +115,6 @@ def refused(system: SystemConfig) -> str | None:
     why = fast.unsupported(system)
     if why is not None:
         return f"the compiled walk does not implement {why}, and the reference walk reads the whole trace"
-    if system.cache.policy == "belady":
-        return "Belady's policy reads each expert's next use over the whole trace"
     return None
 
 
@@ -173,7 +174,8 @@ def simulate_file(
     if profile is None and profile_share > 0:  # as ``split_requests``: the first requests profile, the rest are timed
         n_prof = min(int(profile_share * len(scan.requests)), len(scan.requests) - 1)
     skip = int(scan.request_tokens[: max(n_prof, 0)].sum())
-    timed = _windows(file, scan.meta, window_tokens, skip, p, rng, system.ubatch, context)
+    after = _after(file, meta, window_tokens, skip, system.ubatch) if system.cache.policy == "belady" else None
+    timed = _windows(file, scan.meta, window_tokens, skip, p, rng, system.ubatch, context, after)
     first = next(timed)
     stand_in = Trace(meta, first[1], file)  # the topology's and the weights' checks read the metadata
     check_topology(stand_in, model)
@@ -288,6 +290,25 @@ def _chain(first: tuple[fast.Window, TraceArrays], rest: Iterator[tuple[fast.Win
     yield from rest
 
 
+def _after(file: str, meta: TraceMeta, tokens: int, skip: int, ubatch: int) -> list[np.ndarray]:
+    """Each timed window's keys' (layer * E + expert) first use after it (``walk.NEVER``: none), from a read of the
+    windows before the run's (the same windows and passes: ``_windows``' cuts): what Belady's lists of a window end
+    with (``fast.window_future``). Held as one array of the keys a window."""
+    firsts, first_pass = [], 0
+    for a in window.windows(file, meta, tokens, skip):
+        wl = build_workload(Trace(meta, a, file), "none")
+        if ubatch:
+            wl = chunk_prefill(wl, ubatch)
+        firsts.append(fast.first_uses(wl, first_pass))
+        first_pass += len(wl.pass_start)
+    after: list[np.ndarray] = [np.empty(0, np.int64)] * len(firsts)
+    nxt = np.full(len(firsts[0]) if firsts else 0, NEVER, np.int64)
+    for w in range(len(firsts) - 1, -1, -1):
+        after[w] = nxt
+        nxt = np.where(firsts[w] != NEVER, firsts[w], nxt)
+    return after
+
+
 def _windows(
     file: str,
     meta: TraceMeta,
@@ -297,12 +318,14 @@ def _windows(
     rng: np.random.Generator,
     ubatch: int,
     context: int,
+    after: list[np.ndarray] | None = None,
 ) -> Iterator[tuple[fast.Window, TraceArrays]]:
-    """The timed windows laid out for replay, each with its rows (``fast.Window``, ``TraceArrays``)."""
+    """The timed windows laid out for replay, each with its rows (``fast.Window``, ``TraceArrays``); with ``after``
+    (``_after``), each with Belady's lists."""
     L = len(meta.layers)
     first_pass, prev_request = 0, -1
     run_request, run_tokens = -1, 0  # the last request read so far and its tokens read so far
-    for a in window.windows(file, meta, tokens, skip):
+    for n, a in enumerate(window.windows(file, meta, tokens, skip)):
         head, last = int(a.request_id[0]), int(a.request_id[-1])
         before = run_tokens if head == run_request else 0
         wl = build_workload(Trace(meta, a, file), p.fallback, p.fallback_accuracy, p.max_depth, rng, before)
@@ -312,6 +335,7 @@ def _windows(
             wl = chunk_prefill(wl, ubatch)
         if context:
             wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
-        yield fast.Window(wl, first_pass, prev_request), a
+        future = None if after is None else fast.window_future(wl, first_pass, after[n])
+        yield fast.Window(wl, first_pass, prev_request, future), a
         first_pass += len(wl.pass_start)
         prev_request = wl.pass_request[-1]

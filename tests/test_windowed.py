@@ -17,6 +17,7 @@ import pytest
 
 from hobbit.sim import fast
 from hobbit.sim.config import ConfigError
+from hobbit.sim.run import configure as setup_of
 from hobbit.sim.run import simulate
 from hobbit.sim.windowed import simulate_file
 from hobbit.sim.workload import RequestMatrices, build_workload
@@ -28,7 +29,6 @@ from conftest import run_cli
 from sim_helpers import BUNDLED, bundled, compose_sim
 
 SYSTEMS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "system").glob("*.yaml"))
-WHOLE_TRACE_RULES = {"hobbit-oracle"}  # Belady: next uses over the whole trace
 
 
 def same_run(a, b) -> list:
@@ -129,13 +129,9 @@ def test_windows_out_of_order_are_refused_where_they_meet(tmp_path):
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_a_windowed_run_gives_a_whole_runs_results(system):
-    """Every registered system (but those that read the whole trace at once), windows of 5 tokens (a request's
-    passes across many of them): the same results.json, passes and layers as the trace read whole, streamed."""
+    """Every registered system (Belady's next uses too), windows of 5 tokens (a request's passes across many of them):
+    the same results.json, passes and layers as the trace read whole, streamed."""
     cfg = compose_sim(f"system={system}")
-    if system in WHOLE_TRACE_RULES:
-        with pytest.raises(ConfigError, match="window_tokens=0"):
-            simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=5)
-        return
     whole = simulate(read_trace(BUNDLED), cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
     win = simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=5)
     assert win.summary["windows"]["count"] > 100
@@ -149,6 +145,8 @@ def test_a_windowed_run_gives_a_whole_runs_results(system):
         ("moe-infinity", ["system.prefetch.fallback=history"]),
         ("fiddler", []),
         ("llama-cpp", ["system.ubatch=16"]),
+        ("hobbit-oracle", ["system.ubatch=64"]),
+        ("moe-offloading", ["system.cache.policy=belady"]),
     ],
 )
 def test_a_windowed_run_of_real_routing_gives_a_whole_runs_results(real_converted, system, knobs):
@@ -170,6 +168,39 @@ def test_the_fallback_predictions_are_drawn_a_window_at_a_time(real_converted):
     assert win.summary["prefetch"] != whole.summary["prefetch"]
     w, g = whole.summary["prefetch"]["accuracy"], win.summary["prefetch"]["accuracy"]
     assert abs(w - g) < 0.02, (w, g)
+
+
+def test_beladys_window_ends_with_each_keys_next_use_after_it():
+    """A window's lists (``fast.window_future``): each key's steps in the window, in the trace's numbers, then its
+    first use after the window; a window without them is refused for Belady, not walked on a short future."""
+    tr = bundled()
+    wl = build_workload(tr, "none")
+    cut = len(wl.pass_start) // 2
+    fields = ("pass_request", "pass_start", "pass_end", "pass_phase", "pass_context")
+    head = dataclasses.replace(wl, **{f: getattr(wl, f)[:cut] for f in fields})
+    tail = dataclasses.replace(wl, **{f: getattr(wl, f)[cut:] for f in fields})
+    after = fast.first_uses(tail, 0)  # tail's steps numbered from 0: shift them as the trace numbers them
+    after = np.where(after == fast.walk.NEVER, after, after + cut * wl.num_layers)
+    off, steps = fast.window_future(head, 0, after)
+    w_off, w_steps = fast.future_csr(wl)
+    L = wl.num_layers
+    for key in range(len(off) - 1):
+        mine = steps[off[key] : off[key + 1]].tolist()
+        whole = w_steps[w_off[key] : w_off[key + 1]].tolist()
+        inside = [x for x in whole if x < cut * L]
+        later = [x for x in whole if x >= cut * L]
+        assert mine == [*inside, later[0] if later else fast.walk.NEVER]
+    cfg = compose_sim("system=hobbit-oracle")
+    s = setup_of(wl, tr.meta.layers, cfg.model, cfg.hardware, cfg.system, max(wl.pass_context), None, lambda m: m)
+    with pytest.raises(ValueError, match="Window.future"):
+        fast.stream_windows(
+            [fast.Window(head), fast.Window(tail, cut, head.pass_request[-1])],
+            cfg.system,
+            s.slots,
+            s.per_layer,
+            s.cost,
+            lambda c: None,
+        )
 
 
 def test_request_matrices_added_a_window_at_a_time_are_the_whole_traces():
@@ -199,11 +230,16 @@ def test_a_windowed_run_holds_a_window_not_the_trace():
 
 
 def test_a_windowed_run_refuses_what_needs_the_whole_trace():
-    cfg = compose_sim("system=hobbit", "system.cache.policy=belady")
-    with pytest.raises(ConfigError, match="Belady"):
+    """A policy the compiled walk does not implement runs on the reference walk, which reads the whole trace: refused
+    with the fix, as is a window of no tokens."""
+    cfg = compose_sim("system=hobbit")
+    with (
+        mock.patch.object(fast, "unsupported", return_value="cache policy mine"),
+        pytest.raises(ConfigError, match="cache policy mine.*window_tokens=0"),
+    ):
         simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=8)
     with pytest.raises(ConfigError, match="window_tokens"):
-        simulate_file(BUNDLED, cfg.model, cfg.hardware, compose_sim().system, window_tokens=0)
+        simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, window_tokens=0)
 
 
 def test_hobbit_sim_reads_a_trace_a_window_at_a_time(tmp_path):
@@ -227,8 +263,6 @@ def test_a_chunk_names_its_window_and_passes():
     """``stream_windows``' chunks: consecutive passes, each within its window, the windows' passes numbered on."""
     tr = bundled()
     cfg = compose_sim("system=hobbit")
-    from hobbit.sim.run import configure as setup_of
-
     wl = build_workload(tr, "oracle", 0.9, 3, np.random.default_rng(0))
     s = setup_of(wl, tr.meta.layers, cfg.model, cfg.hardware, cfg.system, max(wl.pass_context), None, lambda m: m)
     parts = [build_workload(Trace(tr.meta, a, tr.path), "none") for a in window.windows(BUNDLED, tr.meta, 50)]

@@ -255,6 +255,31 @@ def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def window_future(wl: Workload, first_pass: int, after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Belady's lists (``future_csr``) for a window of a longer trace whose first pass is the trace's ``first_pass``:
+    each key's steps in the window (the trace's numbers), then its first use after the window (``after``, per key;
+    ``walk.NEVER`` for none), so that the walk's cursors never run past what the window knows."""
+    off, steps = future_csr(wl)
+    counts = np.diff(off)
+    keys = len(counts)
+    new_off = np.zeros(keys + 1, np.int64)
+    new_off[1:] = np.cumsum(counts + 1)
+    out = np.empty(new_off[-1], np.int64)
+    out[np.arange(len(steps)) + np.repeat(np.arange(keys), counts)] = steps + first_pass * wl.num_layers
+    out[new_off[1:] - 1] = after
+    return new_off, out
+
+
+def first_uses(wl: Workload, first_pass: int) -> np.ndarray:
+    """Each key's (layer * E + expert) first step in ``wl``, a window whose first pass is the trace's ``first_pass``
+    (``walk.NEVER`` for a key it never selects)."""
+    off, steps = future_csr(wl)
+    out = np.full(len(off) - 1, walk.NEVER, np.int64)
+    has = off[1:] > off[:-1]
+    out[has] = steps[off[:-1][has]] + first_pass * wl.num_layers
+    return out
+
+
 def rule_args(mode: str, t1: float, t2: float) -> tuple[bool, float, float]:
     """The precision rule as the compiled code takes it (``walk._rule_row``): HOBBIT's or not, T1 and T2 + EPS."""
     return mode == "hobbit", float(t1) + EPS, float(t2) + EPS
@@ -372,12 +397,16 @@ def _walk_inputs(
     bound_inputs: tuple | None = None,
     window: tuple[int, int] = (0, -1),
     records: int | None = None,
+    future: tuple[np.ndarray, np.ndarray] | None = None,
+    prev_ids: np.ndarray | None = None,
 ) -> tuple[dict[str, Any], walk.Inputs]:
     """(``walk.walk_state``'s arguments by name, the walk's ``inputs``) for ``system``; with ``bound_inputs``
     (``_bound_inputs``) the walk also writes each pass's bound into ``inputs.bound.out`` and counts the selections of
     each class into ``inputs.bound.cls_n``. ``wl`` is a window of a longer trace when ``window`` = (the trace's
-    number of its first pass, the request of the pass before it) says so (``Window``); ``records``: the run's
-    most steps and records in any log table, which picks the tables' type (``wl``'s, by default)."""
+    number of its first pass, the request of the pass before it) says so (``Window``), and then ``future`` is
+    Belady's lists for it (``Window.future``) and ``prev_ids`` the selections of the last layer of the pass before;
+    ``records``: the run's most steps and records in any log table, which picks the tables' type (``wl``'s, by
+    default)."""
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
@@ -407,11 +436,12 @@ def _walk_inputs(
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
         fw = fld_table(pol.w[3], L)
-    fut_off, fut_steps = (
-        wl.derived(("future",), lambda: future_csr(wl))
-        if ev.policy == "belady"
-        else (np.zeros(1, np.int64), np.zeros(1, np.int64))
-    )
+    if ev.policy != "belady":
+        fut_off, fut_steps = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    elif future is not None:
+        fut_off, fut_steps = future
+    else:
+        fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl))
     eam_lib, eam_norms, per_step = np.zeros((0, L, E)), np.zeros((0, L)), 0
     eam_order = np.zeros((0, L, E), np.int32)  # each entry's experts of each layer by probability, highest first
     if pf.kind == "eam":  # the profiling requests' matrices, normalised per layer, as the reference prefetcher has them
@@ -464,6 +494,7 @@ def _walk_inputs(
         top_k=wl.top_k,
         first_pass=int(window[0]),
         prev_request=int(window[1]),
+        prev_ids=narrow(prev_ids if prev_ids is not None else np.zeros((0, wl.top_k), np.int16), "expert_ids"),
     )
     hobbit_rule, rule_hi, rule_lo = rule_args(p.mode, p.t1, p.t2)
     rule_in = walk.Rule(
@@ -740,6 +771,7 @@ class Window(NamedTuple):
     wl: Workload
     first_pass: int = 0
     prev_request: int = -1
+    future: tuple[np.ndarray, np.ndarray] | None = None  # Belady's lists of the window (``window_future``)
 
 
 class Chunk(NamedTuple):
@@ -878,9 +910,12 @@ def stream_windows(
     waiting = np.zeros(0, np.int64)  # the link's queue and the copy on it, as transfer ids
     layer_stall = decode_stall = demand_n = prefetch_n = classes = None
     n_passes = 0
+    prev_ids = None  # the selections of the last layer of the last pass walked
     for window in windows:
         wl, first = window.wl, window.first_pass
         L, P = wl.num_layers, len(wl.pass_start)
+        if system.cache.policy == "belady" and first > 0 and window.future is None:
+            raise ValueError("Belady's policy over a window needs the window's lists of next uses (Window.future)")
         max_t, _ = _tables(wl)
         inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
         state_args, walk_in = _walk_inputs(
@@ -895,6 +930,8 @@ def stream_windows(
             _bound_inputs(wl, cost, system, inputs[:2]),
             window=(first, window.prev_request),
             records=records,
+            future=window.future,
+            prev_ids=prev_ids,
         )
         if state is None:
             state = walk.walk_state(**state_args)
@@ -978,6 +1015,7 @@ def stream_windows(
             prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
             on_chunk(Chunk(p0, p1, window, ps[w0:w1], pe[w0:w1], rows.sum(axis=1), walk_in.bound.out[w0:w1]))
         classes += walk_in.bound.cls_n
+        prev_ids = np.array(wl.ids[wl.pass_start[-1] : wl.pass_end[-1], L - 1], np.int16)
     if state is None:
         raise ValueError("a streamed run needs at least one window of passes")
     assert layer_stall is not None and decode_stall is not None

@@ -558,6 +558,23 @@ def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, r
                     _bel_up(bel, pool, pr, _region(roff, pr, per_layer, layer)[0], bel[BH_POS, pr, s])
 
 
+@njit(cache=True, _nrt=False)
+def _bel_edge(bel, fut_off, fut_steps, cur, pool, index, sel, layer, roff, per_layer):
+    """``_bel_passed`` at a window's first step (``fast.stream_windows``): the keys the last step of the window before
+    selected (``sel`` [T, K], at ``layer``) take their next use from this window's lists, whose cursors start at the
+    window (each key's uses in it, then its first use after it); each copy of one in a heap moves up."""
+    E = index.shape[2]
+    for t in range(sel.shape[0]):
+        for k in range(sel.shape[1]):
+            e = sel[t, k]
+            nu = _bel_nu(fut_off, fut_steps, cur, layer * E + e)
+            for pr in range(2):
+                s = index[pr, layer, e]
+                if s >= 0 and bel[BH_POS, pr, s] >= 0 and bel[BH_NU, pr, s] != nu:  # once per key
+                    bel[BH_NU, pr, s] = nu
+                    _bel_up(bel, pool, pr, _region(roff, pr, per_layer, layer)[0], bel[BH_POS, pr, s])
+
+
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
     """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
@@ -2138,6 +2155,7 @@ class Routing(NamedTuple):
     # whose predecessor ran request ``prev_request`` (-1: none); a whole trace is the window from pass 0
     first_pass: int = 0
     prev_request: int = -1
+    prev_ids: Any = None  # [T, K] int16: the selections of the last layer of the pass before (Belady's edge)
 
 
 class Rule(NamedTuple):
@@ -2262,7 +2280,7 @@ def walk(state, inputs, p0, p1):
     run reads the trace's selections once."""
     if POLICY < 0:
         raise ValueError("the template's walk decides for no policy: call sim.fast.special.core(policy).walk")
-    ids, weights, pred, pred_w, pass_start, pass_end, pass_request, token_in_request, top_k, p_base, p_req = (
+    ids, weights, pred, pred_w, pass_start, pass_end, pass_request, token_in_request, top_k, p_base, p_req, p_ids = (
         inputs.routing
     )
     hobbit_rule, rule_hi, rule_lo, mixed, uniform, any_prec, multi_high = inputs.rule
@@ -2329,7 +2347,7 @@ def walk(state, inputs, p0, p1):
     hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
     bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
     fo_b, fs_b = _borrowed(fut_off), _borrowed(fut_steps)
-    if POLICY == BELADY and bel_cur[0] < 0:  # each key's first use
+    if POLICY == BELADY and (bel_cur[0] < 0 or p0 == p_base):  # each key's first use (of the trace, or the window)
         bel_cur[:] = fut_off[:-1]
     index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
     n_stg, n_pins = n_held[0], n_held[1]
@@ -2424,21 +2442,24 @@ def walk(state, inputs, p0, p1):
             st[STEP] = i
             if POLICY == BELADY and i > 0:  # the keys of the step before have passed their next use
                 q = (i - 1) // L
-                _bel_passed(
-                    bel_b,
-                    fo_b,
-                    fs_b,
-                    bc_b,
-                    pool,
-                    index,
-                    ids,
-                    pass_start[q - p_base],
-                    pass_end[q - p_base],
-                    (i - 1) % L,
-                    roff,
-                    per_layer,
-                    i,
-                )
+                if q >= p_base:
+                    _bel_passed(
+                        bel_b,
+                        fo_b,
+                        fs_b,
+                        bc_b,
+                        pool,
+                        index,
+                        ids,
+                        pass_start[q - p_base],
+                        pass_end[q - p_base],
+                        (i - 1) % L,
+                        roff,
+                        per_layer,
+                        i,
+                    )
+                else:  # the step before ended the window before, whose uses this window's lists start after
+                    _bel_edge(bel_b, fo_b, fs_b, bc_b, pool, index, p_ids, L - 1, roff, per_layer)
             # room for this step's records, at most
             room = (3 + max_depth) * bound + staging + eam_per_step + 2
             if room > min(
