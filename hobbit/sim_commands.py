@@ -99,6 +99,7 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
     from hobbit.api import read_trace, simulate_config, simulate_file_config, trace_file
     from hobbit.results_io import cache_root, config_blob, from_cache, key_of, to_cache, write_results
     from hobbit.sim.events import parse_window
+    from hobbit.sim.windowed import check_whole_read
 
     if cfg.timeline:  # its range's syntax and direction, before the run (the pass count comes with the trace)
         parse_window(cfg.timeline_tokens, 1 << 30)
@@ -108,6 +109,8 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
             f"window at a time (fix: window_tokens=0, or timeline=false)"
         )
     trace_path = trace_file(cfg.trace, cfg.model, cfg.seed)
+    if not cfg.window_tokens:
+        check_whole_read(trace_path)
     trace = None if cfg.window_tokens else read_trace(trace_path)  # a windowed run reads it a window at a time
     out = Path(cfg.out_dir)
     root = cache_root(cfg) if cfg.use_cache else None

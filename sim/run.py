@@ -29,7 +29,7 @@ from hobbit.sim.config import (
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider, Decisions, Placement
 from hobbit.sim.engine import Engine
-from hobbit.sim.flags import apply_flags
+from hobbit.sim.flags import Flags, apply_flags
 from hobbit.sim.memory import (
     MemoryFit,
     check_gpu_experts,
@@ -476,6 +476,15 @@ def configure(
     return Setup(memory, sizing, placement, cost, per_layer, slots, cpu_faster, miss_costs, profile_matrices, layout)
 
 
+def checked(model: ModelConfig, hw: HardwareConfig, system: SystemConfig) -> Flags:
+    """Every knob of the run checked, and ``system`` with its runtime's flags applied (``Flags.system``)."""
+    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
+        check_knobs(cfg, prefix)
+    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
+    check_system(flags.system)
+    return flags
+
+
 def simulate(
     trace: Trace,
     model: ModelConfig,
@@ -504,11 +513,8 @@ def simulate(
     ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end.
     ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``)."""
     t_wall = time.perf_counter()
-    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
-        check_knobs(cfg, prefix)
-    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
+    flags = checked(model, hw, system)
     system = flags.system
-    check_system(system)
     check_topology(trace, model)
     check_weights(trace, system)
     check_profile(model, hw)

@@ -26,25 +26,58 @@ from typing import ClassVar
 import numpy as np
 
 from hobbit.sim import fast
-from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig, check_system
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig
 from hobbit.sim.fast import rule
 from hobbit.sim.fast.walk import NEVER
-from hobbit.sim.flags import apply_flags
 from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
-from hobbit.sim.run import check_profile, check_topology, check_weights, configure, describe, needs
-from hobbit.sim.timeline import Timeline
+from hobbit.sim.run import check_profile, check_topology, check_weights, checked, configure, describe, needs
 from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
 from hobbit.traces import window
 from hobbit.traces.arrays import TraceArrays
 from hobbit.traces.io import Trace
-from hobbit.traces.knobs import check_knobs
 from hobbit.traces.schema import TraceMeta
 
 # tokens a window holds by default: a Mixtral window takes about 8 kB a token while it is read and laid out, and a
 # smaller window runs as fast (benchmarks/long_trace.py)
 WINDOW_TOKENS = 1 << 13
+
+
+# bytes a run over a trace read whole peaks at per row of the file (a token's layer): 3,353 MB for 999,424 Mixtral
+# tokens of 32 layers, streamed (benchmarks/long_trace.py, docs/performance-log.md, 2026-12-05)
+WHOLE_READ_BYTES_PER_ROW = 105
+
+
+def free_memory() -> int | None:
+    """Bytes of memory this machine has available (Linux's MemAvailable; None where it is not known)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_whole_read(path: str | os.PathLike) -> None:
+    """Refuse to read the trace at ``path`` whole when its run would not fit the memory available, with the fix."""
+    import pyarrow.parquet as pq
+
+    free = free_memory()
+    try:
+        with pq.ParquetFile(path) as f:
+            rows = f.metadata.num_rows
+    except (OSError, ValueError):
+        return  # the reader names what is wrong with the file
+    need = rows * WHOLE_READ_BYTES_PER_ROW
+    if free is not None and need > free:
+        raise ConfigError(
+            f"trace {path} has {rows:,} rows: a run over it read whole takes about {need / 2**30:.1f} GiB, more than "
+            f"the {free / 2**30:.1f} GiB this machine has available (fix: window_tokens={WINDOW_TOKENS}, which reads "
+            f"it a window at a time)"
+        )
 
 
 class PassColumns:
@@ -151,11 +184,8 @@ def simulate_file(
     """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
     at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk."""
     t_wall = time.perf_counter()
-    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
-        check_knobs(cfg, prefix)
-    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
+    flags = checked(model, hw, system)
     system = flags.system
-    check_system(system)
     check_profile(model, hw)
     why = refused(system)
     if why is not None:
@@ -253,17 +283,7 @@ def simulate_file(
             f"reference walk (fix: window_tokens=0)"
         )
     passes, start, end, stall = columns.table()
-    tl = Timeline(
-        start,
-        end,
-        np.zeros(0),
-        np.zeros(0),
-        link_busy_s=totals.link_busy_s,
-        bytes_moved=totals.bytes_moved,
-        cancelled=totals.cancelled,
-        late=totals.late,
-        stall_sums=(stall, totals.layer_stall, totals.decode_stall),
-    )
+    tl = totals.timeline(start, end, stall)
     mix = fast.mix_of(totals.classes if totals.classes is not None else mix_n)
     res = summarise(
         stand_in,

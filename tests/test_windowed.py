@@ -307,3 +307,15 @@ def test_host_ram_past_its_size_is_replayed_over_the_windows(host_cache):
     win = simulate_file(BUNDLED, m, hw, cfg.system, window_tokens=13)
     assert whole.summary["memory"]["ram_share"] < 1
     assert same_run(whole, win) == []
+
+
+def test_hobbit_sim_refuses_a_whole_read_past_the_memory_available(tmp_path, capsys):
+    """A trace whose run read whole would take more memory than the machine has available: exit code 2 and the fix
+    (``window_tokens``), before any read; with the fix, the run."""
+    from hobbit.sim import windowed
+
+    with mock.patch.object(windowed, "free_memory", return_value=2**20):
+        assert run_cli(["sim", "use_cache=false", f"hydra.run.dir={tmp_path / 'a'}"]) == 2
+        assert f"window_tokens={windowed.WINDOW_TOKENS}" in capsys.readouterr().err
+        assert run_cli(["sim", "use_cache=false", "window_tokens=64", f"hydra.run.dir={tmp_path / 'b'}"]) == 0
+    assert (tmp_path / "b" / "results.json").is_file() and not (tmp_path / "a" / "results.json").exists()

@@ -803,6 +803,20 @@ class Totals(NamedTuple):
     decode_stall: np.ndarray
     classes: np.ndarray | None
 
+    def timeline(self, start: np.ndarray, end: np.ndarray, stall: np.ndarray) -> Timeline:
+        """The run's ``Timeline`` from its passes' start and end times and stalls (seconds), the copies' not kept."""
+        return Timeline(
+            start,
+            end,
+            np.zeros(0),
+            np.zeros(0),
+            link_busy_s=self.link_busy_s,
+            bytes_moved=self.bytes_moved,
+            cancelled=self.cancelled,
+            late=self.late,
+            stall_sums=(stall, self.layer_stall, self.decode_stall),
+        )
+
 
 CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many steps at a time (whole passes, >= 1)
 
@@ -858,18 +872,7 @@ def stream(
     )
     if totals is None:
         return None
-    tl = Timeline(
-        ps,
-        pe,
-        np.zeros(0),
-        np.zeros(0),
-        link_busy_s=totals.link_busy_s,
-        bytes_moved=totals.bytes_moved,
-        cancelled=totals.cancelled,
-        late=totals.late,
-        stall_sums=(pass_stall, totals.layer_stall, totals.decode_stall),
-    )
-    return Streamed(totals.decisions, tl, bnd, totals.classes)
+    return Streamed(totals.decisions, totals.timeline(ps, pe, pass_stall), bnd, totals.classes)
 
 
 def stream_windows(
