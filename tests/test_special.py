@@ -39,8 +39,50 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
 
 
 def test_an_unknown_policy_is_named_with_those_there_are():
-    with pytest.raises(ValueError, match=r"no eviction policy 'mru2': one of lru, lfu, "):
+    with pytest.raises(ValueError, match=r"no eviction policy 'mru2': one of lru, lfu, .*compiled_evict"):
         special.text("mru2")
+
+
+def test_a_plain_policy_runs_compiled_from_its_own_file():
+    """MRU, the worked example, gives its victim compiled beside its class: its walk binds that function, and no
+    line of the template names it."""
+    from hobbit.sim.policies.eviction import mru
+
+    assert "mru" not in walk.POLICIES and special.plain_hook("mru") == (mru.__name__, "evict")
+    mod = special.core("mru")
+    assert mod.POLICY == walk.PLAIN and mod.PICKS_VICTIM and not mod.LISTED
+    assert mod._plain_evict.py_func is mru.evict and walk._plain_evict.py_func is not mru.evict
+    assert "mru" not in Path(walk.__file__).read_text().lower()
+
+
+def test_a_newly_registered_policy_takes_the_compiled_path():
+    """A policy registered by one line (here, for this test: ``tests/plain_policy.py``) with its compiled victim: the
+    compiled walk decides it (nothing is left to the reference), the same decisions and times as the reference walk,
+    and its walk holds the policy's own function."""
+    import dataclasses
+    from unittest import mock
+
+    import plain_policy
+
+    from hobbit.sim import fast
+    from hobbit.sim.policies import registry
+    from hobbit.sim.run import simulate
+
+    from sim_helpers import bundled, compose_sim
+
+    cfg = compose_sim("system=hobbit-lru")
+    with mock.patch.dict(registry.EVICTION, {"lru_scan": "plain_policy:LruScan"}):
+        system = dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy="lru_scan"))
+        assert fast.unsupported(system) is None and special.compiled("lru_scan")
+        tr = bundled(3)
+        got = simulate(tr, cfg.model, cfg.hardware, system, engine="fast")
+        ref = simulate(tr, cfg.model, cfg.hardware, system, engine="plain")
+        assert special.core("lru_scan")._plain_evict is plain_policy.oldest
+        assert got.decisions.steps == ref.decisions.steps
+        assert got.summary["decode_ms_per_token"] == pytest.approx(ref.summary["decode_ms_per_token"], rel=1e-9)
+        assert got.summary["evictions"] == ref.summary["evictions"] > 0
+        lru = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="fast")  # LRU by its list: the same victims
+        assert lru.decisions.steps == got.decisions.steps
 
 
 def test_the_template_refuses_to_walk():

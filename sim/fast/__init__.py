@@ -237,7 +237,7 @@ def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
     """Why the compiled walk cannot decide for ``system`` (the reference walk then does), or None."""
     if keep_log:
         return "a kept decision log (keep_log)"
-    if system.cache.policy not in walk.POLICIES:
+    if not special.compiled(system.cache.policy):
         return f"cache policy {system.cache.policy}"
     if system.prefetch.kind not in walk.PREFETCHERS:
         return f"prefetcher {system.prefetch.kind}"
@@ -427,7 +427,7 @@ def _walk_inputs(
         pred, pred_w = narrow(wl.pred_ids, "pred_ids"), frozen(wl.pred_weights)
     else:
         pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
-    policy = walk.POLICIES.index(ev.policy)
+    policy = special.number(ev.policy)
     wts, fw = np.zeros(4), np.zeros((1, 1))
     if ev.policy == "s3fifo":  # its knobs ride in the weights' place: S's share, G's ratio, the move threshold
         k = ev_cls(policy_knobs(ev, ev.policy)).k

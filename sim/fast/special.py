@@ -31,8 +31,40 @@ from pathlib import Path
 from types import ModuleType
 
 from hobbit.sim.fast import walk as template
+from hobbit.sim.policies.registry import EVICTION, eviction_class
 
 FLAGS = ("POLICY", "LISTED", "PICKS_VICTIM", "INSERT_HOOK")  # the template's globals a copy sets anew
+PLAIN_HOOK = "_plain_evict"  # what a ``Plain`` policy's copy binds to the compiled function its file gives
+
+
+def plain_hook(policy: str) -> tuple[str, str] | None:
+    """(module, function) of ``policy``'s compiled victim, for a registered policy the template does not hold whose
+    class names one in its own module (``compiled_evict``); None for any other."""
+    if policy in template.POLICIES or policy not in EVICTION:
+        return None
+    cls = eviction_class(policy)
+    name = getattr(cls, "compiled_evict", None)
+    return (cls.__module__, name) if isinstance(name, str) else None
+
+
+def plain_lines(module: str, name: str) -> list[str]:
+    """The lines of a copy that bind a ``Plain`` policy's victim, ``module.name``, as ``PLAIN_HOOK``: the function
+    itself when its file compiled it (a numba dispatcher), else compiled here (its file then needs no numba, and its
+    import stays as quick as a policy's)."""
+    fn = getattr(sys.modules[module], name)
+    if hasattr(fn, "py_func"):
+        return [f"from {module} import {name} as {PLAIN_HOOK}  # the policy's own compiled victim"]
+    return [f"from {module} import {name} as _plain_py", f"{PLAIN_HOOK} = njit(cache=True)(_plain_py)"]
+
+
+def compiled(policy: str) -> bool:
+    """Whether ``policy``'s decisions are compiled: the template holds it, or its file gives its victim compiled."""
+    return policy in template.POLICIES or plain_hook(policy) is not None
+
+
+def number(policy: str) -> int:
+    """``policy``'s ``POLICY`` in its copy: its place in the template's ``POLICIES``, or ``PLAIN``."""
+    return template.POLICIES.index(policy) if policy in template.POLICIES else template.PLAIN
 
 
 @cache
@@ -63,8 +95,12 @@ def text(policy: str) -> str:
     the template's policy-dependent functions (``dependent``) defined again, and every other name of the template
     taken from it: its constants, and its other functions, which numba compiles and caches once, in the template,
     for all the policies."""
-    if policy not in template.POLICIES:
-        raise ValueError(f"the compiled walk has no eviction policy {policy!r}: one of {', '.join(template.POLICIES)}")
+    hook = plain_hook(policy)
+    if policy not in template.POLICIES and hook is None:
+        raise ValueError(
+            f"the compiled walk has no eviction policy {policy!r}: one of {', '.join(template.POLICIES)}, or a "
+            f"registered Plain policy whose class names its compiled victim (compiled_evict)"
+        )
     src, tree = _template()
     dep = set(dependent())
     flags = [
@@ -74,7 +110,7 @@ def text(policy: str) -> str:
     ]
     if [t.id for n in flags for t in n.targets if isinstance(t, ast.Name)] != list(FLAGS):
         raise RuntimeError(f"{template.__file__} must assign {', '.join(FLAGS)} once each, in that order")
-    number = template.POLICIES.index(policy)
+    taken = dep | set(FLAGS) | ({PLAIN_HOOK} if hook else set())
     out = [
         f'"""The compiled walk for eviction policy {policy}: written by sim.fast.special from walk.py (the template;',
         "edit that one), whose functions this copy defines anew where they depend on the policy and takes from it",
@@ -83,8 +119,9 @@ def text(policy: str) -> str:
         *[ast.get_source_segment(src, n) or "" for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
         "from hobbit.sim.fast import walk as _template",
         "",
-        f"globals().update((k, v) for k, v in vars(_template).items() if not k.startswith('__') and k not in {sorted(dep | set(FLAGS))!r})",
-        f"POLICY = {number}  # {policy}",
+        f"globals().update((k, v) for k, v in vars(_template).items() if not k.startswith('__') and k not in {sorted(taken)!r})",
+        *(plain_lines(*hook) if hook else []),
+        f"POLICY = {number(policy)}  # {policy}",
         *[ast.get_source_segment(src, n) or "" for n in flags[1:]],
     ]
     lines = src.splitlines()
@@ -134,8 +171,11 @@ def source(policy: str) -> Path:
     its own, so that a process never reads a half-written copy and two processes writing at once leave the first's file (and
     numba's cache of it) as it was; copies of the policy from other versions of the template are removed."""
     body = text(policy)
-    # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls
-    digest = hashlib.sha256((_template()[0] + body).encode()).hexdigest()[:16]
+    # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls,
+    # and of a Plain policy's file, whose compiled victim it holds too (numba checks a cache against its own file only)
+    hook = plain_hook(policy)
+    own = Path(sys.modules[hook[0]].__file__ or "").read_text(encoding="utf-8") if hook else ""
+    digest = hashlib.sha256((_template()[0] + body + own).encode()).hexdigest()[:16]
     d = home()
     path = d / f"walk_{policy}_{digest}.py"
     if path.exists():

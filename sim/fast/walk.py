@@ -35,12 +35,23 @@ import numpy as np
 from numba import config, njit, types
 from numba.extending import intrinsic
 
+# pool fields: ``policies.compiled``, where a policy's own compiled part reads them
+from hobbit.sim.policies.compiled import (
+    ALL_USES,
+    EXPERT,
+    HIGH_USES,
+    LAST_USE,
+    LAYER,
+    N_FIELDS,
+    PINNED,
+    TOUCHED,
+    TRANSFER,
+    USES,
+)
+
 HIGH, LOW, SKIP = 0, 1, 2
 HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 
-# pool fields
-LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, TRANSFER, PINNED = range(9)
-N_FIELDS = 9
 # scalars of st
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
 N_ST = 13
@@ -49,7 +60,6 @@ POLICIES = (
     "lru",
     "lfu",
     "fifo",
-    "mru",
     "multidim",
     "belady",
     "eam_priority",
@@ -62,17 +72,20 @@ POLICIES = (
 )
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MRU, MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(13)
+LRU, LFU, FIFO, MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(12)
+# any other registered policy of the ``Plain`` kind whose file gives its victim compiled (its class's
+# ``compiled_evict``): its copy of this module binds that function as ``_plain_evict``
+PLAIN = 12
 # The eviction policy this copy of the module decides for (``sim.fast.special.core``): -1 in this file, the template,
 # whose ``walk`` refuses to run; each generated copy sets it to one of the above. Numba reads a global as a constant
 # and prunes every branch on it before typing, so a copy compiles its own policy's code and none of the others'.
 POLICY = -1
-# LRU and MRU by last touch, FIFO by entry, LFU by use count then last touch: they keep a region's copies in a list
+# LRU by last touch, FIFO by entry, LFU by use count then last touch: they keep a region's copies in a list
 # (``_list_push``) and find the victim at one end of it, not by scanning the region
-LISTED = POLICY in (LRU, FIFO, MRU, LFU)
+LISTED = POLICY in (LRU, FIFO, LFU)
 # policies whose victim ``_pre_admit`` picks (their miss hook runs there): the listed ones, and those with state of
 # their own or that read ``rare`` (Belady, EAM's priority and its release's eviction)
-PICKS_VICTIM = LISTED or POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS)
+PICKS_VICTIM = LISTED or POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS, PLAIN)
 # policies with an insert hook (``_post_admit``)
 INSERT_HOOK = LISTED or POLICY in (SIEVE, LFRU, S3FIFO, ARC, LIRS)
 NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
@@ -578,9 +591,9 @@ def _bel_edge(bel, fut_off, fut_steps, cur, pool, index, sel, layer, roff, per_l
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
     """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
-    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU, FIFO
-    and MRU at an end of a list (``_lru_evict``), Belady and EAM's priority in ``_to_evict_rare``, the rest in their
-    own state (``_pre_admit``)."""
+    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU
+    and FIFO at an end of a list (``_lru_evict``), Belady and EAM's priority in ``_to_evict_rare``, a ``Plain`` policy
+    by its own compiled function (``_plain_evict``), the rest in their own state (``_pre_admit``)."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     inv_t = 1.0 / max(tokens, 1)
@@ -859,7 +872,7 @@ def _lfu_touch(hk, hr, pool, pr, g, s):
 
 @njit(cache=True, _nrt=False)
 def _lru_touch(hk, hr, pr, g, slot):
-    """LRU's and MRU's hit: the copy in ``slot`` moves to its list's newest end (its TOUCHED is now the newest).
+    """LRU's hit: the copy in ``slot`` moves to its list's newest end (its TOUCHED is now the newest).
     The walk calls it with its hook arrays borrowed (``_borrowed``), not through the state tuple ``gp``: a call
     that takes the tuple counts each of its arrays up and down, on every hit."""
     if hr[pr, g, HEAD] != slot:
@@ -870,16 +883,15 @@ def _lru_touch(hk, hr, pr, g, slot):
 @njit(cache=True)
 def _lru_evict(gp, pool, pr, g):
     """The victim of a listed policy (``LISTED``) from the region's list, without scanning the region: LRU's least
-    and MRU's most recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is in TOUCHED
+    recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is in TOUCHED
     order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
     ``_lru_touch``), FIFO's first entered (INSERTED order: a copy enters it newest and stays), LFU's least used, then
     least recently touched (``_lfu_enter``). The victim leaves the list (``_post_admit`` enters the new copy); -1
     when every copy is pinned."""
     hk, hr = gp[5], gp[6]
-    newest = POLICY == MRU
-    s = hr[pr, g, HEAD] if newest else hr[pr, g, TAIL]
+    s = hr[pr, g, TAIL]
     while s >= 0 and pool[pr, s, PINNED]:
-        s = hk[OLDER, pr, s] if newest else hk[NEWER, pr, s]
+        s = hk[NEWER, pr, s]
     if s >= 0 and POLICY == LFU:
         _lfu_leave(hk, hr, pr, g, s)
     elif s >= 0:
@@ -909,8 +921,8 @@ def _on_insert(gp, pool, pr, g, slot):
 
 @njit(cache=True, _nrt=False)
 def _on_hit(gp, pr, g, slot):
-    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access (LRU
-    and MRU: ``_lru_touch``, called by the walk itself)."""
+    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access (LRU:
+    ``_lru_touch``, called by the walk itself)."""
     hk, hr = gp[5], gp[6]
     if POLICY == SIEVE:
         hk[VISITED, pr, slot] = 1
@@ -1473,9 +1485,17 @@ def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
     _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
 
 
+@njit(cache=True)
+def _plain_evict(pool, pr, r0, r1):
+    """A ``Plain`` policy's victim among the occupied, unpinned slots ``r0:r1`` of pool ``pr`` (-1: none), compiled in
+    the policy's own file (its class's ``compiled_evict``; ``sim.fast.special`` binds it in the policy's copy of this
+    module). The template's is never called: no copy but a ``PLAIN`` one reaches it."""
+    return -1
+
+
 @njit(cache=True, _nrt=False)
 def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, per_layer, w):
-    """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's, FIFO's and MRU's lists, SIEVE,
+    """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's, FIFO's and LFU's lists, SIEVE,
     LFRU, S3-FIFO, ARC, LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss
     hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
     state tuple ``gp`` and ``rare`` never pass through the inlined admit path (each array an inlined call takes
@@ -1507,6 +1527,8 @@ def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, 
         return _arc_evict(gp, pool, pr, g, num_experts)
     if POLICY == LIRS:
         return _lirs_evict(gp, pool, pr, g)
+    if POLICY == PLAIN:
+        return _plain_evict(pool, pr, r0, r1)
     return _to_evict_rare(pool, index, gp[0], gp[1], pr, g, r0, r1, layer_now, per_layer, rare)
 
 
@@ -1994,7 +2016,6 @@ def walk_state(
         or policy == ARC
         or policy == LRU
         or policy == FIFO
-        or policy == MRU
         or policy == LFU
         else 1
     )
@@ -2344,7 +2365,7 @@ def walk(state, inputs, p0, p1):
     # what only Belady and EAM's priority read (_pre_admit)
     rare = (fut_off, fut_steps, eam_lib, eam_match, bel, eam_d, np.zeros((2, n_ec), np.int64), np.zeros(n_ec))
     gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
-    hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's and MRU's hits (``_lru_touch``); ``state`` holds them
+    hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's hits (``_lru_touch``); ``state`` holds them
     bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
     fo_b, fs_b = _borrowed(fut_off), _borrowed(fut_steps)
     if POLICY == BELADY and (bel_cur[0] < 0 or p0 == p_base):  # each key's first use (of the trace, or the window)
@@ -2586,7 +2607,7 @@ def walk(state, inputs, p0, p1):
                     if hp >= 0:
                         slot = index[hp, layer, e]
                         _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
-                        if POLICY == LRU or POLICY == MRU:
+                        if POLICY == LRU:
                             _lru_touch(hk_b, hr_b, hp, layer if per_layer else 0, slot)
                         elif POLICY == LFU:
                             _lfu_touch(hk_b, hr_b, pool, hp, layer if per_layer else 0, slot)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -140,10 +140,16 @@ class PolicyInputs:
 
 
 class Plain:
-    """Defaults for a policy with no knobs and no needs (``Policy()`` or ``Policy(None, inputs)``)."""
+    """Defaults for a policy with no knobs and no needs (``Policy()`` or ``Policy(None, inputs)``).
+
+    ``compiled_evict``: the name of a function in the policy's own module, in the Python numba compiles (or already
+    a numba function), that picks its victim as ``to_evict`` does, over the compiled walk's pool (``f(pool, pr, r0, r1)``: ``pool[pool, slot, field]``, the fields of
+    ``policies.compiled``; of the occupied, unpinned slots ``r0:r1``, the victim or -1); with it the
+    compiled walk runs the policy (``sim.fast.special``), without it the reference walk does."""
 
     Knobs = None
     needs: frozenset[str] = frozenset()
+    compiled_evict: ClassVar[str | None] = None
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         pass
