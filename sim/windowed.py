@@ -36,7 +36,7 @@ from hobbit.sim.run import check_profile, check_topology, check_weights, checked
 from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
 from hobbit.traces import window
 from hobbit.traces.arrays import TraceArrays
-from hobbit.traces.io import Trace
+from hobbit.traces.io import Trace, read_meta
 from hobbit.traces.schema import TraceMeta
 
 # tokens a window holds by default: a Mixtral window takes about 8 kB a token while it is read and laid out, and a
@@ -214,7 +214,7 @@ def simulate_file(
     if uses_profile(system) and (profile is not None or n_prof > 0):
         prof = RequestMatrices()
         source = str(profile) if profile is not None else file
-        pmeta = window.scan(source).meta if profile is not None else meta
+        pmeta = read_meta(source) if profile is not None else meta  # its metadata alone: no rows are counted
         if profile is not None:
             check_topology(Trace(pmeta, first[1], source), model)
         for a in window.windows(source, pmeta, window_tokens, 0, skip if profile is None else None):

@@ -319,3 +319,17 @@ def test_hobbit_sim_refuses_a_whole_read_past_the_memory_available(tmp_path, cap
         assert f"window_tokens={windowed.WINDOW_TOKENS}" in capsys.readouterr().err
         assert run_cli(["sim", "use_cache=false", "window_tokens=64", f"hydra.run.dir={tmp_path / 'b'}"]) == 0
     assert (tmp_path / "b" / "results.json").is_file() and not (tmp_path / "a" / "results.json").exists()
+
+
+def test_a_profile_trace_is_read_a_window_at_a_time_too(tmp_path):
+    """Fiddler's popular experts from a profiling trace of its own (the bundled trace's first requests): the same
+    placement and results as the whole run given that trace read whole."""
+    from sim_helpers import write_first_requests
+
+    prof = write_first_requests(tmp_path, 3)
+    cfg = compose_sim("system=fiddler")
+    whole = simulate(
+        read_trace(BUNDLED), cfg.model, cfg.hardware, cfg.system, keep_decisions=False, profile=read_trace(prof)
+    )
+    win = simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, profile=prof, window_tokens=7)
+    assert same_run(whole, win) == []
