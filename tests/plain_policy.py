@@ -6,11 +6,11 @@ from __future__ import annotations
 from numba import njit
 
 from hobbit.sim.policies.base import CacheView, Plain, Pool
-from hobbit.sim.policies.compiled import LAYER, PINNED, TOUCHED
+from hobbit.sim.policies.compiled import LAYER, PINNED, TOUCHED, Compiled
 
 
 @njit(cache=True)
-def oldest(pool, pr, r0, r1):
+def oldest(state, pool, pr, g, r0, r1):
     """``LruScan.to_evict`` compiled: the occupied, unpinned slot of ``r0:r1`` touched first (-1: none)."""
     best, first = -1, 0
     for s in range(r0, r1):
@@ -23,7 +23,7 @@ class LruScan(Plain):
     """Evict the copy touched least recently."""
 
     name = "lru_scan"
-    compiled_evict = "oldest"
+    compiled = Compiled(evict=oldest)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

@@ -171,22 +171,9 @@ def test_what_the_compiled_walk_leaves_to_the_reference():
         if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))
     }
     assert left == {p for p in EVICTION if not fast.special.compiled(p)}
-    assert fast.special.plain_hook("mru") is not None  # compiled from its own file (a Plain policy's victim)
-    compiled = {
-        "lru",
-        "lfu",
-        "fifo",
-        "multidim",
-        "belady",
-        "eam_priority",
-        "eam_release",
-        "sieve",
-        "lfru",
-        "s3fifo",
-        "arc",
-        "lirs",
-    }
-    assert compiled <= set(fast.walk.POLICIES)
+    own = {"lru", "lfu", "fifo", "mru", "sieve", "lfru", "s3fifo", "arc", "lirs"}  # compiled from their own files
+    assert {p for p in EVICTION if fast.special.own_part(p) is not None} == own
+    assert set(fast.walk.POLICIES) == set(EVICTION) - own == {"multidim", "belady", "eam_priority", "eam_release"}
     assert left == set()
     kinds = {
         k
@@ -210,7 +197,9 @@ def test_lirs_beyond_its_entries_is_decided_by_the_reference(trace):
     )
     ref = simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="plain")
     assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=True)
-    with mock.patch.object(fast, "LIRS_VICTIMS_PER_KEY", 0):
+    from hobbit.sim.policies.eviction import lirs
+
+    with mock.patch.object(lirs, "VICTIMS_PER_KEY", 0):
         assert_same(simulate(trace, cfg.model, cfg.hardware, cfg.system, engine="fast"), ref, compiled=False)
 
 

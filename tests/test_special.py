@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,12 +16,13 @@ from hobbit.sim.fast import special, walk
 
 def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_template():
     dep = special.dependent()
-    assert {"walk", "_pre_admit", "_post_admit", "_admit", "_on_hit", "_note_use"} <= set(dep)
+    assert {"walk", "_pre_admit", "_post_admit", "_admit", "_note_use"} <= set(dep)
     assert not {"walk_state", "_grow", "_pruned_evict", "_to_evict", "_best_match", "_split_makespan"} & set(dep)
     for policy in ("lru", "eam_release", "lirs"):
         mod = special.core(policy)
-        number = walk.POLICIES.index(policy)
-        assert mod.POLICY == number and mod.LISTED == (policy == "lru") and mod.PICKS_VICTIM
+        number = special.number(policy)
+        assert number == (walk.POLICIES.index(policy) if policy == "eam_release" else walk.OWN)
+        assert mod.POLICY == number and mod.OWN_HIT == (policy != "eam_release") and mod.PICKS_VICTIM
         assert mod.__name__ == f"hobbit.sim.fast.walk_{policy}"
         for name in dep:  # its own, compiled for it
             assert (
@@ -39,7 +41,7 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
 
 
 def test_an_unknown_policy_is_named_with_those_there_are():
-    with pytest.raises(ValueError, match=r"no eviction policy 'mru2': one of lru, lfu, .*compiled_evict"):
+    with pytest.raises(ValueError, match=r"no eviction policy 'mru2': one of multidim, belady, .*Compiled"):
         special.text("mru2")
 
 
@@ -48,11 +50,34 @@ def test_a_plain_policy_runs_compiled_from_its_own_file():
     line of the template names it."""
     from hobbit.sim.policies.eviction import mru
 
-    assert "mru" not in walk.POLICIES and special.plain_hook("mru") == (mru.__name__, "evict")
+    part = mru.MRU.compiled
+    assert part is not None and "mru" not in walk.POLICIES and special.own_part("mru") == part
     mod = special.core("mru")
-    assert mod.POLICY == walk.PLAIN and mod.PICKS_VICTIM and not mod.LISTED
-    assert mod._plain_evict.py_func is mru.evict and walk._plain_evict.py_func is not mru.evict
+    assert mod.POLICY == walk.OWN and mod.PICKS_VICTIM and not (mod.OWN_HIT or mod.OWN_MISS or mod.OWN_INSERT)
+    assert mod._p_evict.py_func is part.evict and walk._p_evict.py_func is not part.evict
+    assert mod._p_hit is walk._p_hit  # none of its own: the template's, never called
     assert "mru" not in Path(walk.__file__).read_text().lower()
+
+
+def test_every_policy_with_state_of_its_own_keeps_it_in_its_own_file():
+    """The hooked policies and the listed ones: their hooks are functions of their own files (compiled in place),
+    their state is built there, and the template names none of them."""
+    from hobbit.sim.policies.registry import eviction_class
+
+    text = Path(walk.__file__).read_text().lower()
+    for policy in ("lru", "lfu", "fifo", "sieve", "lfru", "s3fifo", "arc", "lirs"):
+        part = special.own_part(policy)
+        assert part is not None and part is eviction_class(policy).compiled and part.state, policy
+        mod = special.core(policy)
+        assert mod.POLICY == walk.OWN
+        assert mod._p_evict.py_func.__module__ in {
+            eviction_class(policy).__module__,
+            "hobbit.sim.policies.eviction.lru",
+        }
+        assert mod.OWN_HIT == (part.hit is not None) and mod.OWN_MISS == (part.miss is not None)
+        assert mod.OWN_INSERT == (part.insert is not None)
+    named = re.findall(r"\b(?:lru|lfu|fifo|sieve|lfru|s3fifo|s3-fifo|arc|lirs)\b", text)
+    assert named == [], named
 
 
 def test_a_newly_registered_policy_takes_the_compiled_path():
@@ -77,7 +102,7 @@ def test_a_newly_registered_policy_takes_the_compiled_path():
         tr = bundled(3)
         got = simulate(tr, cfg.model, cfg.hardware, system, engine="fast")
         ref = simulate(tr, cfg.model, cfg.hardware, system, engine="plain")
-        assert special.core("lru_scan")._plain_evict is plain_policy.oldest
+        assert special.core("lru_scan")._p_evict is plain_policy.oldest
         assert got.decisions.steps == ref.decisions.steps
         assert got.summary["decode_ms_per_token"] == pytest.approx(ref.summary["decode_ms_per_token"], rel=1e-9)
         assert got.summary["evictions"] == ref.summary["evictions"] > 0
@@ -86,9 +111,9 @@ def test_a_newly_registered_policy_takes_the_compiled_path():
 
 
 def test_the_template_refuses_to_walk():
-    assert walk.POLICY == -1 and not walk.LISTED and not walk.PICKS_VICTIM and not walk.INSERT_HOOK
+    assert walk.POLICY == -1 and not walk.PICKS_VICTIM and not (walk.OWN_HIT or walk.OWN_MISS or walk.OWN_INSERT)
     mod = special.core("lfu")
-    assert mod.POLICY == walk.POLICIES.index("lfu") and mod.LISTED and mod.PICKS_VICTIM and mod.INSERT_HOOK
+    assert mod.POLICY == walk.OWN and mod.OWN_HIT and mod.OWN_INSERT and not mod.OWN_MISS and mod.PICKS_VICTIM
     assert mod.__name__ == "hobbit.sim.fast.walk_lfu" and special.core("lfu") is mod
 
 
@@ -121,7 +146,8 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
         seen = set()
         class Seen(event.Listener):
             def on_start(self, e):
-                seen.add(e.data["dispatcher"].py_func.__name__)
+                f = e.data["dispatcher"].py_func
+                seen.add(f.__module__.rpartition(".")[2] + "." + f.__name__)
             def on_end(self, e):
                 pass
         event.register("numba:compile", Seen())
@@ -145,9 +171,11 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
         check=True,
     )
     seen = set(out.stdout.split())
-    assert {"walk", "_pre_admit", "_lru_evict", "_post_admit", "_on_insert"} <= seen, seen
-    others = {"_to_evict_rare", "_eam_evict", "_eam_release_evict", "_pruned_evict", "_bel_push", "_hooked_evict"}
-    others |= {"_lfu_insert", "_s3_evict", "_arc_evict", "_l_make_room", "_lirs_evict", "_l_insert"}
+    assert {"walk_lru.walk", "walk_lru._pre_admit", "lru.list_evict", "walk_lru._post_admit", "lru.list_insert"} <= seen
+    assert {"lists.push", "lists.unlink"} <= seen, seen
+    others = {"walk._to_evict_rare", "walk._eam_evict", "walk._eam_release_evict", "walk._pruned_evict"}
+    others |= {"walk._bel_push", "sieve.compiled_evict", "lfu.insert", "s3fifo.compiled_evict", "arc.evict_from"}
+    others |= {"lirs._l_make_room", "lirs.compiled_evict", "lists.q_push"}
     assert not others & seen, others & seen
 
 

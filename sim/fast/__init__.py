@@ -356,8 +356,6 @@ def whole_layers(cost: CostModel, num_layers: int) -> np.ndarray:
 
 PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
 EAM_CANDIDATES = 32  # EAM's priority: the lowest copies of a shared pool one scan keeps for the evictions after it
-LIRS_VICTIMS_PER_KEY = 4  # LIRS's list of counted-out copies holds up to this many entries per expert; beyond,
-# the reference walk decides (the list may hold a key more than once; no trace here has come near)
 
 
 def fld_table(w_fld: float, num_layers: int) -> np.ndarray:
@@ -429,9 +427,6 @@ def _walk_inputs(
         pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
     policy = special.number(ev.policy)
     wts, fw = np.zeros(4), np.zeros((1, 1))
-    if ev.policy == "s3fifo":  # its knobs ride in the weights' place: S's share, G's ratio, the move threshold
-        k = ev_cls(policy_knobs(ev, ev.policy)).k
-        wts = np.array([k.small_ratio, k.ghost_ratio, k.move_threshold, 0.0])
     if ev.policy == "multidim":
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
@@ -478,9 +473,11 @@ def _walk_inputs(
         "policy": policy,
         "staging": int(pf.staging_slots),
         "prune_min_slots": int(PRUNE_MIN_SLOTS),
-        "victim_entries": int(LIRS_VICTIMS_PER_KEY) * L * E,
         "eam_candidates": int(EAM_CANDIDATES),
         "log_proto": log,
+        # a policy whose file gives its compiled part builds its own state (``policies.compiled``)
+        "own_state": own.state if (own := special.own_part(ev.policy)) is not None else None,
+        "own_knobs": policy_knobs(ev, ev.policy),
     }
     routing = walk.Routing(
         ids=narrow(wl.ids, "expert_ids"),

@@ -1,7 +1,8 @@
 """One compiled walk per eviction policy: a copy of ``sim.fast.walk`` with its ``POLICY`` set.
 
 ``walk.py`` is a template: every function of it that depends on the eviction policy reads the module global
-``POLICY`` (and the flags made of it, ``LISTED``, ``PICKS_VICTIM``, ``INSERT_HOOK``). Numba reads a global as a
+``POLICY`` (and the flags ``FLAGS``), or calls the hooks a policy's own file gives (``HOOKS``: its compiled part,
+``policies.compiled``, compiled here with every kernel of its modules, ``hooks``). Numba reads a global as a
 constant and prunes the branches a constant decides before it types them, so a copy of the module with ``POLICY``
 set compiles its own policy's code and never types, compiles or caches another's: a run compiles the walk of the
 policy it needs, not of all of them. A copy defines anew only the functions that depend on the policy
@@ -22,6 +23,7 @@ import ast
 import contextlib
 import hashlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -29,42 +31,101 @@ import tempfile
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+from numba import njit
 
 from hobbit.sim.fast import walk as template
+from hobbit.sim.policies.compiled import KERNEL, Compiled
 from hobbit.sim.policies.registry import EVICTION, eviction_class
 
-FLAGS = ("POLICY", "LISTED", "PICKS_VICTIM", "INSERT_HOOK")  # the template's globals a copy sets anew
-PLAIN_HOOK = "_plain_evict"  # what a ``Plain`` policy's copy binds to the compiled function its file gives
+# the template's globals a copy sets anew: the policy and its hooks' flags, then those made of them (evaluated again)
+FLAGS = ("POLICY", "OWN_HIT", "OWN_MISS", "OWN_INSERT", "PICKS_VICTIM")
+SET = FLAGS[:4]
+# the names a copy binds to the compiled part of a policy whose file gives one (``policies.compiled.Compiled``)
+HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow")
+PARTS = ("evict", "hit", "insert", "miss", "overflow")  # their fields of ``Compiled``
 
 
-def plain_hook(policy: str) -> tuple[str, str] | None:
-    """(module, function) of ``policy``'s compiled victim, for a registered policy the template does not hold whose
-    class names one in its own module (``compiled_evict``); None for any other."""
+def own_part(policy: str) -> Compiled | None:
+    """The compiled part ``policy``'s file gives (its class's ``compiled``), for a registered policy the template does
+    not hold; None for any other."""
     if policy in template.POLICIES or policy not in EVICTION:
         return None
-    cls = eviction_class(policy)
-    name = getattr(cls, "compiled_evict", None)
-    return (cls.__module__, name) if isinstance(name, str) else None
-
-
-def plain_lines(module: str, name: str) -> list[str]:
-    """The lines of a copy that bind a ``Plain`` policy's victim, ``module.name``, as ``PLAIN_HOOK``: the function
-    itself when its file compiled it (a numba dispatcher), else compiled here (its file then needs no numba, and its
-    import stays as quick as a policy's)."""
-    fn = getattr(sys.modules[module], name)
-    if hasattr(fn, "py_func"):
-        return [f"from {module} import {name} as {PLAIN_HOOK}  # the policy's own compiled victim"]
-    return [f"from {module} import {name} as _plain_py", f"{PLAIN_HOOK} = njit(cache=True)(_plain_py)"]
+    part = eviction_class(policy).compiled
+    return part if isinstance(part, Compiled) else None
 
 
 def compiled(policy: str) -> bool:
-    """Whether ``policy``'s decisions are compiled: the template holds it, or its file gives its victim compiled."""
-    return policy in template.POLICIES or plain_hook(policy) is not None
+    """Whether ``policy``'s decisions are compiled: the template holds it, or its file gives its compiled part."""
+    return policy in template.POLICIES or own_part(policy) is not None
 
 
 def number(policy: str) -> int:
-    """``policy``'s ``POLICY`` in its copy: its place in the template's ``POLICIES``, or ``PLAIN``."""
-    return template.POLICIES.index(policy) if policy in template.POLICIES else template.PLAIN
+    """``policy``'s ``POLICY`` in its copy: its place in the template's ``POLICIES``, or ``OWN``."""
+    return template.POLICIES.index(policy) if policy in template.POLICIES else template.OWN
+
+
+def _is_kernel(v: object) -> bool:
+    return inspect.isfunction(v) and bool(getattr(v, KERNEL, False))
+
+
+def _kernel_modules(module: ModuleType, seen: dict[str, ModuleType]) -> None:
+    """``module`` and every module whose kernels it uses (a kernel it imported, or a module of kernels it holds),
+    into ``seen`` by name."""
+    if module.__name__ in seen:
+        return
+    seen[module.__name__] = module
+    for v in list(vars(module).values()):
+        fn = getattr(v, "py_func", v)
+        if _is_kernel(fn) and fn.__module__ in sys.modules:
+            _kernel_modules(sys.modules[fn.__module__], seen)
+        elif isinstance(v, ModuleType) and any(_is_kernel(getattr(x, "py_func", x)) for x in vars(v).values()):
+            _kernel_modules(v, seen)
+
+
+@cache
+def kernel_modules(policy: str) -> tuple[ModuleType, ...]:
+    """The modules of ``policy``'s compiled part: its hooks' and those whose kernels they call (their text is part of
+    its copy's digest: its compiled walk holds their code)."""
+    part = own_part(policy)
+    seen: dict[str, ModuleType] = {}
+    for fn in part or ():
+        fn = getattr(fn, "py_func", fn)
+        if inspect.isfunction(fn) and fn.__module__ in sys.modules:
+            _kernel_modules(sys.modules[fn.__module__], seen)
+    return tuple(seen[k] for k in sorted(seen))
+
+
+_DISPATCHERS: dict[Any, Any] = {}  # a kernel -> its numba function, one per process
+
+
+def _jit(fn: Any) -> Any:
+    """A kernel's numba function (made once; a hook given already compiled, as it is). Compiled without numba's
+    reference counts (``_nrt=False``, as the walk's own hooks: counting each array of a policy's state up and down on
+    every hit was most of a walk's time), so a kernel allocates nothing: its state is built beforehand."""
+    if not _is_kernel(fn):
+        return fn
+    if fn not in _DISPATCHERS:
+        _DISPATCHERS[fn] = njit(cache=True, _nrt=False)(fn)
+    return _DISPATCHERS[fn]
+
+
+@cache
+def hooks(policy: str) -> tuple[Any, ...]:
+    """``policy``'s hooks as its copy binds them (``HOOKS``' order): its compiled part's functions, compiled, and the
+    template's (which do nothing) for those it has not. Every kernel of its modules is compiled in place first, so
+    that its hooks call compiled functions by their own names."""
+    part = own_part(policy)
+    if part is None:
+        raise ValueError(f"eviction policy {policy!r} gives no compiled part of its own")
+    for mod in kernel_modules(policy):
+        for name, v in list(vars(mod).items()):
+            if _is_kernel(v):
+                setattr(mod, name, _jit(v))
+    return tuple(
+        _jit(getattr(part, f)) if getattr(part, f) is not None else getattr(template, h) for f, h in zip(PARTS, HOOKS)
+    )
 
 
 @cache
@@ -81,7 +142,7 @@ def dependent() -> tuple[str, ...]:
     _, tree = _template()
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     names = {f.name: {x.id for x in ast.walk(f) if isinstance(x, ast.Name)} for f in funcs}
-    dep = {f for f, used in names.items() if used & set(FLAGS)}
+    dep = {f for f, used in names.items() if used & (set(FLAGS) | set(HOOKS))}
     grew = True
     while grew:
         more = {f for f, used in names.items() if f not in dep and used & dep}
@@ -91,15 +152,15 @@ def dependent() -> tuple[str, ...]:
 
 
 def text(policy: str) -> str:
-    """The source of ``policy``'s walk: ``POLICY`` set to the policy's number, the flags made of it evaluated again,
-    the template's policy-dependent functions (``dependent``) defined again, and every other name of the template
-    taken from it: its constants, and its other functions, which numba compiles and caches once, in the template,
-    for all the policies."""
-    hook = plain_hook(policy)
-    if policy not in template.POLICIES and hook is None:
+    """The source of ``policy``'s walk: ``POLICY`` set to the policy's number, its own hooks bound (``HOOKS``) and
+    their flags set, the flags made of them evaluated again, the template's policy-dependent functions
+    (``dependent``) defined again, and every other name of the template taken from it: its constants, and its other
+    functions, which numba compiles and caches once, in the template, for all the policies."""
+    part = own_part(policy)
+    if policy not in template.POLICIES and part is None:
         raise ValueError(
             f"the compiled walk has no eviction policy {policy!r}: one of {', '.join(template.POLICIES)}, or a "
-            f"registered Plain policy whose class names its compiled victim (compiled_evict)"
+            f"registered policy whose class gives its compiled part (compiled = policies.compiled.Compiled(...))"
         )
     src, tree = _template()
     dep = set(dependent())
@@ -110,7 +171,9 @@ def text(policy: str) -> str:
     ]
     if [t.id for n in flags for t in n.targets if isinstance(t, ast.Name)] != list(FLAGS):
         raise RuntimeError(f"{template.__file__} must assign {', '.join(FLAGS)} once each, in that order")
-    taken = dep | set(FLAGS) | ({PLAIN_HOOK} if hook else set())
+    taken = dep | set(FLAGS) | (set(HOOKS) if part else set())
+    own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"] if part else []
+    given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert")]
     out = [
         f'"""The compiled walk for eviction policy {policy}: written by sim.fast.special from walk.py (the template;',
         "edit that one), whose functions this copy defines anew where they depend on the policy and takes from it",
@@ -118,11 +181,13 @@ def text(policy: str) -> str:
         "",
         *[ast.get_source_segment(src, n) or "" for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
         "from hobbit.sim.fast import walk as _template",
+        *(["from hobbit.sim.fast.special import hooks as _hooks"] if part else []),
         "",
         f"globals().update((k, v) for k, v in vars(_template).items() if not k.startswith('__') and k not in {sorted(taken)!r})",
-        *(plain_lines(*hook) if hook else []),
+        *own,
         f"POLICY = {number(policy)}  # {policy}",
-        *[ast.get_source_segment(src, n) or "" for n in flags[1:]],
+        *[f"{name} = {value}" for name, value in zip(SET[1:], given)],
+        *[ast.get_source_segment(src, n) or "" for n in flags[len(SET) :]],
     ]
     lines = src.splitlines()
     for f in tree.body:
@@ -172,9 +237,9 @@ def source(policy: str) -> Path:
     numba's cache of it) as it was; copies of the policy from other versions of the template are removed."""
     body = text(policy)
     # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls,
-    # and of a Plain policy's file, whose compiled victim it holds too (numba checks a cache against its own file only)
-    hook = plain_hook(policy)
-    own = Path(sys.modules[hook[0]].__file__ or "").read_text(encoding="utf-8") if hook else ""
+    # and of the files of the policy's own compiled part, whose code it holds too (numba checks a cache against its
+    # own file only)
+    own = "".join(Path(m.__file__ or "").read_text(encoding="utf-8") for m in kernel_modules(policy))
     digest = hashlib.sha256((_template()[0] + body + own).encode()).hexdigest()[:16]
     d = home()
     path = d / f"walk_{policy}_{digest}.py"

@@ -1,24 +1,22 @@
 """The decision walk of ``sim.decide`` compiled with numba: the same rules, step for step.
 
 ``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
-differential tests in tests/test_fast.py hold it to that) for the eviction policies in
-``POLICIES`` (every registered one: those that score slots, MoE-Infinity's priority, SIEVE,
-LFRU, S3-FIFO, ARC, LIRS) and every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle,
-MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, skips, staging
+differential tests in tests/test_fast.py hold it to that) for every registered eviction policy, and every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, skips, staging
 slots, per-layer pools (regions of any sizes, ``roff``; wide steps kept or bypassed, ``cache.wide_step``),
 resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert.
 
-This file is a template: the eviction policy is the module global ``POLICY`` (-1 here), and ``sim.fast.special``
-imports a copy of the file per policy with it set, so that numba compiles each policy's walk with that policy's
-branches alone (``walk_state``, which takes the policy as an argument, runs from this module).
+An eviction policy's compiled decisions live in its own file (``policies.compiled``: its state and hooks, which the
+walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``), except those of ``POLICIES``, whose state is the
+walk's own (multidim's layer lists, Belady's heaps, EAM's candidates). This file is a template: the eviction policy
+is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per policy with it set
+and the policy's hooks bound, so that numba compiles each policy's walk with that policy's branches alone
+(``walk_state``, which takes the policy as an argument, runs from this module).
 
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]`` (both views of one row per (layer, expert), ``xs``), scalars in ``st`` (``CLOCK`` ..),
-and the policies' own state in the
-tuple ``gp``: multidim's layer lists and bounds (0-4, 8), the queues and lists of SIEVE, LFRU,
-S3-FIFO and ARC per slot (5) and per region (6), their ghost keys (7), ARC's p and capacity
-per region (9, 10), LIRS's lists (11-14). The log is appended to
+multidim's layer lists and bounds in ``g_*``, a policy's own state in ``own`` (what its file builds). The log is
+appended to
 ``out.*`` tables, one row per record, in the order the reference appends them. All the state a
 pass leaves to the next is made by ``walk_state`` (``State``, a named tuple) and passed to ``walk`` with what it
 reads and does not carry (``Inputs``: named records of the routing, the rule, the placement, the eviction's and the
@@ -47,6 +45,7 @@ from hobbit.sim.policies.compiled import (
     TOUCHED,
     TRANSFER,
     USES,
+    Space,
 )
 
 HIGH, LOW, SKIP = 0, 1, 2
@@ -55,67 +54,26 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 # scalars of st
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
 N_ST = 13
-# eviction policies, prefetchers, cpu_misses
-POLICIES = (
-    "lru",
-    "lfu",
-    "fifo",
-    "multidim",
-    "belady",
-    "eam_priority",
-    "eam_release",
-    "sieve",
-    "lfru",
-    "s3fifo",
-    "arc",
-    "lirs",
-)
+# the eviction policies whose compiled decisions live in this walk (their state is the walk's own: multidim's layer
+# lists, Belady's heaps, EAM's candidates), prefetchers, cpu_misses
+POLICIES = ("multidim", "belady", "eam_priority", "eam_release")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-LRU, LFU, FIFO, MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS = range(12)
-# any other registered policy of the ``Plain`` kind whose file gives its victim compiled (its class's
-# ``compiled_evict``): its copy of this module binds that function as ``_plain_evict``
-PLAIN = 12
+MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE = range(4)
+# any other registered policy whose own file gives its compiled part (its class's ``compiled``, a
+# ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_overflow``
+OWN = 4
 # The eviction policy this copy of the module decides for (``sim.fast.special.core``): -1 in this file, the template,
 # whose ``walk`` refuses to run; each generated copy sets it to one of the above. Numba reads a global as a constant
 # and prunes every branch on it before typing, so a copy compiles its own policy's code and none of the others'.
 POLICY = -1
-# LRU by last touch, FIFO by entry, LFU by use count then last touch: they keep a region's copies in a list
-# (``_list_push``) and find the victim at one end of it, not by scanning the region
-LISTED = POLICY in (LRU, FIFO, LFU)
-# policies whose victim ``_pre_admit`` picks (their miss hook runs there): the listed ones, and those with state of
-# their own or that read ``rare`` (Belady, EAM's priority and its release's eviction)
-PICKS_VICTIM = LISTED or POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, SIEVE, LFRU, S3FIFO, ARC, LIRS, PLAIN)
-# policies with an insert hook (``_post_admit``)
-INSERT_HOOK = LISTED or POLICY in (SIEVE, LFRU, S3FIFO, ARC, LIRS)
-NEWER, OLDER, VISITED, H_USES, H_LAST, H_SEQ = range(6)  # per slot (gp[5]): SIEVE's queue and bit, LFRU's entry
-HEAD, TAIL, HAND, H_CLOCK, H_NEXT = range(5)  # per region (gp[6]): SIEVE's ends and hand, LFRU's clock, entry order
-# LFU's list (``_lfu_enter``) in gp[5]: each slot's group (the slots of one use count, side by side in the list) in
-# the VISITED row; per group id, its use count, its newest slot and (a stack) the free ids, in the rows LFRU uses per
-# slot; the free ids' count in region 0's H_NEXT
-LFU_GROUP, LFU_COUNT, LFU_LAST, LFU_FREE = VISITED, H_USES, H_LAST, H_SEQ
-# S3-FIFO per region (gp[6]): its lists S, M (slots, linked by NEWER/OLDER of gp[5], counts in H_USES, the list in
-# VISITED) and G (keys, linked in gp[7]), each a head, a tail and a length; the ghost-hit and has-evicted flags
-Q_HEAD, Q_TAIL, Q_LEN = range(3)
-# The lists' numbers (S3_*, ARC_* and L_* below, ``which`` / ``lst`` of the list helpers) are numpy ints: numba types
-# a Python int constant as a literal and compiles a helper called with it once per value (``_q_push`` nine times).
-S3_SMALL, S3_MAIN, S3_GHOST, S3_GHOST_HIT, S3_EVICTED = np.int64(1), np.int64(4), np.int64(7), 10, 11
-# ARC per region (gp[6]): L1 and L2 (slots, as S3-FIFO's S and M), B1 and B2 (keys, linked in gp[7], gp[7][2] 1 or 2
-# for the list a key is in), the ghost-hit flag; its target p per region in gp[9]
-ARC_L1, ARC_L2, ARC_B1, ARC_GHOST_HIT, ARC_B2 = np.int64(1), np.int64(4), np.int64(7), 10, np.int64(12)
-N_REGION = 15
-# LIRS per key (gp[11][field, pool, key]): its ordered lists S, Q, NH (non-resident HIR keys of S) and H (the keys it
-# holds, in the order ``slot_of`` got them), each a next and a previous link; S's flags, the lists a key is in (IN_V:
-# how many times it is in V), its slot (-1: none). ``victims`` (V) may hold a key more than once: its entries
-# (gp[13][key / next / previous, pool, entry]) come from a free list per pool (gp[14]: its heads, then a flag set
-# when it ran out: the reference walk then decides, ``sim.fast.decide``). Per region (gp[12]): each list's head,
-# tail and length, its LIR and HIR counts, capacity and limits.
-S_NXT, S_PRV, Q_NXT, Q_PRV, N_NXT, N_PRV, H_NXT, H_PRV, V_NXT, V_PRV = range(10)
-IN_S, S_LIR, S_RES, IN_Q, IN_N, SLOT_OF, IN_V = range(10, 17)
-N_LK = 17
-L_S, L_Q, L_N, L_H, L_V = np.int64(0), np.int64(3), np.int64(6), np.int64(9), np.int64(12)
-L_LIRS, L_HIRS, L_CAP, L_HLIM, L_LLIM = 15, 16, 17, 18, 19
-N_LR = 20
+# whether an ``OWN`` policy has a hit, miss and insert hook (a copy sets them with ``POLICY``)
+OWN_HIT = False
+OWN_MISS = False
+OWN_INSERT = False
+# policies whose victim ``_pre_admit`` picks (their miss hook runs there): those with state of their own or that
+# read ``rare`` (Belady, EAM's priority and its release's eviction)
+PICKS_VICTIM = POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, OWN)
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 # ``eam_match`` (the state's): [0] the prefetcher's match, then EAM's priority's candidates (``_eam_evict``): whether they
@@ -146,10 +104,43 @@ def _borrowed(typingctx, a):
     return a(a), codegen
 
 
+@intrinsic
+def _borrowed_all(typingctx, t):
+    """The tuple (or named tuple) ``t`` with each of its arrays borrowed (``_borrowed``), its other items as they
+    are: a policy's state, which its hooks take on every step."""
+    if not isinstance(t, types.BaseTuple):
+        return None
+
+    def codegen(context, builder, sig, args):
+        items = []
+        for i, ty in enumerate(sig.args[0]):
+            v = builder.extract_value(args[0], i)
+            if isinstance(ty, types.Array):
+                src = context.make_array(ty)(context, builder, value=v)
+                out = context.make_array(ty)(context, builder)
+                context.populate_array(
+                    out,
+                    data=src.data,
+                    shape=src.shape,
+                    strides=src.strides,
+                    itemsize=src.itemsize,
+                    meminfo=None,
+                    parent=None,
+                )
+                v = out._getvalue()
+            items.append(v)
+        return context.make_tuple(builder, sig.return_type, items)
+
+    return t(t), codegen
+
+
 if config.DISABLE_JIT:  # pure Python (NUMBA_DISABLE_JIT=1, for debugging): the array itself
 
     def _borrowed(a):
         return a
+
+    def _borrowed_all(t):
+        return t
 
 
 @njit(cache=True)
@@ -591,9 +582,9 @@ def _bel_edge(bel, fut_off, fut_steps, cur, pool, index, sel, layer, roff, per_l
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
     """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
-    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it: LRU, LFU
-    and FIFO at an end of a list (``_lru_evict``), Belady and EAM's priority in ``_to_evict_rare``, a ``Plain`` policy
-    by its own compiled function (``_plain_evict``), the rest in their own state (``_pre_admit``)."""
+    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it:
+    Belady and EAM's priority in ``_to_evict_rare``, a policy whose file gives its compiled part by its own function
+    (``_p_evict``, in ``_pre_admit``)."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     inv_t = 1.0 / max(tokens, 1)
@@ -614,8 +605,7 @@ def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
 # lowers it to its own). An eviction scans the layers in order of their bound on the score, bound * (1/T) +
 # w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
 # first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
-# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are the first of the walk's state tuple
-# ``gp`` (gp[0], gp[1], gp[2], gp[3], gp[8]; gp[4]) and are passed one by one where they are used. ``g_key`` holds
+# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are passed one by one where they are used. ``g_key`` holds
 # each listed slot's record part in the list's order (``_q_key``), written wherever a record changes, +inf while
 # the slot is pinned (no eviction may take it; its part and its layer's bound are set when the pin drops).
 # Each scanned layer's own victim (its lowest score, then earliest touch) is kept in ``g_qlb``'s rows from ``GC_ROWS``
@@ -719,12 +709,12 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
 
 
 # ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
-# nothing: the multidim eviction's (``_pruned_evict``, ``_beaten``, ``_pairwise_block``), and the policy hooks of the
-# other policies, which take the state tuple ``gp`` or ``rare`` and many arrays besides (``_pre_admit``,
-# ``_post_admit``, ``_use``, ``_on_hit``, ``_lru_touch``, ...). A call of a counting function counts each array
+# nothing: the multidim eviction's (``_pruned_evict``, ``_beaten``, ``_pairwise_block``), the calls of the policies'
+# hooks, which take a policy's state or ``rare`` and many arrays besides (``_pre_admit``, ``_post_admit``, ``_use``),
+# and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
 # argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
 # numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
-# nothing to count, but they are still made, and in the LRU family's hooks, called at every step, those counts
+# nothing to count, but they are still made, and in the hooks of the policies that keep lists, called at every step, those counts
 # were most of the walk's time (benchmarks/profile_core.py shows where a walk's time goes).
 # A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
 # allocates (numba refuses to compile one that does). (Not for recursion: numba's on-disk cache cannot load a
@@ -784,682 +774,6 @@ def _beaten(bk, f, t):
 
 
 @njit(cache=True)
-def _link(hk, hr, pr, g, o, n):
-    """Make ``o`` and ``n`` neighbours in region ``g``'s list (``LISTED``'s, and SIEVE's queue): ``o`` just older
-    than ``n``; -1 for ``o`` makes ``n`` the oldest (TAIL), for ``n`` makes ``o`` the newest (HEAD)."""
-    if n < 0:
-        hr[pr, g, HEAD] = o
-    else:
-        hk[OLDER, pr, n] = o
-    if o < 0:
-        hr[pr, g, TAIL] = n
-    else:
-        hk[NEWER, pr, o] = n
-
-
-@njit(cache=True)
-def _list_insert(hk, hr, pr, g, y, s):
-    """``s`` enters the list just newer than ``y`` (-1: as its oldest)."""
-    x = hr[pr, g, TAIL] if y < 0 else hk[NEWER, pr, y]
-    _link(hk, hr, pr, g, y, s)
-    _link(hk, hr, pr, g, s, x)
-
-
-@njit(cache=True)
-def _list_push(hk, hr, pr, g, s):
-    """``s`` becomes the list's newest (HEAD; the oldest is TAIL)."""
-    _list_insert(hk, hr, pr, g, hr[pr, g, HEAD], s)
-
-
-@njit(cache=True)
-def _list_unlink(hk, hr, pr, g, s):
-    _link(hk, hr, pr, g, hk[OLDER, pr, s], hk[NEWER, pr, s])
-
-
-@njit(cache=True)
-def _lfu_leave(hk, hr, pr, g, s):
-    """``s`` leaves LFU's list and its group; a group left empty gives its id back."""
-    grp = hk[LFU_GROUP, pr, s]
-    if hk[LFU_LAST, pr, grp] == s:
-        o = hk[OLDER, pr, s]
-        if o >= 0 and hk[LFU_GROUP, pr, o] == grp:
-            hk[LFU_LAST, pr, grp] = o
-        else:
-            hk[LFU_FREE, pr, hr[pr, 0, H_NEXT]] = grp
-            hr[pr, 0, H_NEXT] += 1
-    _list_unlink(hk, hr, pr, g, s)
-
-
-@njit(cache=True)
-def _lfu_enter(hk, hr, pr, g, s, count, y, x):
-    """LFU's list of region ``g`` runs from its victim (TAIL) in order of use count (ALL_USES), then of TOUCHED: the
-    order of ``policies.eviction``'s LFU. A copy enters it when it takes a slot and moves when it serves a use; both
-    make its TOUCHED the newest, so it goes to the newest end of its count's group, whose slots are side by side.
-    ``s``, now used ``count`` times, enters after ``y`` (-1: the list's start), the last slot of the groups of
-    fewer uses, whose next slot is ``x``: into ``x``'s group when it has ``count`` uses, else into a new group."""
-    if x >= 0 and hk[LFU_COUNT, pr, hk[LFU_GROUP, pr, x]] == count:
-        grp = hk[LFU_GROUP, pr, x]
-        y = hk[LFU_LAST, pr, grp]
-    else:
-        hr[pr, 0, H_NEXT] -= 1
-        grp = hk[LFU_FREE, pr, hr[pr, 0, H_NEXT]]
-        hk[LFU_COUNT, pr, grp] = count
-    _list_insert(hk, hr, pr, g, y, s)
-    hk[LFU_GROUP, pr, s], hk[LFU_LAST, pr, grp] = grp, s
-
-
-@njit(cache=True)
-def _lfu_insert(hk, hr, pool, pr, g, s):
-    """A copy took ``s`` (used once if it serves a use now): past the groups of fewer uses (``_lfu_enter``)."""
-    count = pool[pr, s, ALL_USES]
-    y, x = -1, hr[pr, g, TAIL]
-    while x >= 0 and hk[LFU_COUNT, pr, hk[LFU_GROUP, pr, x]] < count:
-        y = hk[LFU_LAST, pr, hk[LFU_GROUP, pr, x]]
-        x = hk[NEWER, pr, y]
-    _lfu_enter(hk, hr, pr, g, s, count, y, x)
-
-
-@njit(cache=True, _nrt=False)
-def _lfu_touch(hk, hr, pool, pr, g, s):
-    """LFU's hit: the copy in ``s`` (its use counted) moves from its group to the next count's (``_lfu_enter``)."""
-    grp = hk[LFU_GROUP, pr, s]
-    last = hk[LFU_LAST, pr, grp]
-    y = hk[OLDER, pr, s] if last == s else last  # where the next count's group starts, once ``s`` has left
-    x = hk[NEWER, pr, last]
-    _lfu_leave(hk, hr, pr, g, s)
-    _lfu_enter(hk, hr, pr, g, s, pool[pr, s, ALL_USES], y, x)
-
-
-@njit(cache=True, _nrt=False)
-def _lru_touch(hk, hr, pr, g, slot):
-    """LRU's hit: the copy in ``slot`` moves to its list's newest end (its TOUCHED is now the newest).
-    The walk calls it with its hook arrays borrowed (``_borrowed``), not through the state tuple ``gp``: a call
-    that takes the tuple counts each of its arrays up and down, on every hit."""
-    if hr[pr, g, HEAD] != slot:
-        _list_unlink(hk, hr, pr, g, slot)
-        _list_push(hk, hr, pr, g, slot)
-
-
-@njit(cache=True)
-def _lru_evict(gp, pool, pr, g):
-    """The victim of a listed policy (``LISTED``) from the region's list, without scanning the region: LRU's least
-    recently touched occupied, unpinned slot (TOUCHED is unique, so no ties; the list is in TOUCHED
-    order: a copy enters it newest, ``_on_insert``, and moves to the newest end when it serves a use,
-    ``_lru_touch``), FIFO's first entered (INSERTED order: a copy enters it newest and stays), LFU's least used, then
-    least recently touched (``_lfu_enter``). The victim leaves the list (``_post_admit`` enters the new copy); -1
-    when every copy is pinned."""
-    hk, hr = gp[5], gp[6]
-    s = hr[pr, g, TAIL]
-    while s >= 0 and pool[pr, s, PINNED]:
-        s = hk[NEWER, pr, s]
-    if s >= 0 and POLICY == LFU:
-        _lfu_leave(hk, hr, pr, g, s)
-    elif s >= 0:
-        _list_unlink(hk, hr, pr, g, s)
-    return s
-
-
-@njit(cache=True)
-def _on_insert(gp, pool, pr, g, slot):
-    """A copy entered ``slot`` of region ``g`` (policies.base.Hooked.on_insert): a listed policy's list takes it
-    (LFU's past the groups of fewer uses, the others at the newest end); SIEVE pushes it at the head, unvisited
-    (Sieve.push); LFRU enters it with one use at the region's next access."""
-    hk, hr = gp[5], gp[6]
-    if POLICY == LFU:
-        _lfu_insert(hk, hr, pool, pr, g, slot)
-    elif LISTED:
-        _list_push(hk, hr, pr, g, slot)
-    elif POLICY == SIEVE:
-        _list_push(hk, hr, pr, g, slot)
-        hk[VISITED, pr, slot] = 0
-    elif POLICY == LFRU:
-        hr[pr, g, H_CLOCK] += 1
-        hk[H_USES, pr, slot], hk[H_LAST, pr, slot] = 1, hr[pr, g, H_CLOCK]
-        hk[H_SEQ, pr, slot] = hr[pr, g, H_NEXT]
-        hr[pr, g, H_NEXT] += 1
-
-
-@njit(cache=True, _nrt=False)
-def _on_hit(gp, pr, g, slot):
-    """The copy in ``slot`` served a use (Hooked.on_hit): SIEVE sets its bit, LFRU counts it at the next access (LRU:
-    ``_lru_touch``, called by the walk itself)."""
-    hk, hr = gp[5], gp[6]
-    if POLICY == SIEVE:
-        hk[VISITED, pr, slot] = 1
-    elif POLICY == LFRU:
-        hr[pr, g, H_CLOCK] += 1
-        hk[H_USES, pr, slot] += 1
-        hk[H_LAST, pr, slot] = hr[pr, g, H_CLOCK]
-
-
-@njit(cache=True)
-def _hooked_evict(gp, pool, pr, g, r0, r1):
-    """``Sieve.to_evict`` / ``LFRU.to_evict`` over region ``g`` (slots r0:r1); the victim leaves their state."""
-    hk, hr = gp[5], gp[6]
-    lay, pin = pool[pr, :, LAYER], pool[pr, :, PINNED]
-    if POLICY == LFRU:  # the lowest uses / (accesses since the last use + 1), ties to the earliest entry
-        best, bs, bq = -1, 0.0, 0
-        now = hr[pr, g, H_CLOCK]
-        for s in range(r0, r1):
-            if lay[s] < 0 or pin[s]:
-                continue
-            score = hk[H_USES, pr, s] / (now - hk[H_LAST, pr, s] + 1)
-            if best < 0 or score < bs or (score == bs and hk[H_SEQ, pr, s] < bq):
-                best, bs, bq = s, score, hk[H_SEQ, pr, s]
-        return best
-    tail = hr[pr, g, TAIL]
-    movable = False
-    for s in range(r0, r1):
-        if lay[s] >= 0 and not pin[s]:
-            movable = True
-            break
-    if tail < 0 or not movable:
-        return -1
-    s = tail if hr[pr, g, HAND] < 0 else hr[pr, g, HAND]
-    while hk[VISITED, pr, s] or pin[s]:  # a pinned copy is passed over, its bit kept
-        if not pin[s]:
-            hk[VISITED, pr, s] = 0
-        s = hk[NEWER, pr, s]
-        if s < 0:
-            s = hr[pr, g, TAIL]
-    hr[pr, g, HAND] = hk[NEWER, pr, s]
-    _list_unlink(hk, hr, pr, g, s)  # Sieve.unlink
-    return s
-
-
-@njit(cache=True)
-def _q_push(nxt, prv, hr, pr, g, which, x):
-    """Append ``x`` at the newest end of list ``which`` (hr fields which + Q_HEAD/Q_TAIL/Q_LEN) of region g."""
-    tail = hr[pr, g, which + Q_TAIL]
-    nxt[pr, x], prv[pr, x] = -1, tail
-    if tail >= 0:
-        nxt[pr, tail] = x
-    else:
-        hr[pr, g, which + Q_HEAD] = x
-    hr[pr, g, which + Q_TAIL] = x
-    hr[pr, g, which + Q_LEN] += 1
-
-
-@njit(cache=True)
-def _q_remove(nxt, prv, hr, pr, g, which, x):
-    n, o = nxt[pr, x], prv[pr, x]
-    if o >= 0:
-        nxt[pr, o] = n
-    else:
-        hr[pr, g, which + Q_HEAD] = n
-    if n >= 0:
-        prv[pr, n] = o
-    else:
-        hr[pr, g, which + Q_TAIL] = o
-    hr[pr, g, which + Q_LEN] -= 1
-
-
-@njit(cache=True)
-def _q_first_unpinned(nxt, hr, pin, pr, g, which):
-    x = hr[pr, g, which + Q_HEAD]
-    while x >= 0 and pin[x]:
-        x = nxt[pr, x]
-    return x
-
-
-@njit(cache=True)
-def _s3_caps(capacity, knobs):
-    small = int(capacity * knobs[0])
-    return small, capacity - small, int(capacity * knobs[1])
-
-
-@njit(cache=True)
-def _s3_evict_main(gp, pool, pr, g):
-    hk, hr = gp[5], gp[6]
-    pin = pool[pr, :, PINNED]
-    for _ in range(4 * hr[pr, g, S3_MAIN + Q_LEN] + 1):  # counts fall to 0 within three rounds
-        x = _q_first_unpinned(hk[NEWER], hr, pin, pr, g, S3_MAIN)
-        if x < 0:
-            return -1
-        _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, S3_MAIN, x)
-        uses = hk[H_USES, pr, x]
-        if uses < 1:
-            return x
-        hk[H_USES, pr, x] = min(uses, 3) - 1
-        _q_push(hk[NEWER], hk[OLDER], hr, pr, g, S3_MAIN, x)
-    return -1
-
-
-@njit(cache=True)
-def _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity):
-    hk, hr, gh = gp[5], gp[6], gp[7]
-    pin = pool[pr, :, PINNED]
-    while True:
-        x = _q_first_unpinned(hk[NEWER], hr, pin, pr, g, S3_SMALL)
-        if x < 0:
-            return -1
-        _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, S3_SMALL, x)
-        if hk[H_USES, pr, x] >= knobs[2]:  # used enough in S: into M, its count reset
-            hk[H_USES, pr, x] = 0
-            hk[VISITED, pr, x] = S3_MAIN
-            _q_push(hk[NEWER], hk[OLDER], hr, pr, g, S3_MAIN, x)
-            continue
-        ghost_cap = _s3_caps(capacity, knobs)[2]
-        if ghost_cap > 0:  # into the ghost, its oldest leaving when it is full
-            key = pool[pr, x, LAYER] * num_experts + pool[pr, x, EXPERT]
-            if not gh[2, pr, key]:
-                if hr[pr, g, S3_GHOST + Q_LEN] >= ghost_cap:
-                    old = hr[pr, g, S3_GHOST + Q_HEAD]
-                    _q_remove(gh[0], gh[1], hr, pr, g, S3_GHOST, old)
-                    gh[2, pr, old] = 0
-                _q_push(gh[0], gh[1], hr, pr, g, S3_GHOST, key)
-                gh[2, pr, key] = 1
-        return x
-
-
-@njit(cache=True)
-def _s3_evict(gp, pool, pr, g, knobs, num_experts, capacity):
-    """``S3FIFO.to_evict``: M's oldest unused copy while M is over its size or S is empty, else S's oldest unused."""
-    hr = gp[6]
-    hr[pr, g, S3_EVICTED] = 1
-    main_cap = _s3_caps(capacity, knobs)[1]
-    if hr[pr, g, S3_MAIN + Q_LEN] > main_cap or hr[pr, g, S3_SMALL + Q_LEN] == 0:
-        x = _s3_evict_main(gp, pool, pr, g)
-        return x if x >= 0 else _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity)
-    x = _s3_evict_small(gp, pool, pr, g, knobs, num_experts, capacity)
-    return x if x >= 0 else _s3_evict_main(gp, pool, pr, g)
-
-
-@njit(cache=True)
-def _s3_on_miss(gp, pr, g, key):
-    hr, gh = gp[6], gp[7]
-    hr[pr, g, S3_GHOST_HIT] = gh[2, pr, key]
-    if gh[2, pr, key]:
-        _q_remove(gh[0], gh[1], hr, pr, g, S3_GHOST, key)
-        gh[2, pr, key] = 0
-
-
-@njit(cache=True)
-def _s3_on_insert(gp, pr, g, slot, knobs, capacity):
-    hk, hr = gp[5], gp[6]
-    small_cap = _s3_caps(capacity, knobs)[0]
-    to_main = hr[pr, g, S3_GHOST_HIT] != 0 or (hr[pr, g, S3_EVICTED] == 0 and hr[pr, g, S3_SMALL + Q_LEN] >= small_cap)
-    which = S3_MAIN if to_main else S3_SMALL
-    hk[H_USES, pr, slot] = 0
-    hk[VISITED, pr, slot] = which
-    _q_push(hk[NEWER], hk[OLDER], hr, pr, g, which, slot)
-    hr[pr, g, S3_GHOST_HIT] = 0
-
-
-@njit(cache=True)
-def _arc_on_miss(gp, pr, g, key):
-    """``ARC.on_miss``: a key found in a ghost list moves the target p (B1 up, B2 down) and leaves the list."""
-    hr, gh, p = gp[6], gp[7], gp[9]
-    hr[pr, g, ARC_GHOST_HIT] = gh[2, pr, key]
-    n1, n2 = hr[pr, g, ARC_B1 + Q_LEN], hr[pr, g, ARC_B2 + Q_LEN]
-    if gh[2, pr, key] == 1:
-        p[pr, g] = min(p[pr, g] + max(n2 / n1, 1.0), gp[10][pr, g])
-        _q_remove(gh[0], gh[1], hr, pr, g, ARC_B1, key)
-    elif gh[2, pr, key] == 2:
-        p[pr, g] = max(p[pr, g] - max(n1 / n2, 1.0), 0.0)
-        _q_remove(gh[0], gh[1], hr, pr, g, ARC_B2, key)
-    gh[2, pr, key] = 0
-
-
-@njit(cache=True)
-def _arc_on_insert(gp, pr, g, slot):
-    hk, hr = gp[5], gp[6]
-    which = ARC_L2 if hr[pr, g, ARC_GHOST_HIT] else ARC_L1
-    hk[VISITED, pr, slot] = which
-    _q_push(hk[NEWER], hk[OLDER], hr, pr, g, which, slot)
-    hr[pr, g, ARC_GHOST_HIT] = 0
-
-
-@njit(cache=True, _nrt=False)
-def _arc_on_hit(gp, pr, g, slot):
-    """``ARC.on_hit``: the copy moves to L2's newest end (from L1, or within L2)."""
-    hk, hr = gp[5], gp[6]
-    _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, hk[VISITED, pr, slot], slot)
-    hk[VISITED, pr, slot] = ARC_L2
-    _q_push(hk[NEWER], hk[OLDER], hr, pr, g, ARC_L2, slot)
-
-
-@njit(cache=True)
-def _arc_evict_from(gp, pool, pr, g, which, ghost, num_experts):
-    """``ARC._evict_from``: the oldest unpinned copy of list ``which`` leaves it (-1: none), its key entering the
-    ghost list ``ghost`` (1: B1, 2: B2, 0: none)."""
-    hk, hr, gh = gp[5], gp[6], gp[7]
-    x = _q_first_unpinned(hk[NEWER], hr, pool[pr, :, PINNED], pr, g, which)
-    if x >= 0:
-        _q_remove(hk[NEWER], hk[OLDER], hr, pr, g, which, x)
-        if ghost:
-            key = pool[pr, x, LAYER] * num_experts + pool[pr, x, EXPERT]
-            _q_push(gh[0], gh[1], hr, pr, g, ARC_B1 if ghost == 1 else ARC_B2, key)
-            gh[2, pr, key] = ghost
-    return x
-
-
-@njit(cache=True)
-def _arc_evict(gp, pool, pr, g, num_experts):
-    """``ARC.to_evict``: case IV's trim of the ghosts on a miss in no list, then REPLACE."""
-    hr, gh = gp[6], gp[7]
-    cap = gp[10][pr, g]
-    n_l1, n_b1 = hr[pr, g, ARC_L1 + Q_LEN], hr[pr, g, ARC_B1 + Q_LEN]
-    n_l2, n_b2 = hr[pr, g, ARC_L2 + Q_LEN], hr[pr, g, ARC_B2 + Q_LEN]
-    if not hr[pr, g, ARC_GHOST_HIT]:
-        if n_l1 + n_b1 + 1 > cap:
-            if n_b1:
-                old = hr[pr, g, ARC_B1 + Q_HEAD]
-                _q_remove(gh[0], gh[1], hr, pr, g, ARC_B1, old)
-                gh[2, pr, old] = 0
-            else:
-                x = _arc_evict_from(gp, pool, pr, g, ARC_L1, 0, num_experts)
-                if x >= 0:
-                    return x
-        elif n_l1 + n_b1 + n_l2 + n_b2 >= 2 * cap and n_b2:
-            old = hr[pr, g, ARC_B2 + Q_HEAD]
-            _q_remove(gh[0], gh[1], hr, pr, g, ARC_B2, old)
-            gh[2, pr, old] = 0
-    n1 = hr[pr, g, ARC_L1 + Q_LEN]
-    p = gp[9][pr, g]
-    from_l1 = (n1 > 0 and (n1 > p or (n1 == p and hr[pr, g, ARC_GHOST_HIT] == 2))) or hr[pr, g, ARC_L2 + Q_LEN] == 0
-    first, second = (ARC_L1, ARC_L2) if from_l1 else (ARC_L2, ARC_L1)
-    x = _arc_evict_from(gp, pool, pr, g, first, 1 if first == ARC_L1 else 2, num_experts)
-    if x >= 0:
-        return x
-    return _arc_evict_from(gp, pool, pr, g, second, 1 if second == ARC_L1 else 2, num_experts)
-
-
-@njit(cache=True)
-def _l_add(lk, lr, pr, g, lst, x):
-    """Key ``x`` at the newest end of LIRS list ``lst`` (its L_* offset; links 2 * lst // 3, membership flag)."""
-    _q_push(lk[2 * (lst // 3)], lk[2 * (lst // 3) + 1], lr, pr, g, lst, x)
-
-
-@njit(cache=True)
-def _l_del(lk, lr, pr, g, lst, x):
-    _q_remove(lk[2 * (lst // 3)], lk[2 * (lst // 3) + 1], lr, pr, g, lst, x)
-
-
-@njit(cache=True)
-def _l_pinned(lk, pin, pr, key):
-    s = lk[SLOT_OF, pr, key]
-    return s >= 0 and pin[s] != 0
-
-
-@njit(cache=True)
-def _l_s_del(lk, lr, pr, g, key):
-    _l_del(lk, lr, pr, g, L_S, key)
-    lk[IN_S, pr, key] = 0
-
-
-@njit(cache=True)
-def _l_s_add(lk, lr, pr, g, key, lir):
-    _l_add(lk, lr, pr, g, L_S, key)
-    lk[IN_S, pr, key], lk[S_LIR, pr, key], lk[S_RES, pr, key] = 1, lir, 1
-
-
-@njit(cache=True)
-def _l_prune(lk, lr, pr, g):
-    while lr[pr, g, L_S + Q_LEN] > 1:
-        key = lr[pr, g, L_S + Q_HEAD]
-        if lk[S_LIR, pr, key]:
-            break
-        if not lk[S_RES, pr, key] and lk[IN_N, pr, key]:
-            _l_del(lk, lr, pr, g, L_N, key)
-            lk[IN_N, pr, key] = 0
-        _l_s_del(lk, lr, pr, g, key)
-
-
-@njit(cache=True)
-def _v_append(gp, pr, g, key):
-    """``victims.append(key)``: an entry from the pool's free list at V's newest end (none left: the flag)."""
-    ve, free = gp[13], gp[14]
-    x = free[pr]
-    if x < 0:
-        free[2] = 1
-        return
-    free[pr] = ve[1, pr, x]
-    ve[0, pr, x] = key
-    _q_push(ve[1], ve[2], gp[12], pr, g, L_V, x)
-    gp[11][IN_V, pr, key] += 1
-
-
-@njit(cache=True)
-def _v_drop(gp, pr, g, x):
-    """Entry ``x`` leaves V, back to the free list."""
-    ve, free = gp[13], gp[14]
-    _q_remove(ve[1], ve[2], gp[12], pr, g, L_V, x)
-    gp[11][IN_V, pr, ve[0, pr, x]] -= 1
-    ve[1, pr, x] = free[pr]
-    free[pr] = x
-
-
-@njit(cache=True)
-def _l_evict_hir(gp, lk, lr, pin, pr, g):
-    key = lr[pr, g, L_Q + Q_HEAD]
-    while key >= 0 and _l_pinned(lk, pin, pr, key):
-        key = lk[Q_NXT, pr, key]
-    if key < 0:
-        return False
-    _l_del(lk, lr, pr, g, L_Q, key)
-    lk[IN_Q, pr, key] = 0
-    lr[pr, g, L_HIRS] -= 1
-    if lk[IN_S, pr, key]:
-        lk[S_RES, pr, key] = 0
-        if not lk[IN_N, pr, key]:
-            _l_add(lk, lr, pr, g, L_N, key)
-            lk[IN_N, pr, key] = 1
-    _v_append(gp, pr, g, key)
-    return True
-
-
-@njit(cache=True)
-def _l_evict_lir(gp, lk, lr, pin, pr, g):
-    if lr[pr, g, L_S + Q_LEN] == 0:
-        return False
-    key = lr[pr, g, L_S + Q_HEAD]  # S's bottom
-    _l_s_del(lk, lr, pr, g, key)
-    lr[pr, g, L_LIRS] -= 1
-    while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
-        if not _l_evict_hir(gp, lk, lr, pin, pr, g):
-            break
-    if not lk[IN_Q, pr, key]:  # a resident HIR at S's bottom is in Q already, and keeps its place there
-        _l_add(lk, lr, pr, g, L_Q, key)
-        lk[IN_Q, pr, key] = 1
-    lr[pr, g, L_HIRS] += 1
-    _l_prune(lk, lr, pr, g)
-    return True
-
-
-@njit(cache=True)
-def _l_limit_stack(lk, lr, pr, g):
-    while lr[pr, g, L_S + Q_LEN] > 2 * lr[pr, g, L_CAP] and lr[pr, g, L_N + Q_LEN]:
-        key = lr[pr, g, L_N + Q_HEAD]
-        _l_del(lk, lr, pr, g, L_N, key)
-        lk[IN_N, pr, key] = 0
-        if lk[IN_S, pr, key]:
-            _l_s_del(lk, lr, pr, g, key)
-
-
-@njit(cache=True)
-def _l_find(gp, lk, lr, pin, pr, g, key):
-    """``LIRS._find``: True on a hit."""
-    in_s, in_q = lk[IN_S, pr, key], lk[IN_Q, pr, key]
-    if in_s:
-        _l_del(lk, lr, pr, g, L_S, key)
-        _l_add(lk, lr, pr, g, L_S, key)
-    if in_q:
-        _l_del(lk, lr, pr, g, L_Q, key)
-        _l_add(lk, lr, pr, g, L_Q, key)
-    if in_s:
-        if lk[S_LIR, pr, key]:
-            _l_prune(lk, lr, pr, g)
-            return True
-        if not lk[S_RES, pr, key]:
-            return False
-        if in_q:  # hit_RD_HIRinS: a resident HIR in S becomes LIR
-            _l_del(lk, lr, pr, g, L_Q, key)
-            lk[IN_Q, pr, key] = 0
-            lr[pr, g, L_HIRS] -= 1
-        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
-            if not _l_evict_lir(gp, lk, lr, pin, pr, g):
-                break
-        lk[S_LIR, pr, key] = 1
-        lr[pr, g, L_LIRS] += 1
-        return True
-    if in_q:  # hit_RD_HIRinQ: back on S as a resident HIR
-        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
-            if not _l_evict_lir(gp, lk, lr, pin, pr, g):
-                break
-        if lk[IN_S, pr, key]:
-            lk[S_LIR, pr, key], lk[S_RES, pr, key] = 0, 1
-        else:
-            _l_s_add(lk, lr, pr, g, key, 0)
-        return True
-    return False
-
-
-@njit(cache=True)
-def _l_make_room(gp, lk, lr, pin, pr, g, key):
-    """``LIRS._make_room``: LIRS_can_insert, then LIRS_evict while the cache is full."""
-    was_in_s = lk[IN_S, pr, key]
-    nonresident = was_in_s and not lk[S_LIR, pr, key] and not lk[S_RES, pr, key]
-    if nonresident:
-        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
-            if not _l_evict_lir(gp, lk, lr, pin, pr, g):
-                break
-        if lk[IN_N, pr, key]:
-            _l_del(lk, lr, pr, g, L_N, key)
-            lk[IN_N, pr, key] = 0
-    elif (
-        not was_in_s
-        and not lk[IN_Q, pr, key]
-        and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]
-        and lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]
-    ):
-        while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
-            if not _l_evict_hir(gp, lk, lr, pin, pr, g):
-                break
-    while lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_CAP]:
-        before = lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS]
-        if nonresident:
-            while lr[pr, g, L_HIRS] >= lr[pr, g, L_HLIM]:
-                if not _l_evict_hir(gp, lk, lr, pin, pr, g):
-                    break
-            _l_evict_lir(gp, lk, lr, pin, pr, g)
-        elif (
-            not was_in_s
-            and not lk[IN_Q, pr, key]
-            and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]
-            and lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]
-        ):
-            _l_evict_hir(gp, lk, lr, pin, pr, g)
-        if lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] >= before:  # nothing could leave (every copy pinned)
-            break
-
-
-@njit(cache=True)
-def _l_insert(gp, lk, lr, pr, g, key):
-    if lk[IN_V, pr, key]:  # victims.remove(key): its first entry
-        x = lr[pr, g, L_V + Q_HEAD]
-        while gp[13][0, pr, x] != key:
-            x = gp[13][1, pr, x]
-        _v_drop(gp, pr, g, x)
-    if lk[IN_S, pr, key]:
-        if not lk[S_LIR, pr, key] and not lk[S_RES, pr, key]:
-            lk[S_LIR, pr, key], lk[S_RES, pr, key] = 1, 1
-            lr[pr, g, L_LIRS] += 1
-    elif not lk[IN_Q, pr, key]:
-        if lr[pr, g, L_LIRS] + 1 <= lr[pr, g, L_LLIM]:
-            _l_s_add(lk, lr, pr, g, key, 1)
-            lr[pr, g, L_LIRS] += 1
-        else:
-            _l_s_add(lk, lr, pr, g, key, 0)
-            _l_add(lk, lr, pr, g, L_Q, key)
-            lk[IN_Q, pr, key] = 1
-            lr[pr, g, L_HIRS] += 1
-
-
-@njit(cache=True)
-def _l_forget(lk, lr, pr, g, key):
-    """``LIRS._forget`` (LIRS_remove): ``key`` leaves the cache and the policy."""
-    if lk[IN_S, pr, key]:
-        lir, res = lk[S_LIR, pr, key], lk[S_RES, pr, key]
-        _l_s_del(lk, lr, pr, g, key)
-        if lir:
-            lr[pr, g, L_LIRS] -= 1
-            _l_prune(lk, lr, pr, g)
-        elif not res and lk[IN_N, pr, key]:
-            _l_del(lk, lr, pr, g, L_N, key)
-            lk[IN_N, pr, key] = 0
-    if lk[IN_Q, pr, key]:
-        _l_del(lk, lr, pr, g, L_Q, key)
-        lk[IN_Q, pr, key] = 0
-        lr[pr, g, L_HIRS] -= 1
-    if lk[SLOT_OF, pr, key] >= 0:
-        _l_del(lk, lr, pr, g, L_H, key)
-        lk[SLOT_OF, pr, key] = -1
-
-
-@njit(cache=True)
-def _lirs_on_miss(gp, pool, pr, g, key):
-    lk, lr, pin = gp[11], gp[12], pool[pr, :, PINNED]
-    if _l_find(gp, lk, lr, pin, pr, g, key):  # resident here but not in the cache (a copy it could not keep)
-        _l_forget(lk, lr, pr, g, key)
-    _l_make_room(gp, lk, lr, pin, pr, g, key)
-
-
-@njit(cache=True)
-def _lirs_on_insert(gp, pool, pr, g, slot, num_experts):
-    lk, lr = gp[11], gp[12]
-    key = pool[pr, slot, LAYER] * num_experts + pool[pr, slot, EXPERT]
-    if lk[SLOT_OF, pr, key] < 0:
-        _l_add(lk, lr, pr, g, L_H, key)
-    lk[SLOT_OF, pr, key] = slot
-    _l_insert(gp, lk, lr, pr, g, key)
-    _l_limit_stack(lk, lr, pr, g)
-
-
-@njit(cache=True, _nrt=False)
-def _lirs_on_hit(gp, pool, pr, g, slot, num_experts):
-    lk, lr, pin = gp[11], gp[12], pool[pr, :, PINNED]
-    key = pool[pr, slot, LAYER] * num_experts + pool[pr, slot, EXPERT]
-    if not _l_find(gp, lk, lr, pin, pr, g, key):  # a copy it had counted out: back in, as a miss would bring it
-        _l_make_room(gp, lk, lr, pin, pr, g, key)
-        _l_insert(gp, lk, lr, pr, g, key)
-    _l_limit_stack(lk, lr, pr, g)
-
-
-@njit(cache=True)
-def _lirs_evict(gp, pool, pr, g):
-    """``LIRS.to_evict``: the oldest counted-out copy the cache still holds, else its own choice (Q's oldest held, S's
-    oldest held LIR, the oldest held), forgotten."""
-    lk, lr, pin = gp[11], gp[12], pool[pr, :, PINNED]
-    x = lr[pr, g, L_V + Q_HEAD]
-    while x >= 0:
-        key = gp[13][0, pr, x]
-        slot = lk[SLOT_OF, pr, key]
-        if slot >= 0 and not pin[slot]:
-            _v_drop(gp, pr, g, x)
-            _l_del(lk, lr, pr, g, L_H, key)
-            lk[SLOT_OF, pr, key] = -1
-            return slot
-        x = gp[13][1, pr, x]
-    key = lr[pr, g, L_Q + Q_HEAD]
-    while key >= 0 and (lk[SLOT_OF, pr, key] < 0 or pin[lk[SLOT_OF, pr, key]]):
-        key = lk[Q_NXT, pr, key]
-    if key < 0:
-        key = lr[pr, g, L_S + Q_HEAD]
-        while key >= 0 and not (lk[S_LIR, pr, key] and lk[SLOT_OF, pr, key] >= 0 and not pin[lk[SLOT_OF, pr, key]]):
-            key = lk[S_NXT, pr, key]
-    if key < 0:
-        key = lr[pr, g, L_H + Q_HEAD]
-        while key >= 0 and pin[lk[SLOT_OF, pr, key]]:
-            key = lk[H_NXT, pr, key]
-    if key < 0:
-        return -1
-    slot = lk[SLOT_OF, pr, key]
-    _l_forget(lk, lr, pr, g, key)
-    return slot
-
-
-@njit(cache=True)
 def _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, precision, token):
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
@@ -1485,66 +799,63 @@ def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
     _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
 
 
+# The hooks of a policy whose own file gives its compiled part (``POLICY == OWN``; ``policies.compiled``): a copy of
+# this module binds the policy's functions to these names (``sim.fast.special``); the template's are never called
+# (the evict, hit, insert and miss hooks only where ``POLICY == OWN`` and the flags say so).
 @njit(cache=True)
-def _plain_evict(pool, pr, r0, r1):
-    """A ``Plain`` policy's victim among the occupied, unpinned slots ``r0:r1`` of pool ``pr`` (-1: none), compiled in
-    the policy's own file (its class's ``compiled_evict``; ``sim.fast.special`` binds it in the policy's copy of this
-    module). The template's is never called: no copy but a ``PLAIN`` one reaches it."""
+def _p_evict(state, pool, pr, g, r0, r1):
     return -1
 
 
+@njit(cache=True)
+def _p_hit(state, pool, pr, g, slot):
+    pass
+
+
+@njit(cache=True)
+def _p_insert(state, pool, pr, g, r0, r1, slot):
+    pass
+
+
+@njit(cache=True)
+def _p_miss(state, pool, pr, g, r0, r1, key):
+    pass
+
+
+@njit(cache=True)
+def _p_overflow(state):
+    return 0
+
+
 @njit(cache=True, _nrt=False)
-def _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, pr, layer_now, per_layer, w):
-    """What ``ExpertCache.admit`` asks of a policy with state of its own (LRU's, FIFO's and LFU's lists, SIEVE,
-    LFRU, S3-FIFO, ARC, LIRS) or that reads ``rare`` (Belady, EAM's priority) before the copy takes a slot: its miss
-    hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before ``_admit``, so that the
-    state tuple ``gp`` and ``rare`` never pass through the inlined admit path (each array an inlined call takes
-    is counted up and down)."""
-    num_experts = index.shape[2]
+def _pre_admit(own, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, pr, layer_now, per_layer):
+    """What ``ExpertCache.admit`` asks of a policy with state of its own (``own``: the state its file builds, whose
+    hooks a copy of this module binds, ``_p_*``) or that reads ``rare`` (Belady, EAM's priority) before the copy
+    takes a slot: its miss hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called
+    from the walk's body before ``_admit``, so that the policy's state and ``rare`` never pass through the inlined
+    admit path (each array an inlined call takes is counted up and down)."""
     r0, r1 = _region(roff, pr, per_layer, layer)
     if r1 == r0:  # no slot at all (the pool, or the layer's region): the policy hears nothing
         return -1
     g = layer if per_layer else 0
-    if POLICY == S3FIFO:
-        _s3_on_miss(gp, pr, g, layer * num_experts + e)
-    elif POLICY == ARC:
-        _arc_on_miss(gp, pr, g, layer * num_experts + e)
-    elif POLICY == LIRS:
-        _lirs_on_miss(gp, pool, pr, g, layer * num_experts + e)
+    if OWN_MISS:
+        _p_miss(own, pool, pr, g, r0, r1, layer * index.shape[2] + e)
     if per_layer:
         for s in range(r0, r1):
             if pool[pr, s, LAYER] < 0:
                 return -1
     elif nfree[pr] < r1:
         return -1
-    if LISTED:
-        return _lru_evict(gp, pool, pr, g)
-    if POLICY == SIEVE or POLICY == LFRU:
-        return _hooked_evict(gp, pool, pr, g, r0, r1)
-    if POLICY == S3FIFO:
-        return _s3_evict(gp, pool, pr, g, w, num_experts, r1 - r0)
-    if POLICY == ARC:
-        return _arc_evict(gp, pool, pr, g, num_experts)
-    if POLICY == LIRS:
-        return _lirs_evict(gp, pool, pr, g)
-    if POLICY == PLAIN:
-        return _plain_evict(pool, pr, r0, r1)
-    return _to_evict_rare(pool, index, gp[0], gp[1], pr, g, r0, r1, layer_now, per_layer, rare)
+    if POLICY == OWN:
+        return _p_evict(own, pool, pr, g, r0, r1)
+    return _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, layer_now, per_layer, rare)
 
 
 @njit(cache=True, _nrt=False)
-def _post_admit(gp, pool, roff, index, pr, layer, slot, per_layer, w):
+def _post_admit(own, pool, roff, pr, layer, slot, per_layer):
     """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
-    g = layer if per_layer else 0
     r0, r1 = _region(roff, pr, per_layer, layer)
-    if POLICY == SIEVE or POLICY == LFRU or LISTED:
-        _on_insert(gp, pool, pr, g, slot)
-    elif POLICY == S3FIFO:
-        _s3_on_insert(gp, pr, g, slot, w, r1 - r0)
-    elif POLICY == ARC:
-        _arc_on_insert(gp, pr, g, slot)
-    elif POLICY == LIRS:
-        _lirs_on_insert(gp, pool, pr, g, slot, index.shape[2])
+    _p_insert(own, pool, pr, layer if per_layer else 0, r0, r1, slot)
 
 
 @njit(cache=True, inline="always")
@@ -1981,15 +1292,18 @@ def walk_state(
     policy,
     staging,
     prune_min_slots,
-    victim_entries,
     eam_candidates,
     log_proto,
+    own_state=None,
+    own_knobs=None,
 ):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
     one that ended at ``p0``: the same decisions as one walk over both ranges. ``roff``: the pools' regions
     ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``. Plain Python: it runs once
-    per run and allocates, so compiling it (8 s) would buy nothing."""
+    per run and allocates, so compiling it (8 s) would buy nothing. ``own_state``: the state builder of a policy whose
+    file gives its compiled part (``Compiled.state``; None: it keeps none), called with the space it sizes by and its
+    knobs ``own_knobs``."""
     L, E = num_layers, num_experts
     roff = roff.copy()  # the walk's own (``walk`` reads the state's)
     size = roff[:, L].copy()
@@ -2008,49 +1322,10 @@ def walk_state(
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
     gS = S if g_on.any() or (policy == EAM_PRIORITY and not per_layer) else 1  # the layer lists (_group_move)
-    hS = (
-        S
-        if policy == SIEVE
-        or policy == LFRU
-        or policy == S3FIFO
-        or policy == ARC
-        or policy == LRU
-        or policy == FIFO
-        or policy == LFU
-        else 1
-    )
-    hk = np.zeros((6, 2, hS), np.int64)
-    hreg = np.zeros((2, L if per_layer else 1, N_REGION), np.int64)
-    hreg[:, :, HEAD], hreg[:, :, TAIL], hreg[:, :, HAND] = -1, -1, -1
-    for q in (S3_SMALL, S3_MAIN, S3_GHOST, ARC_B2):
-        hreg[:, :, q + Q_HEAD], hreg[:, :, q + Q_TAIL] = -1, -1
-    if policy == LFU:  # every group id free (``_lfu_enter``); H_NEXT is S3-FIFO's S3_MAIN head above
-        for pr in range(2):
-            hk[LFU_FREE, pr, :] = np.arange(hS)
-        hreg[:, 0, H_NEXT] = hS
-    gK = L * E if policy == S3FIFO or policy == ARC else 1
-    cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots (ARC's and LIRS's capacity)
+    cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots
     for pr in range(2):
-        if per_layer:
-            cap[pr] = roff[pr, 1:] - roff[pr, :L]
-        else:
-            cap[pr] = size[pr]
-    lk = np.zeros((N_LK, 2, L * E if policy == LIRS else 1), np.int64)
-    lk[SLOT_OF] = -1
-    n_ve = max(victim_entries, 1) if policy == LIRS else 1  # victims' entries per pool
-    ve = np.zeros((3, 2, n_ve), np.int64)
-    for pr in range(2):
-        ve[1, pr, :-1] = np.arange(1, n_ve)
-        ve[1, pr, -1] = -1
-    ve_free = np.zeros(3, np.int64)
-    lr = np.zeros((2, L if per_layer else 1, N_LR), np.int64)
-    for x in (L_S, L_Q, L_N, L_H, L_V):
-        lr[:, :, x + Q_HEAD], lr[:, :, x + Q_TAIL] = -1, -1
-    lr[:, :, L_CAP] = cap
-    for pr in range(2):
-        for g in range(cap.shape[1]):
-            lr[pr, g, L_HLIM] = max(1, int(0.01 * cap[pr, g]))
-            lr[pr, g, L_LLIM] = cap[pr, g] - lr[pr, g, L_HLIM]
+        cap[pr] = roff[pr, 1:] - roff[pr, :L] if per_layer else size[pr]
+    own = () if own_state is None else own_state(Space(L, E, S, cap, own_knobs))
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
@@ -2096,15 +1371,7 @@ def walk_state(
         g_pos=g_pos,
         g_qlb=g_qlb,
         g_key=g_key,
-        hooks=hk,
-        regions=hreg,
-        ghosts=np.zeros((3, 2, gK), np.int64),
-        arc_p=np.zeros((2, L if per_layer else 1)),
-        cap=cap,
-        lk=lk,
-        lr=lr,
-        ve=ve,
-        ve_free=ve_free,
+        own=own,
         xs=xs,
         st=st,
         served=served,
@@ -2134,15 +1401,7 @@ class State(NamedTuple):
     g_pos: Any
     g_qlb: Any
     g_key: Any
-    hooks: Any
-    regions: Any
-    ghosts: Any
-    arc_p: Any
-    cap: Any
-    lk: Any
-    lr: Any
-    ve: Any
-    ve_free: Any
+    own: Any  # the state of a policy whose file gives its compiled part (``policies.compiled``; () for the others)
     xs: Any
     st: Any
     served: Any
@@ -2206,7 +1465,7 @@ class Place(NamedTuple):
 class Evict(NamedTuple):
     """What the eviction policies read besides the pools."""
 
-    w: Any  # [4]: multidim's weights (S3-FIFO's knobs in their place)
+    w: Any  # [4]: multidim's weights
     fw: Any  # [L, L]: multidim's FLD term (``fld_table``)
     fut_off: Any  # Belady's future uses (``future_csr``): offsets per (layer, expert)
     fut_steps: Any  # and the steps
@@ -2336,15 +1595,7 @@ def walk(state, inputs, p0, p1):
         g_pos,
         g_qlb,
         g_key,
-        hk,
-        hreg,
-        ghosts,
-        arc_p,
-        cap,
-        lk,
-        lr,
-        ve,
-        ve_free,
+        own,
         xs,
         st,
         served,
@@ -2364,8 +1615,7 @@ def walk(state, inputs, p0, p1):
     n_ec = eam_match.shape[0] - EC_SLOTS + 1  # a scan's K + 1 lowest copies (_eam_evict)
     # what only Belady and EAM's priority read (_pre_admit)
     rare = (fut_off, fut_steps, eam_lib, eam_match, bel, eam_d, np.zeros((2, n_ec), np.int64), np.zeros(n_ec))
-    gp = (g_slots, g_n, g_pos, g_qlb, g_on, hk, hreg, ghosts, g_key, arc_p, cap, lk, lr, ve, ve_free)
-    hk_b, hr_b = _borrowed(hk), _borrowed(hreg)  # for LRU's hits (``_lru_touch``); ``state`` holds them
+    own_b = _borrowed_all(own)  # the policy's own state, for its hooks; ``state`` holds the arrays
     bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
     fo_b, fs_b = _borrowed(fut_off), _borrowed(fut_steps)
     if POLICY == BELADY and (bel_cur[0] < 0 or p0 == p_base):  # each key's first use (of the trace, or the window)
@@ -2607,18 +1857,8 @@ def walk(state, inputs, p0, p1):
                     if hp >= 0:
                         slot = index[hp, layer, e]
                         _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
-                        if POLICY == LRU:
-                            _lru_touch(hk_b, hr_b, hp, layer if per_layer else 0, slot)
-                        elif POLICY == LFU:
-                            _lfu_touch(hk_b, hr_b, pool, hp, layer if per_layer else 0, slot)
-                        elif POLICY == SIEVE or POLICY == LFRU:
-                            _on_hit(gp, hp, layer if per_layer else 0, slot)
-                        elif POLICY == S3FIFO:
-                            gp[5][H_USES, hp, slot] += 1
-                        elif POLICY == ARC:
-                            _arc_on_hit(gp, hp, layer if per_layer else 0, slot)
-                        elif POLICY == LIRS:
-                            _lirs_on_hit(gp, pool, hp, layer if per_layer else 0, slot, E)
+                        if OWN_HIT:
+                            _p_hit(own_b, pool, hp, layer if per_layer else 0, slot)
                         elif POLICY == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
                             _bel_down(
                                 bel_b,
@@ -2687,7 +1927,21 @@ def walk(state, inputs, p0, p1):
                             mode = 0
                         if mode:  # _copy_ahead, not pinned
                             ch = (
-                                _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, prec, layer, per_layer, w)
+                                _pre_admit(
+                                    own_b,
+                                    g_slots,
+                                    g_n,
+                                    rare,
+                                    pool,
+                                    roff,
+                                    nfree,
+                                    index,
+                                    layer,
+                                    e,
+                                    prec,
+                                    layer,
+                                    per_layer,
+                                )
                                 if PICKS_VICTIM
                                 else -1
                             )
@@ -2721,8 +1975,8 @@ def walk(state, inputs, p0, p1):
                                 kept,
                                 nk,
                             )
-                            if slot >= 0 and INSERT_HOOK:
-                                _post_admit(gp, pool, roff, index, prec, layer, slot, per_layer, w)
+                            if slot >= 0 and OWN_INSERT:
+                                _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
                             elif slot >= 0 and POLICY == BELADY:
                                 _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
                             if slot >= 0:
@@ -2749,7 +2003,7 @@ def walk(state, inputs, p0, p1):
                             a_tid = tid
                 if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
                     ch = (
-                        _pre_admit(gp, rare, pool, roff, nfree, index, st, layer, e, got, layer, per_layer, w)
+                        _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, got, layer, per_layer)
                         if PICKS_VICTIM
                         else -1
                     )
@@ -2781,8 +2035,8 @@ def walk(state, inputs, p0, p1):
                         kept,
                         nk,
                     )
-                    if slot >= 0 and INSERT_HOOK:
-                        _post_admit(gp, pool, roff, index, got, layer, slot, per_layer, w)
+                    if slot >= 0 and OWN_INSERT:
+                        _post_admit(own_b, pool, roff, got, layer, slot, per_layer)
                     elif slot >= 0 and POLICY == BELADY:
                         _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, got, layer, e, slot, L, E)
                 mass[got] += need_m[e]
@@ -2962,7 +2216,7 @@ def walk(state, inputs, p0, p1):
                     n_stg += 1
                 else:
                     ch = (
-                        _pre_admit(gp, rare, pool, roff, nfree, index, st, tl, te, prec, layer, per_layer, w)
+                        _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, tl, te, prec, layer, per_layer)
                         if PICKS_VICTIM
                         else -1
                     )
@@ -2996,8 +2250,8 @@ def walk(state, inputs, p0, p1):
                         kept,
                         nk,
                     )
-                    if slot >= 0 and INSERT_HOOK:
-                        _post_admit(gp, pool, roff, index, prec, tl, slot, per_layer, w)
+                    if slot >= 0 and OWN_INSERT:
+                        _post_admit(own_b, pool, roff, prec, tl, slot, per_layer)
                     elif slot >= 0 and POLICY == BELADY:
                         _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, tl, te, slot, L, E)
                     if slot < 0:
@@ -3008,7 +2262,8 @@ def walk(state, inputs, p0, p1):
                     n_pins += 1
                     prefetched[tl, te] = True
                 st[ISSUED] += 1
-    st[OVERFLOW] = ve_free[2]
+    if POLICY == OWN:
+        st[OVERFLOW] = _p_overflow(own_b)
     cls_n[HIGH] += n_high
     cls_n[LOW] += n_low
     cls_n[SKIP] += n_sel - n_high - n_low

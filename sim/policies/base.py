@@ -13,6 +13,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from hobbit.sim.policies.compiled import Compiled
+
 
 class Precision(IntEnum):
     """A selection's precision class; HIGH and LOW are also the pool index of a cached copy."""
@@ -112,6 +114,7 @@ class EvictionPolicy(Protocol):
     name: str
     Knobs: type | None
     needs: frozenset[str]  # of NEEDS
+    compiled: ClassVar[Compiled | None]  # its compiled part (``policies.compiled``; None: the reference walk decides)
 
     def __init__(self, knobs: Any = None, inputs: PolicyInputs | None = None) -> None: ...
 
@@ -142,14 +145,14 @@ class PolicyInputs:
 class Plain:
     """Defaults for a policy with no knobs and no needs (``Policy()`` or ``Policy(None, inputs)``).
 
-    ``compiled_evict``: the name of a function in the policy's own module, in the Python numba compiles (or already
-    a numba function), that picks its victim as ``to_evict`` does, over the compiled walk's pool (``f(pool, pr, r0, r1)``: ``pool[pool, slot, field]``, the fields of
-    ``policies.compiled``; of the occupied, unpinned slots ``r0:r1``, the victim or -1); with it the
-    compiled walk runs the policy (``sim.fast.special``), without it the reference walk does."""
+    ``compiled``: the policy's compiled part (``policies.compiled.Compiled``): functions of its own file, in the
+    Python numba compiles, that decide as its reference methods do over the compiled walk's pool and a state of its
+    own (its victim, and the hooks ``Hooked`` has); with it the compiled walk runs the policy (``sim.fast.special``),
+    without it the reference walk does."""
 
     Knobs = None
     needs: frozenset[str] = frozenset()
-    compiled_evict: ClassVar[str | None] = None
+    compiled: ClassVar[Compiled | None] = None
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         pass

@@ -1,11 +1,67 @@
-"""The compiled walk's pool as a policy's compiled part reads it (``Plain.compiled_evict``): ``pool[pool, slot,
-field]``, int64, one row per slot of the high (0) and low (1) precision pools, with these fields. The walk
-(``sim.fast.walk``) takes them from here, so a policy's file needs nothing of the compiled core to name them."""
+"""What a policy's compiled part is written against: the compiled walk's pool, the space its own state is sized by,
+and the hooks the walk calls. Nothing here imports numba or the compiled core, so a policy's file stays as quick to
+import as the reference classes beside it (the command line loads them to check configs).
+
+A policy's compiled part lives in its own file beside its reference class, which names it (``Plain.compiled``, a
+``Compiled``): functions in the subset of Python numba compiles, marked ``@kernel`` (the compiled core compiles every
+marked function of the file, and of the files it imports them from, where it first runs the policy:
+``sim.fast.special``), and a plain function that builds its state. The walk calls, with ``state`` the policy's own
+(what ``state`` built: a tuple or named tuple of arrays and numbers), ``pool`` the pools (fields below), ``pr`` the
+pool (0: high, 1: low precision), ``g`` the region (a layer under ``cache.per_layer``, else 0) and ``r0:r1`` its
+slots:
+
+- ``evict(state, pool, pr, g, r0, r1) -> slot``: the victim among the region's occupied, unpinned slots (-1: none);
+  called only when the region has no free slot, and the victim always leaves (its state forgets it here);
+- ``miss(state, pool, pr, g, r0, r1, key)``: ``key`` (layer * experts + expert) missed and is about to be admitted;
+- ``insert(state, pool, pr, g, r0, r1, slot)``: a copy entered ``slot``;
+- ``hit(state, pool, pr, g, slot)``: the copy in ``slot`` served a use (its TOUCHED and ALL_USES already count it);
+- ``overflow(state) -> int``: nonzero when its state ran out of room, and the reference walk must decide the run.
+
+Each but ``evict`` is optional, as are the policy's hooks in ``base.Hooked``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
 
 # the copy's layer (-1: a free slot) and expert; its record of uses in this request (last use, uses, uses at high
 # precision, all uses since it entered); its last touch (a counter, unique: a use or its insertion); the transfer
 # that brings it (-1: landed); whether it is pinned (a prefetch waiting for its layer: never a victim)
 LAYER, EXPERT, LAST_USE, USES, HIGH_USES, ALL_USES, TOUCHED, TRANSFER, PINNED = range(9)
 N_FIELDS = 9
+
+KERNEL = "__hobbit_kernel__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def kernel(fn: F) -> F:
+    """Marks ``fn`` as part of a policy's compiled part: the compiled core compiles it with numba (``cache=True``) in
+    place in its module, with every other marked function of that module, before the walk first calls a hook. Plain
+    Python until then (it runs as written without numba)."""
+    setattr(fn, KERNEL, True)
+    return fn
+
+
+class Space(NamedTuple):
+    """What a policy's state is sized by (``Compiled.state``'s argument)."""
+
+    layers: int  # L
+    experts: int  # E: a key is layer * E + expert
+    rows: int  # the pools' rows: slots are 0 .. rows - 1 in each pool
+    capacity: np.ndarray  # [2, regions] int64: each region's slots per pool (one region unless cache.per_layer)
+    knobs: Any  # the policy's knobs (its ``Knobs``), or None: its defaults
+
+
+class Compiled(NamedTuple):
+    """A policy's compiled part (``Plain.compiled``): its hooks, functions of its own file (see the module's text),
+    and ``state(space: Space)``, plain Python, that builds its state (None: it keeps none)."""
+
+    evict: Callable[..., int]
+    hit: Callable[..., Any] | None = None
+    insert: Callable[..., Any] | None = None
+    miss: Callable[..., Any] | None = None
+    overflow: Callable[..., int] | None = None
+    state: Callable[[Space], tuple] | None = None

@@ -1,14 +1,20 @@
-"""First in, first out."""
+"""First in, first out.
+
+Compiled, it keeps LRU's list (``lru.list_state``) and never moves a copy in it: the oldest end is the first
+inserted."""
 
 from __future__ import annotations
 
 from hobbit.sim.policies.base import CacheView, Plain, Pool
+from hobbit.sim.policies.compiled import Compiled
+from hobbit.sim.policies.eviction.lru import list_evict, list_insert, list_state
 
 
 class FIFO(Plain):
     """Evict the copy loaded longest ago, however much it was used."""
 
     name = "fifo"
+    compiled = Compiled(evict=list_evict, insert=list_insert, state=list_state)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

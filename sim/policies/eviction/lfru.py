@@ -11,8 +11,56 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from hobbit.sim.policies.base import CacheView, Hooked, Pool
+from hobbit.sim.policies.compiled import LAYER, PINNED, Compiled, Space, kernel
+
+USES, LAST, SEQ = 0, 1, 2  # rows of ``entries``: uses, the clock of its last use, its place in the entry order
+CLOCK, NEXT = 0, 1  # fields of ``clock``: the region's access clock, the next entry's place
+
+
+class LFRUState(NamedTuple):
+    entries: Any  # [USES / LAST / SEQ, pool, slot] int64
+    clock: Any  # [pool, region, CLOCK / NEXT] int64
+
+
+def compiled_state(space: Space) -> LFRUState:
+    rows = max(space.rows, 1)
+    return LFRUState(np.zeros((3, 2, rows), np.int64), np.zeros((2, space.capacity.shape[1], 2), np.int64))
+
+
+@kernel
+def compiled_insert(st, pool, pr, g, r0, r1, slot):
+    """One use at the region's next access, entered last."""
+    st.clock[pr, g, CLOCK] += 1
+    st.entries[USES, pr, slot], st.entries[LAST, pr, slot] = 1, st.clock[pr, g, CLOCK]
+    st.entries[SEQ, pr, slot] = st.clock[pr, g, NEXT]
+    st.clock[pr, g, NEXT] += 1
+
+
+@kernel
+def compiled_hit(st, pool, pr, g, slot):
+    st.clock[pr, g, CLOCK] += 1
+    st.entries[USES, pr, slot] += 1
+    st.entries[LAST, pr, slot] = st.clock[pr, g, CLOCK]
+
+
+@kernel
+def compiled_evict(st, pool, pr, g, r0, r1):
+    """``LFRU.to_evict``: the lowest uses / (accesses since the last use + 1), ties to the earliest entry."""
+    ent = st.entries
+    best, bs, bq = -1, 0.0, 0
+    now = st.clock[pr, g, CLOCK]
+    for s in range(r0, r1):
+        if pool[pr, s, LAYER] < 0 or pool[pr, s, PINNED]:
+            continue
+        score = ent[USES, pr, s] / (now - ent[LAST, pr, s] + 1)
+        if best < 0 or score < bs or (score == bs and ent[SEQ, pr, s] < bq):
+            best, bs, bq = s, score, ent[SEQ, pr, s]
+    return best
 
 
 @dataclass
@@ -25,6 +73,7 @@ class LFRU(Hooked):
     """Evict the lowest uses per access since the last use."""
 
     name = "lfru"
+    compiled = Compiled(evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, state=compiled_state)
 
     def new_state(self, capacity: int) -> _LFRU:
         return _LFRU()

@@ -17,8 +17,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from hobbit.sim.policies import lists
 from hobbit.sim.policies.base import CacheView, Hooked, Key, Pool
+from hobbit.sim.policies.compiled import EXPERT, LAYER, PINNED, Compiled, Space, kernel
 
 LIR, RESIDENT = 0, 1  # flags of an S entry
 
@@ -42,10 +47,363 @@ class _LIRS:
         return slot is not None and bool(self.pinned[slot])
 
 
+# Compiled: per key (``lk[field, pool, key]``): its ordered lists S, Q, NH (non-resident HIR keys of S) and H (the keys
+# it holds, in the order ``slot_of`` got them), each a next and a previous link; S's flags, the lists a key is in
+# (IN_V: how many times it is in V), its slot (-1: none). ``victims`` (V) may hold a key more than once: its entries
+# (``ve[key / next / previous, pool, entry]``) come from a free list per pool (``ve_free``: its heads, then a flag set
+# when it ran out: the reference walk then decides, ``compiled_overflow``). Per region (``lr``): each list's head,
+# tail and length (``policies.lists``), its LIR and HIR counts, capacity and limits.
+S_NXT, S_PRV, Q_NXT, Q_PRV, N_NXT, N_PRV, H_NXT, H_PRV, V_NXT, V_PRV = range(10)
+IN_S, S_LIR, S_RES, IN_Q, IN_N, SLOT_OF, IN_V = range(10, 17)
+N_LK = 17
+L_S, L_Q, L_N, L_H, L_V = np.int64(0), np.int64(3), np.int64(6), np.int64(9), np.int64(12)
+L_LIRS, L_HIRS, L_CAP, L_HLIM, L_LLIM = 15, 16, 17, 18, 19
+N_LR = 20
+# V's entries per (layer, expert) key: beyond, the compiled walk hands the run to the reference walk (``overflow``;
+# V may hold a key more than once; no trace here has come near)
+VICTIMS_PER_KEY = 4
+
+
+class LIRSState(NamedTuple):
+    lk: Any  # [N_LK, pool, key] int64
+    lr: Any  # [pool, region, N_LR] int64
+    ve: Any  # [3, pool, entry] int64
+    ve_free: Any  # [3] int64
+    experts: int  # E: a key is layer * E + expert
+
+
+def compiled_state(space: Space) -> LIRSState:
+    keys = space.layers * space.experts
+    lk = np.zeros((N_LK, 2, keys), np.int64)
+    lk[SLOT_OF] = -1
+    n_ve = max(VICTIMS_PER_KEY * keys, 1)
+    ve = np.zeros((3, 2, n_ve), np.int64)
+    ve[1, :, :-1] = np.arange(1, n_ve)
+    ve[1, :, -1] = -1
+    cap = space.capacity
+    lr = np.zeros((2, cap.shape[1], N_LR), np.int64)
+    for x in (L_S, L_Q, L_N, L_H, L_V):
+        lr[:, :, x + lists.Q_HEAD], lr[:, :, x + lists.Q_TAIL] = -1, -1
+    lr[:, :, L_CAP] = cap
+    for pr in range(2):
+        for g in range(cap.shape[1]):
+            lr[pr, g, L_HLIM] = max(1, int(0.01 * cap[pr, g]))
+            lr[pr, g, L_LLIM] = cap[pr, g] - lr[pr, g, L_HLIM]
+    return LIRSState(lk, lr, ve, np.zeros(3, np.int64), space.experts)
+
+
+@kernel
+def _l_add(lk, lr, pr, g, lst, x):
+    """Key ``x`` at the newest end of LIRS list ``lst`` (its L_* offset; links 2 * lst // 3, membership flag)."""
+    lists.q_push(lk[2 * (lst // 3)], lk[2 * (lst // 3) + 1], lr, pr, g, lst, x)
+
+
+@kernel
+def _l_del(lk, lr, pr, g, lst, x):
+    lists.q_remove(lk[2 * (lst // 3)], lk[2 * (lst // 3) + 1], lr, pr, g, lst, x)
+
+
+@kernel
+def _l_pinned(lk, pin, pr, key):
+    s = lk[SLOT_OF, pr, key]
+    return s >= 0 and pin[s] != 0
+
+
+@kernel
+def _l_s_del(lk, lr, pr, g, key):
+    _l_del(lk, lr, pr, g, L_S, key)
+    lk[IN_S, pr, key] = 0
+
+
+@kernel
+def _l_s_add(lk, lr, pr, g, key, lir):
+    _l_add(lk, lr, pr, g, L_S, key)
+    lk[IN_S, pr, key], lk[S_LIR, pr, key], lk[S_RES, pr, key] = 1, lir, 1
+
+
+@kernel
+def _l_prune(lk, lr, pr, g):
+    while lr[pr, g, L_S + lists.Q_LEN] > 1:
+        key = lr[pr, g, L_S + lists.Q_HEAD]
+        if lk[S_LIR, pr, key]:
+            break
+        if not lk[S_RES, pr, key] and lk[IN_N, pr, key]:
+            _l_del(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 0
+        _l_s_del(lk, lr, pr, g, key)
+
+
+@kernel
+def _v_append(st, pr, g, key):
+    """``victims.append(key)``: an entry from the pool's free list at V's newest end (none left: the flag)."""
+    ve, free = st.ve, st.ve_free
+    x = free[pr]
+    if x < 0:
+        free[2] = 1
+        return
+    free[pr] = ve[1, pr, x]
+    ve[0, pr, x] = key
+    lists.q_push(ve[1], ve[2], st.lr, pr, g, L_V, x)
+    st.lk[IN_V, pr, key] += 1
+
+
+@kernel
+def _v_drop(st, pr, g, x):
+    """Entry ``x`` leaves V, back to the free list."""
+    ve, free = st.ve, st.ve_free
+    lists.q_remove(ve[1], ve[2], st.lr, pr, g, L_V, x)
+    st.lk[IN_V, pr, ve[0, pr, x]] -= 1
+    ve[1, pr, x] = free[pr]
+    free[pr] = x
+
+
+@kernel
+def _l_evict_hir(st, lk, lr, pin, pr, g):
+    key = lr[pr, g, L_Q + lists.Q_HEAD]
+    while key >= 0 and _l_pinned(lk, pin, pr, key):
+        key = lk[Q_NXT, pr, key]
+    if key < 0:
+        return False
+    _l_del(lk, lr, pr, g, L_Q, key)
+    lk[IN_Q, pr, key] = 0
+    lr[pr, g, L_HIRS] -= 1
+    if lk[IN_S, pr, key]:
+        lk[S_RES, pr, key] = 0
+        if not lk[IN_N, pr, key]:
+            _l_add(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 1
+    _v_append(st, pr, g, key)
+    return True
+
+
+@kernel
+def _l_evict_lir(st, lk, lr, pin, pr, g):
+    if lr[pr, g, L_S + lists.Q_LEN] == 0:
+        return False
+    key = lr[pr, g, L_S + lists.Q_HEAD]  # S's bottom
+    _l_s_del(lk, lr, pr, g, key)
+    lr[pr, g, L_LIRS] -= 1
+    while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+        if not _l_evict_hir(st, lk, lr, pin, pr, g):
+            break
+    if not lk[IN_Q, pr, key]:  # a resident HIR at S's bottom is in Q already, and keeps its place there
+        _l_add(lk, lr, pr, g, L_Q, key)
+        lk[IN_Q, pr, key] = 1
+    lr[pr, g, L_HIRS] += 1
+    _l_prune(lk, lr, pr, g)
+    return True
+
+
+@kernel
+def _l_limit_stack(lk, lr, pr, g):
+    while lr[pr, g, L_S + lists.Q_LEN] > 2 * lr[pr, g, L_CAP] and lr[pr, g, L_N + lists.Q_LEN]:
+        key = lr[pr, g, L_N + lists.Q_HEAD]
+        _l_del(lk, lr, pr, g, L_N, key)
+        lk[IN_N, pr, key] = 0
+        if lk[IN_S, pr, key]:
+            _l_s_del(lk, lr, pr, g, key)
+
+
+@kernel
+def _l_find(st, lk, lr, pin, pr, g, key):
+    """``LIRS._find``: True on a hit."""
+    in_s, in_q = lk[IN_S, pr, key], lk[IN_Q, pr, key]
+    if in_s:
+        _l_del(lk, lr, pr, g, L_S, key)
+        _l_add(lk, lr, pr, g, L_S, key)
+    if in_q:
+        _l_del(lk, lr, pr, g, L_Q, key)
+        _l_add(lk, lr, pr, g, L_Q, key)
+    if in_s:
+        if lk[S_LIR, pr, key]:
+            _l_prune(lk, lr, pr, g)
+            return True
+        if not lk[S_RES, pr, key]:
+            return False
+        if in_q:  # hit_RD_HIRinS: a resident HIR in S becomes LIR
+            _l_del(lk, lr, pr, g, L_Q, key)
+            lk[IN_Q, pr, key] = 0
+            lr[pr, g, L_HIRS] -= 1
+        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
+            if not _l_evict_lir(st, lk, lr, pin, pr, g):
+                break
+        lk[S_LIR, pr, key] = 1
+        lr[pr, g, L_LIRS] += 1
+        return True
+    if in_q:  # hit_RD_HIRinQ: back on S as a resident HIR
+        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
+            if not _l_evict_lir(st, lk, lr, pin, pr, g):
+                break
+        if lk[IN_S, pr, key]:
+            lk[S_LIR, pr, key], lk[S_RES, pr, key] = 0, 1
+        else:
+            _l_s_add(lk, lr, pr, g, key, 0)
+        return True
+    return False
+
+
+@kernel
+def _l_make_room(st, lk, lr, pin, pr, g, key):
+    """``LIRS._make_room``: LIRS_can_insert, then LIRS_evict while the cache is full."""
+    was_in_s = lk[IN_S, pr, key]
+    nonresident = was_in_s and not lk[S_LIR, pr, key] and not lk[S_RES, pr, key]
+    if nonresident:
+        while lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]:
+            if not _l_evict_lir(st, lk, lr, pin, pr, g):
+                break
+        if lk[IN_N, pr, key]:
+            _l_del(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 0
+    elif (
+        not was_in_s
+        and not lk[IN_Q, pr, key]
+        and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]
+        and lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]
+    ):
+        while lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]:
+            if not _l_evict_hir(st, lk, lr, pin, pr, g):
+                break
+    while lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_CAP]:
+        before = lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS]
+        if nonresident:
+            while lr[pr, g, L_HIRS] >= lr[pr, g, L_HLIM]:
+                if not _l_evict_hir(st, lk, lr, pin, pr, g):
+                    break
+            _l_evict_lir(st, lk, lr, pin, pr, g)
+        elif (
+            not was_in_s
+            and not lk[IN_Q, pr, key]
+            and lr[pr, g, L_LIRS] + 1 > lr[pr, g, L_LLIM]
+            and lr[pr, g, L_HIRS] + 1 > lr[pr, g, L_HLIM]
+        ):
+            _l_evict_hir(st, lk, lr, pin, pr, g)
+        if lr[pr, g, L_LIRS] + lr[pr, g, L_HIRS] >= before:  # nothing could leave (every copy pinned)
+            break
+
+
+@kernel
+def _l_insert(st, lk, lr, pr, g, key):
+    if lk[IN_V, pr, key]:  # victims.remove(key): its first entry
+        x = lr[pr, g, L_V + lists.Q_HEAD]
+        while st.ve[0, pr, x] != key:
+            x = st.ve[1, pr, x]
+        _v_drop(st, pr, g, x)
+    if lk[IN_S, pr, key]:
+        if not lk[S_LIR, pr, key] and not lk[S_RES, pr, key]:
+            lk[S_LIR, pr, key], lk[S_RES, pr, key] = 1, 1
+            lr[pr, g, L_LIRS] += 1
+    elif not lk[IN_Q, pr, key]:
+        if lr[pr, g, L_LIRS] + 1 <= lr[pr, g, L_LLIM]:
+            _l_s_add(lk, lr, pr, g, key, 1)
+            lr[pr, g, L_LIRS] += 1
+        else:
+            _l_s_add(lk, lr, pr, g, key, 0)
+            _l_add(lk, lr, pr, g, L_Q, key)
+            lk[IN_Q, pr, key] = 1
+            lr[pr, g, L_HIRS] += 1
+
+
+@kernel
+def _l_forget(lk, lr, pr, g, key):
+    """``LIRS._forget`` (LIRS_remove): ``key`` leaves the cache and the policy."""
+    if lk[IN_S, pr, key]:
+        lir, res = lk[S_LIR, pr, key], lk[S_RES, pr, key]
+        _l_s_del(lk, lr, pr, g, key)
+        if lir:
+            lr[pr, g, L_LIRS] -= 1
+            _l_prune(lk, lr, pr, g)
+        elif not res and lk[IN_N, pr, key]:
+            _l_del(lk, lr, pr, g, L_N, key)
+            lk[IN_N, pr, key] = 0
+    if lk[IN_Q, pr, key]:
+        _l_del(lk, lr, pr, g, L_Q, key)
+        lk[IN_Q, pr, key] = 0
+        lr[pr, g, L_HIRS] -= 1
+    if lk[SLOT_OF, pr, key] >= 0:
+        _l_del(lk, lr, pr, g, L_H, key)
+        lk[SLOT_OF, pr, key] = -1
+
+
+@kernel
+def compiled_miss(st, pool, pr, g, r0, r1, key):
+    lk, lr, pin = st.lk, st.lr, pool[pr, :, PINNED]
+    if _l_find(st, lk, lr, pin, pr, g, key):  # resident here but not in the cache (a copy it could not keep)
+        _l_forget(lk, lr, pr, g, key)
+    _l_make_room(st, lk, lr, pin, pr, g, key)
+
+
+@kernel
+def compiled_insert(st, pool, pr, g, r0, r1, slot):
+    lk, lr = st.lk, st.lr
+    key = pool[pr, slot, LAYER] * st.experts + pool[pr, slot, EXPERT]
+    if lk[SLOT_OF, pr, key] < 0:
+        _l_add(lk, lr, pr, g, L_H, key)
+    lk[SLOT_OF, pr, key] = slot
+    _l_insert(st, lk, lr, pr, g, key)
+    _l_limit_stack(lk, lr, pr, g)
+
+
+@kernel
+def compiled_hit(st, pool, pr, g, slot):
+    lk, lr, pin = st.lk, st.lr, pool[pr, :, PINNED]
+    key = pool[pr, slot, LAYER] * st.experts + pool[pr, slot, EXPERT]
+    if not _l_find(st, lk, lr, pin, pr, g, key):  # a copy it had counted out: back in, as a miss would bring it
+        _l_make_room(st, lk, lr, pin, pr, g, key)
+        _l_insert(st, lk, lr, pr, g, key)
+    _l_limit_stack(lk, lr, pr, g)
+
+
+@kernel
+def compiled_evict(st, pool, pr, g, r0, r1):
+    """``LIRS.to_evict``: the oldest counted-out copy the cache still holds, else its own choice (Q's oldest held, S's
+    oldest held LIR, the oldest held), forgotten."""
+    lk, lr, pin = st.lk, st.lr, pool[pr, :, PINNED]
+    x = lr[pr, g, L_V + lists.Q_HEAD]
+    while x >= 0:
+        key = st.ve[0, pr, x]
+        slot = lk[SLOT_OF, pr, key]
+        if slot >= 0 and not pin[slot]:
+            _v_drop(st, pr, g, x)
+            _l_del(lk, lr, pr, g, L_H, key)
+            lk[SLOT_OF, pr, key] = -1
+            return slot
+        x = st.ve[1, pr, x]
+    key = lr[pr, g, L_Q + lists.Q_HEAD]
+    while key >= 0 and (lk[SLOT_OF, pr, key] < 0 or pin[lk[SLOT_OF, pr, key]]):
+        key = lk[Q_NXT, pr, key]
+    if key < 0:
+        key = lr[pr, g, L_S + lists.Q_HEAD]
+        while key >= 0 and not (lk[S_LIR, pr, key] and lk[SLOT_OF, pr, key] >= 0 and not pin[lk[SLOT_OF, pr, key]]):
+            key = lk[S_NXT, pr, key]
+    if key < 0:
+        key = lr[pr, g, L_H + lists.Q_HEAD]
+        while key >= 0 and pin[lk[SLOT_OF, pr, key]]:
+            key = lk[H_NXT, pr, key]
+    if key < 0:
+        return -1
+    slot = lk[SLOT_OF, pr, key]
+    _l_forget(lk, lr, pr, g, key)
+    return slot
+
+
+@kernel
+def compiled_overflow(st):
+    """Whether V ran out of entries (the reference walk then decides the run)."""
+    return st.ve_free[2]
+
+
 class LIRS(Hooked):
     """Evict Q's oldest resident HIR copy, after libCacheSim's LIR/HIR bookkeeping for the request."""
 
     name = "lirs"
+    compiled = Compiled(
+        evict=compiled_evict,
+        insert=compiled_insert,
+        hit=compiled_hit,
+        miss=compiled_miss,
+        overflow=compiled_overflow,
+        state=compiled_state,
+    )
 
     def new_state(self, capacity: int) -> _LIRS:
         hirs = max(1, int(0.01 * capacity))

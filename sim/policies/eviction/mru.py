@@ -9,13 +9,14 @@ keeps more of it: on the bundled trace it hits more often than LRU. Registered i
 from __future__ import annotations
 
 from hobbit.sim.policies.base import CacheView, Plain, Pool
-from hobbit.sim.policies.compiled import LAYER, PINNED, TOUCHED
+from hobbit.sim.policies.compiled import LAYER, PINNED, TOUCHED, Compiled, kernel
 
 
-def evict(pool, pr, r0, r1):
+@kernel
+def evict(state, pool, pr, g, r0, r1):
     """``MRU.to_evict`` over the compiled walk's pool (``pool[pool, slot, field]``), in the Python numba compiles
     (the walk compiles it: ``sim.fast.special``): of the occupied, unpinned slots ``r0:r1`` of pool ``pr``, the one
-    touched last (-1: none)."""
+    touched last (-1: none). MRU keeps no state of its own (``state`` is empty)."""
     best, last = -1, -1
     for s in range(r0, r1):
         if pool[pr, s, LAYER] >= 0 and not pool[pr, s, PINNED] and pool[pr, s, TOUCHED] > last:
@@ -27,7 +28,7 @@ class MRU(Plain):
     """Evict the copy used (or inserted) most recently."""
 
     name = "mru"
-    compiled_evict = "evict"  # this module's compiled victim: the compiled walk evicts by it (sim.fast.special)
+    compiled = Compiled(evict=evict)  # its compiled victim: the compiled walk evicts by it (sim.fast.special)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

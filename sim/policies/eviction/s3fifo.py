@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
+
+from hobbit.sim.policies import lists
 from hobbit.sim.policies.base import CacheView, Hooked, Key, PolicyInputs, Pool
+from hobbit.sim.policies.compiled import EXPERT, LAYER, PINNED, Compiled, Space, kernel
 
 
 @dataclass(frozen=True)
@@ -44,11 +48,133 @@ class _S3:
     has_evicted: bool = False  # until the first eviction, a copy S has no room for enters M
 
 
+# Compiled: the queues' offsets in ``ends`` (``policies.lists``: head, tail, length each; numpy ints, see there), then
+# this miss's ghost hit and whether the region has evicted
+SMALL, MAIN, GHOST = np.int64(0), np.int64(3), np.int64(6)
+GHOST_HIT, EVICTED = 9, 10
+NEXT, PREV, USES = 0, 1, 2  # rows of ``slots``: S's and M's links, a copy's count
+
+
+class S3State(NamedTuple):
+    slots: Any  # [NEXT / PREV / USES, pool, slot] int64
+    ends: Any  # [pool, region, 11] int64
+    ghosts: Any  # [NEXT / PREV / in G, pool, key] int64: G's links, and whether a key is in it
+    knobs: Any  # [3]: small_ratio, ghost_ratio, move_threshold
+    experts: int  # E: a key is layer * E + expert
+
+
+def compiled_state(space: Space) -> S3State:
+    k = space.knobs or S3FIFOKnobs()
+    ends = np.zeros((2, space.capacity.shape[1], 11), np.int64)
+    for q in (SMALL, MAIN, GHOST):
+        ends[:, :, q + lists.Q_HEAD], ends[:, :, q + lists.Q_TAIL] = -1, -1
+    return S3State(
+        np.zeros((3, 2, max(space.rows, 1)), np.int64),
+        ends,
+        np.zeros((3, 2, space.layers * space.experts), np.int64),
+        np.array([k.small_ratio, k.ghost_ratio, k.move_threshold], np.float64),
+        space.experts,
+    )
+
+
+@kernel
+def caps(capacity, knobs):
+    small = int(capacity * knobs[0])
+    return small, capacity - small, int(capacity * knobs[1])
+
+
+@kernel
+def evict_main(st, pool, pr, g):
+    sl, ends = st.slots, st.ends
+    pin = pool[pr, :, PINNED]
+    for _ in range(4 * ends[pr, g, MAIN + lists.Q_LEN] + 1):  # counts fall to 0 within three rounds
+        x = lists.q_first_unpinned(sl[NEXT], ends, pin, pr, g, MAIN)
+        if x < 0:
+            return -1
+        lists.q_remove(sl[NEXT], sl[PREV], ends, pr, g, MAIN, x)
+        uses = sl[USES, pr, x]
+        if uses < 1:
+            return x
+        sl[USES, pr, x] = min(uses, 3) - 1
+        lists.q_push(sl[NEXT], sl[PREV], ends, pr, g, MAIN, x)
+    return -1
+
+
+@kernel
+def evict_small(st, pool, pr, g, capacity):
+    sl, ends, gh, knobs = st.slots, st.ends, st.ghosts, st.knobs
+    pin = pool[pr, :, PINNED]
+    while True:
+        x = lists.q_first_unpinned(sl[NEXT], ends, pin, pr, g, SMALL)
+        if x < 0:
+            return -1
+        lists.q_remove(sl[NEXT], sl[PREV], ends, pr, g, SMALL, x)
+        if sl[USES, pr, x] >= knobs[2]:  # used enough in S: into M, its count reset
+            sl[USES, pr, x] = 0
+            lists.q_push(sl[NEXT], sl[PREV], ends, pr, g, MAIN, x)
+            continue
+        ghost_cap = caps(capacity, knobs)[2]
+        if ghost_cap > 0:  # into the ghost, its oldest leaving when it is full
+            key = pool[pr, x, LAYER] * st.experts + pool[pr, x, EXPERT]
+            if not gh[2, pr, key]:
+                if ends[pr, g, GHOST + lists.Q_LEN] >= ghost_cap:
+                    old = ends[pr, g, GHOST + lists.Q_HEAD]
+                    lists.q_remove(gh[0], gh[1], ends, pr, g, GHOST, old)
+                    gh[2, pr, old] = 0
+                lists.q_push(gh[0], gh[1], ends, pr, g, GHOST, key)
+                gh[2, pr, key] = 1
+        return x
+
+
+@kernel
+def compiled_evict(st, pool, pr, g, r0, r1):
+    """``S3FIFO.to_evict``: M's oldest unused copy while M is over its size or S is empty, else S's oldest unused."""
+    ends = st.ends
+    ends[pr, g, EVICTED] = 1
+    capacity = r1 - r0
+    main_cap = caps(capacity, st.knobs)[1]
+    if ends[pr, g, MAIN + lists.Q_LEN] > main_cap or ends[pr, g, SMALL + lists.Q_LEN] == 0:
+        x = evict_main(st, pool, pr, g)
+        return x if x >= 0 else evict_small(st, pool, pr, g, capacity)
+    x = evict_small(st, pool, pr, g, capacity)
+    return x if x >= 0 else evict_main(st, pool, pr, g)
+
+
+@kernel
+def compiled_miss(st, pool, pr, g, r0, r1, key):
+    ends, gh = st.ends, st.ghosts
+    ends[pr, g, GHOST_HIT] = gh[2, pr, key]
+    if gh[2, pr, key]:
+        lists.q_remove(gh[0], gh[1], ends, pr, g, GHOST, key)
+        gh[2, pr, key] = 0
+
+
+@kernel
+def compiled_insert(st, pool, pr, g, r0, r1, slot):
+    sl, ends = st.slots, st.ends
+    small_cap = caps(r1 - r0, st.knobs)[0]
+    to_main = ends[pr, g, GHOST_HIT] != 0 or (
+        ends[pr, g, EVICTED] == 0 and ends[pr, g, SMALL + lists.Q_LEN] >= small_cap
+    )
+    which = MAIN if to_main else SMALL
+    sl[USES, pr, slot] = 0
+    lists.q_push(sl[NEXT], sl[PREV], ends, pr, g, which, slot)
+    ends[pr, g, GHOST_HIT] = 0
+
+
+@kernel
+def compiled_hit(st, pool, pr, g, slot):
+    st.slots[USES, pr, slot] += 1
+
+
 class S3FIFO(Hooked):
     """Evict S's oldest unused copy into the ghost, or M's oldest unused one (CLOCK-like, counts to 3)."""
 
     name = "s3fifo"
     Knobs = S3FIFOKnobs
+    compiled = Compiled(
+        evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, miss=compiled_miss, state=compiled_state
+    )
 
     def __init__(self, knobs: S3FIFOKnobs | None = None, inputs: PolicyInputs | None = None) -> None:
         super().__init__(knobs, inputs)

@@ -10,8 +10,65 @@ copy was (at the next newer copy). Copies are never moved, so a hit costs one bi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from hobbit.sim.policies import lists
 from hobbit.sim.policies.base import CacheView, Hooked, Pool
+from hobbit.sim.policies.compiled import LAYER, PINNED, Compiled, Space, kernel
+
+HAND = 2  # a field of ``ends`` after HEAD and TAIL (-1: start from the tail)
+
+
+class SieveState(NamedTuple):
+    """The compiled queue: a list per region (``policies.lists``), new copies at HEAD; each slot's visited bit."""
+
+    links: Any  # [NEWER / OLDER, pool, slot] int64
+    ends: Any  # [pool, region, HEAD / TAIL / HAND] int64
+    visited: Any  # [pool, slot] int64
+
+
+def compiled_state(space: Space) -> SieveState:
+    rows = max(space.rows, 1)
+    ends = np.full((2, space.capacity.shape[1], 3), -1, np.int64)
+    return SieveState(np.zeros((2, 2, rows), np.int64), ends, np.zeros((2, rows), np.int64))
+
+
+@kernel
+def compiled_insert(st, pool, pr, g, r0, r1, slot):
+    """``_Sieve.push``: at the head, unvisited."""
+    lists.push(st.links, st.ends, pr, g, slot)
+    st.visited[pr, slot] = 0
+
+
+@kernel
+def compiled_hit(st, pool, pr, g, slot):
+    st.visited[pr, slot] = 1
+
+
+@kernel
+def compiled_evict(st, pool, pr, g, r0, r1):
+    """``Sieve.to_evict`` over region ``g`` (slots r0:r1); the victim leaves the queue."""
+    links, ends, visited = st.links, st.ends, st.visited
+    tail = ends[pr, g, lists.TAIL]
+    movable = False
+    for s in range(r0, r1):
+        if pool[pr, s, LAYER] >= 0 and not pool[pr, s, PINNED]:
+            movable = True
+            break
+    if tail < 0 or not movable:
+        return -1
+    s = tail if ends[pr, g, HAND] < 0 else ends[pr, g, HAND]
+    while visited[pr, s] or pool[pr, s, PINNED]:  # a pinned copy is passed over, its bit kept
+        if not pool[pr, s, PINNED]:
+            visited[pr, s] = 0
+        s = links[lists.NEWER, pr, s]
+        if s < 0:
+            s = ends[pr, g, lists.TAIL]
+    ends[pr, g, HAND] = links[lists.NEWER, pr, s]
+    lists.unlink(links, ends, pr, g, s)  # _Sieve.unlink
+    return s
 
 
 @dataclass
@@ -49,6 +106,7 @@ class Sieve(Hooked):
     """Evict the first unvisited copy at or after the hand."""
 
     name = "sieve"
+    compiled = Compiled(evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, state=compiled_state)
 
     def new_state(self, capacity: int) -> _Sieve:
         return _Sieve()
