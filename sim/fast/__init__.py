@@ -206,7 +206,9 @@ def first_use(d, out=None) -> Iterator[None]:
     ``lock_path(d)``). A sweep's workers all start at once; without the lock each of them compiles the walk for
     itself (each taking the whole compilation's time and most of a GB), with the lock one compiles and the others
     then load its code from the cache. A process that dies releases the lock."""
-    if fcntl is None or d.overloads or _in_cache(d):
+    if (
+        fcntl is None or not hasattr(d, "overloads") or d.overloads or _in_cache(d)
+    ):  # (a function under NUMBA_DISABLE_JIT)
         yield
         return
     try:

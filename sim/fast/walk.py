@@ -16,12 +16,17 @@ State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``P
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]`` (both views of one row per (layer, expert), ``xs``), scalars in ``st`` (``CLOCK`` ..),
 multidim's layer lists and bounds in ``g_*``, a policy's own state in ``own`` (what its file builds). The log is
-appended to
-``out.*`` tables, one row per record, in the order the reference appends them. All the state a
-pass leaves to the next is made by ``walk_state`` (``State``, a named tuple) and passed to ``walk`` with what it
-reads and does not carry (``Inputs``: named records of the routing, the rule, the placement, the eviction's and the
-prefetcher's inputs, the CPU's and the bound's), which walks a range of passes: a whole run is one range; a streamed run (``sim.fast.stream``) walks a chunk of passes
-at a time, timing and dropping each chunk's log before the next.
+appended to ``out.*`` tables, one row per record, in the order the reference appends them. All the state a pass
+leaves to the next is made by ``walk_state`` (``State``, a named tuple) and passed to ``walk`` with what it reads and
+does not carry (``Inputs``: named records of the routing, the rule, the placement, the eviction's and the
+prefetcher's inputs, the CPU's and the bound's), which walks a range of passes: a whole run is one range; a streamed
+run (``sim.fast.stream``) walks a chunk of passes at a time, timing and dropping each chunk's log before the next.
+
+``walk`` is the reference's ``Decider.run``: per step, its phases are functions named as the reference's methods
+(``_needed``, ``_split``, ``_serve_one``, ``_drop_stale``, ``_propose`` and ``_issue`` for ``_prefetch``), inlined
+(``inline="always"``: one compiled loop, as before they were split), which read the walk's named records of
+borrowed arrays (``Cache``, ``Staged``, ``Logs``, ``Belady``, ``Rare``, ``Scratch`` and the inputs'), unpack the
+fields they use, and return the log's counters they move.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
 
@@ -1241,11 +1246,11 @@ def _rule_row(w, nan_zero, hobbit, uniform, hi, lo, row, cls_out, wn_out):
 
 
 @njit(cache=True)
-def _wanted(ids, w, nan_zero, rule, rows, want, order):
-    """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and weights, classed by ``rule``: ``_rule_row``'s
-    hobbit, uniform, hi, lo and its three buffers): experts in first-appearance order into ``order``, their best
-    class into ``want`` (reset to SKIP by the caller); the count."""
-    hobbit, uniform, hi, lo, row, rc, rm = rule
+def _wanted(ids, w, nan_zero, rl, sc, rows, want, order):
+    """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and weights, classed by the rule ``rl``, with
+    ``_rule_row``'s buffers of ``sc``): experts in first-appearance order into ``order``, their best class into
+    ``want`` (reset to SKIP by the caller); the count."""
+    hobbit, uniform, hi, lo, row, rc, rm = rl.hobbit_rule, rl.uniform, rl.rule_hi, rl.rule_lo, sc.row, sc.rc, sc.rm
     n = 0
     for t in range(rows):
         _rule_row(w[t], nan_zero, hobbit, uniform, hi, lo, row, rc, rm)
@@ -1352,7 +1357,7 @@ def walk_state(
     bel_cur = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # each key's next use (-1: the walk sets it)
     dt = log_proto.dtype  # the log tables' buffers (``walk``'s ``tabs``): the walk grows them, a streamed run keeps
     # them from one chunk to the next (its later chunks write into memory the first has mapped, not into new pages)
-    logs = (
+    logs = Logs(
         np.empty((0, 5), dt),
         np.empty((0, 5), dt),
         np.empty((0, 3), dt),
@@ -1543,6 +1548,876 @@ class Inputs(NamedTuple):
     log_proto: Any  # an empty array of the log tables' dtype
 
 
+class Cache(NamedTuple):
+    """The pools and what the walk keeps per (layer, expert), as the phases of ``walk`` read them (the state's arrays,
+    borrowed)."""
+
+    pool: Any  # [2, slots, N_FIELDS]
+    roff: Any  # [2, L + 1]: the pools' regions
+    nfree: Any  # [2]: the slots a shared pool has filled
+    index: Any  # [2, L, E]: each (layer, expert)'s slot per pool (-1: none)
+    rec: Any  # [L, E, 3]: its record (last use, uses, uses at high precision) in this request
+    counts: Any  # [L, E]: the tokens that used it in this request
+    prefetched: Any  # [L, E]: a prefetch brought its copy, not yet used
+    st: Any  # the scalars (CLOCK ..)
+    served: Any  # [6]: uses by how they were served (HIGH_HIT ..)
+    mass: Any  # [3]: gate mass served at each precision
+    eam_match: Any  # EAM's match, then its priority's candidates (EC_*)
+    g_on: Any  # multidim's layer lists (``_pruned_evict``): per pool, whether it keeps them
+    g_slots: Any
+    g_n: Any
+    g_pos: Any
+    g_qlb: Any
+    g_key: Any
+
+
+class Staged(NamedTuple):
+    """Prefetches staged outside the cache (``prefetch.staging_slots``)."""
+
+    stg_tid: Any  # [L, E]: its transfer (-1: none)
+    stg_prec: Any  # [L, E]: its precision
+    stg_list: Any  # [staging, 3]: layer, expert, target, in insertion order
+
+
+class Logs(NamedTuple):
+    """The log tables the walk appends to (borrowed; grown between steps)."""
+
+    loads: Any
+    gpu: Any
+    cpu: Any
+    cancel: Any
+    evicted: Any
+    kept: Any
+
+
+class Belady(NamedTuple):
+    """Belady's heaps per region and its future uses (``_bel_*``)."""
+
+    bel_b: Any
+    fo_b: Any
+    fs_b: Any
+    bc_b: Any
+
+
+class Rare(NamedTuple):
+    """What only Belady and EAM's priority read when they pick a victim (``_to_evict_rare``)."""
+
+    fut_off: Any
+    fut_steps: Any
+    eam_lib: Any
+    eam_match: Any
+    bel: Any
+    decay: Any  # [L]: the layers' decays (``_eam_evict``, ``_eam_let_go``)
+    scan_i: Any  # a scan's kept slots and touches, and their scores (``_eam_evict``)
+    scan_v: Any
+
+
+class Scratch(NamedTuple):
+    """One step's working arrays (``_scratch`` makes them once a walk)."""
+
+    need_c: Any  # [E]: the step's need: each expert's class, tokens and gate mass
+    need_n: Any
+    need_m: Any
+    order: Any  # [E]: the experts it needs, in first-appearance order
+    on_cpu: Any  # [E]: FreeToken's split sends it to the CPU
+    want: Any  # [E]: a prefetcher's wanted precision per expert, and the wanted in order
+    worder: Any
+    props: Any  # [.., 3]: proposals: layer, expert, precision
+    eam_v: Any  # the scores of EAM's proposals (negated: lowest first)
+    eam_r: Any  # [M, L]: the cosines ``_best_match`` keeps, and which are fresh
+    eam_fresh: Any
+    eam_d: Any  # [L]: the layers' decays (``Rare.decay``)
+    m_e: Any  # [E]: FreeToken's misses, their classes and sort keys
+    m_c: Any
+    m_key: Any
+    hist: Any  # [E]: the history fallback's counts
+    b_dev: Any  # [E]: the bound's device and CPU seconds of each expert a step needs
+    b_cpu: Any
+    row: Any  # [K]: the rule's buffers (``_rule_row``)
+    rc: Any
+    rm: Any
+    bm_row: Any  # ``_best_match``'s buffers
+    bm_cur: Any
+    bm_todo: Any
+    bm_sums: Any
+    scan_i: Any  # ``Rare``'s
+    scan_v: Any
+
+
+@njit(cache=True)
+def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts, n_ec):
+    """A walk's ``Scratch``: ``n_lib`` EAM matrices of ``lib_experts`` experts, ``n_ec`` copies an EAM scan keeps."""
+    return Scratch(
+        need_c=np.full(E, SKIP, np.int64),
+        need_n=np.zeros(E, np.int64),
+        need_m=np.zeros(E),
+        order=np.zeros(E, np.int64),
+        on_cpu=np.zeros(E, np.bool_),
+        want=np.full(E, SKIP, np.int64),
+        worder=np.zeros(E, np.int64),
+        props=np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64),
+        eam_v=np.zeros(max(eam_per_step, 1)),
+        eam_r=np.zeros((n_lib, L)),
+        eam_fresh=np.zeros(L, np.bool_),
+        eam_d=np.zeros(L),
+        m_e=np.zeros(E, np.int64),
+        m_c=np.zeros(E, np.int64),
+        m_key=np.zeros(E, np.int64),
+        hist=np.zeros(E, np.int64),
+        b_dev=np.zeros(E),
+        b_cpu=np.zeros(E),
+        row=np.zeros(K),
+        rc=np.zeros(K, np.int64),
+        rm=np.zeros(K),
+        bm_row=np.zeros(lib_experts),
+        bm_cur=np.zeros(lib_experts),
+        bm_todo=np.zeros((PW_STACK, 3), np.int64),
+        bm_sums=np.zeros(PW_STACK),
+        scan_i=np.zeros((2, n_ec), np.int64),
+        scan_v=np.zeros(n_ec),
+    )
+
+
+@njit(cache=True, inline="always")
+def _belady_step(rt, pl, ca, bz, i, L):
+    """Belady's keys of the step before have passed their next use (``_bel_passed``); at a window's first step, those
+    of the window before's last (``_bel_edge``), whose uses this window's lists start after."""
+    q = (i - 1) // L
+    if q >= rt.first_pass:
+        _bel_passed(
+            bz.bel_b,
+            bz.fo_b,
+            bz.fs_b,
+            bz.bc_b,
+            ca.pool,
+            ca.index,
+            rt.ids,
+            rt.pass_start[q - rt.first_pass],
+            rt.pass_end[q - rt.first_pass],
+            (i - 1) % L,
+            ca.roff,
+            pl.per_layer,
+            i,
+        )
+    else:
+        _bel_edge(bz.bel_b, bz.fo_b, bz.fs_b, bz.bc_b, ca.pool, ca.index, rt.prev_ids, L - 1, ca.roff, pl.per_layer)
+
+
+@njit(cache=True, inline="always")
+def _least_room(lg, nl, ng, nc, nx, nv, nk):
+    """The fewest rows left in any log table (one branch where ``or``'s would be six)."""
+    return min(
+        lg.loads.shape[0] - nl,
+        lg.gpu.shape[0] - ng,
+        lg.cpu.shape[0] - nc,
+        lg.cancel.shape[0] - nx,
+        lg.evicted.shape[0] - nv,
+        lg.kept.shape[0] - nk,
+    )
+
+
+@njit(cache=True, inline="always")
+def _all_high(sc, n_need):
+    """``precision.multi_token=high``: a step of several tokens loads every expert it does not skip at high."""
+    for j in range(n_need):
+        e = sc.order[j]
+        if sc.need_c[e] != SKIP:
+            sc.need_c[e] = HIGH
+
+
+@njit(cache=True, inline="always")
+def _forget_need(sc, n_need, layer):
+    """The step's need reset for the next; the layer's counts changed, so ``_best_match`` works its cosines out
+    again."""
+    sc.eam_fresh[layer] = False
+    for j in range(n_need):
+        e = sc.order[j]
+        sc.need_n[e] = 0
+        sc.need_c[e] = SKIP
+        sc.on_cpu[e] = False
+
+
+@njit(cache=True, inline="always")
+def _new_request(pl, ca, sc, L):
+    """A new request (``Decider.run``): the records, the pools' records, the counts and EAM's match start again."""
+    per_layer = pl.per_layer
+    counts, eam_match, g_key, g_n, g_on, g_qlb, g_slots = (
+        ca.counts,
+        ca.eam_match,
+        ca.g_key,
+        ca.g_n,
+        ca.g_on,
+        ca.g_qlb,
+        ca.g_slots,
+    )
+    nfree, pool, rec, roff = ca.nfree, ca.pool, ca.rec, ca.roff
+    eam_fresh = sc.eam_fresh
+    rec[:] = 0
+    for pr in range(2):  # the slots taken so far (the others hold no record)
+        for s in range(roff[pr, L] if per_layer else nfree[pr]):
+            pool[pr, s, LAST_USE] = 0
+            pool[pr, s, USES] = 0
+            pool[pr, s, HIGH_USES] = 0
+    counts[:] = 0
+    eam_fresh[:] = False
+    eam_match[EC_M] = -1  # EAMPrefetch.end_request
+    eam_match[EC_VALID] = 0  # every use count is 0 again: scores fell
+    g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
+    _g_forget(g_qlb)
+    for pr in range(2):
+        if POLICY == MULTIDIM and g_on[pr]:
+            for g in range(L):
+                for j in range(g_n[pr, g]):
+                    g_key[pr, g, j] = np.inf if pool[pr, g_slots[pr, g, j], PINNED] else 0.0
+
+
+@njit(cache=True, inline="always")
+def _needed(rt, rl, sc, a, b, layer, K, n_high, n_low):
+    """``Decider._needed``: the experts the step's tokens select, in first-appearance order (``order``), each with its class (the highest of its selections'), tokens and gate mass; counts the selections of the rule's classes."""
+    ids, weights = rt.ids, rt.weights
+    hobbit_rule, rule_hi, rule_lo, uniform = rl.hobbit_rule, rl.rule_hi, rl.rule_lo, rl.uniform
+    need_c, need_m, need_n, order, rc, rm, row = sc.need_c, sc.need_m, sc.need_n, sc.order, sc.rc, sc.rm, sc.row
+    n_need = 0
+    for t in range(a, b):
+        _rule_row(weights[t, layer], False, hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)
+        for k in range(K):
+            e, c = ids[t, layer, k], rc[k]
+            n_high += c == HIGH
+            n_low += c == LOW
+            if need_n[e] == 0:
+                order[n_need] = e
+                n_need += 1
+                need_c[e] = c
+                need_m[e] = rm[k]
+            else:
+                need_c[e] = min(need_c[e], c)
+                need_m[e] += rm[k]
+            need_n[e] += 1
+    return n_need, n_high, n_low
+
+
+@njit(cache=True, inline="always")
+def _bound_step(bd, sc, n_need, pw, layer, L, b_total):
+    """``bound.pass_bounds``'s step: the experts not every selection skips, in first-appearance order, and the step's bound added to the pass's."""
+    bnd_cpu, bnd_dense, bnd_min, bnd_out, bnd_uses_cpu, bnd_whole = (
+        bd.cpu,
+        bd.dense,
+        bd.min_s,
+        bd.out,
+        bd.uses_cpu,
+        bd.whole,
+    )
+    b_cpu, b_dev, need_c, need_n, order = sc.b_cpu, sc.b_dev, sc.need_c, sc.need_n, sc.order
+    nd = 0
+    for j in range(n_need):
+        e = order[j]
+        if need_c[e] != SKIP:
+            b_dev[nd], b_cpu[nd] = bnd_min[need_n[e]], bnd_cpu[need_n[e]]
+            nd += 1
+    b_total += bnd_dense[pw, 1 if bnd_whole[layer] else 0] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
+    if layer == L - 1:
+        bnd_out[pw] = b_total
+    return b_total
+
+
+@njit(cache=True, inline="always")
+def _split(rl, pl, cp, ca, sc, n_need, layer, E):
+    """``Decider._split`` (FreeToken's split): of the step's misses, those beyond the copies worth their time run on the CPU (``on_cpu``), the least recently used first."""
+    any_prec, mixed, uniform = rl.any_prec, rl.mixed, rl.uniform
+    resident = pl.resident
+    copy_s, cpu_s, split_max_fetch, split_threshold = cp.copy_s, cp.cpu_s, cp.split_max_fetch, cp.split_threshold
+    index, rec = ca.index, ca.rec
+    m_c, m_e, m_key, need_c, need_n, on_cpu, order = sc.m_c, sc.m_e, sc.m_key, sc.need_c, sc.need_n, sc.on_cpu, sc.order
+    nm, maxn = 0, 0
+    for j in range(n_need):
+        e = order[j]
+        c = need_c[e]
+        if c == SKIP or resident[layer, e]:
+            continue
+        if index[HIGH, layer, e] >= 0 or ((c == LOW or any_prec) and index[LOW, layer, e] >= 0):
+            continue
+        m_e[nm] = e
+        m_c[nm] = c if mixed else uniform
+        maxn = max(maxn, need_n[e])
+        nm += 1
+    if nm:
+        cs, us = copy_s[m_c[0]], cpu_s[maxn]
+        frac = us / cs if cs > 0 else 1.0
+        if not frac * split_threshold >= 1.0:
+            lo = int(nm * frac)
+            v0 = max(lo * (1 - frac), (nm - lo) * frac)
+            v1 = max((lo + 1) * (1 - frac), (nm - lo - 1) * frac)
+            F = lo + 1 if v1 < v0 else lo
+            if split_max_fetch >= 0:
+                F = min(F, split_max_fetch)
+            for j in range(nm):
+                m_key[j] = -rec[layer, m_e[j], 0] * (E + 1) + m_e[j]
+            srt = np.argsort(m_key[:nm], kind="mergesort")
+            for j in range(F, nm):
+                on_cpu[m_e[srt[j]]] = True
+
+
+@njit(cache=True, inline="always")
+def _warm(ca, sc, n_need, layer):
+    """The rows serving the step reads, loaded side by side (a tight loop of independent loads that the serving's branches would otherwise issue one miss at a time): the walk waits on memory."""
+    index, pool, st = ca.index, ca.pool, ca.st
+    order = sc.order
+    warm = 0
+    for j in range(n_need):
+        e = order[j]
+        sh, sl = index[HIGH, layer, e], index[LOW, layer, e]
+        warm += pool[HIGH, max(sh, 0), TOUCHED] + pool[LOW, max(sl, 0), TOUCHED]
+    st[WARM] = warm
+
+
+@njit(cache=True, inline="always")
+def _serve_one(
+    rl,
+    pl,
+    ev,
+    pf,
+    cp,
+    ca,
+    lg,
+    sg,
+    bz,
+    sc,
+    own_b,
+    rare,
+    i,
+    layer,
+    e,
+    token,
+    offload,
+    off_miss,
+    by_h,
+    by_l,
+    L,
+    E,
+    nl,
+    ng,
+    nc,
+    nx,
+    nv,
+    nk,
+    n_stg,
+):
+    """``Decider._serve_one``: expert ``e`` of the step (class ``c``, ``n`` tokens), from the device's copies, a staged prefetch, the CPU or a demand load, and what enters the cache; the log's counters after it."""
+    any_prec, mixed, uniform = rl.any_prec, rl.mixed, rl.uniform
+    cpu_layer, expert_bytes, per_layer, resident = pl.cpu_layer, pl.expert_bytes, pl.per_layer, pl.resident
+    fw, w = ev.fw, ev.w
+    staging = pf.staging
+    cpu_faster, cpu_insert, cpu_misses = cp.faster, cp.insert, cp.misses
+    counts, g_key, g_n, g_on, g_pos, g_qlb, g_slots = (
+        ca.counts,
+        ca.g_key,
+        ca.g_n,
+        ca.g_on,
+        ca.g_pos,
+        ca.g_qlb,
+        ca.g_slots,
+    )
+    index, mass, nfree, pool, prefetched, rec, roff = (
+        ca.index,
+        ca.mass,
+        ca.nfree,
+        ca.pool,
+        ca.prefetched,
+        ca.rec,
+        ca.roff,
+    )
+    served, st = ca.served, ca.st
+    cancel, cpu, evicted, gpu, kept, loads = lg.cancel, lg.cpu, lg.evicted, lg.gpu, lg.kept, lg.loads
+    stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
+    bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
+    need_c, need_m, need_n, on_cpu = sc.need_c, sc.need_m, sc.need_n, sc.on_cpu
+    c, n = need_c[e], need_n[e]
+    got, a_tid = -1, -1
+    if resident[layer, e]:
+        served[HIGH_HIT] += 1
+        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, -1, HIGH, n, e
+        ng += 1
+        got = HIGH
+    elif cpu_layer[layer] and offload:  # op offload: a demand copy, not kept (``Decider._offload``)
+        tid = st[NEXT_TID]
+        st[NEXT_TID] += 1
+        loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, HIGH
+        nl += 1
+        st[BYTES] += expert_bytes[layer, HIGH]
+        served[HIGH_LOAD] += 1
+        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, HIGH, n, e
+        ng += 1
+        got = HIGH
+    elif cpu_layer[layer]:
+        served[CPU] += 1
+        cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
+        nc += 1
+        got = HIGH
+    need = LOW if c == SKIP else c
+    if got < 0:
+        hp = -1
+        if index[HIGH, layer, e] >= 0:
+            hp = HIGH
+        elif (need == LOW or any_prec) and index[LOW, layer, e] >= 0:
+            hp = LOW
+        if hp >= 0:
+            slot = index[hp, layer, e]
+            _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
+            if OWN_HIT:
+                _p_hit(own_b, pool, hp, layer if per_layer else 0, slot)
+            elif POLICY == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
+                _bel_down(
+                    bel_b,
+                    pool,
+                    hp,
+                    _region(roff, hp, per_layer, layer)[0],
+                    bel_b[BH_N, hp, layer if per_layer else 0],
+                    bel_b[BH_POS, hp, slot],
+                )
+            if prefetched[layer, e]:
+                prefetched[layer, e] = False
+                st[USED] += 1
+            served[HIGH_HIT if hp == HIGH else LOW_HIT] += 1
+            gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = (
+                i,
+                pool[hp, slot, TRANSFER],
+                hp,
+                n,
+                e,
+            )
+            ng += 1
+            got = hp
+    if got < 0 and staging and stg_tid[layer, e] >= 0:
+        stid, sprec = stg_tid[layer, e], stg_prec[layer, e]
+        stg_tid[layer, e] = -1
+        for q in range(n_stg):  # out of the insertion-ordered list
+            if stg_list[q, 0] == layer and stg_list[q, 1] == e:
+                for y in range(q, n_stg - 1):
+                    for x in range(3):
+                        stg_list[y, x] = stg_list[y + 1, x]
+                n_stg -= 1
+                break
+        if sprec == HIGH or need == LOW or any_prec:
+            st[USED] += 1
+            served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
+            gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
+            ng += 1
+            got, a_tid = sprec, stid  # admitted below, as a demand load's copy is
+        else:
+            cancel[nx, 0], cancel[nx, 1] = i, stid
+            nx += 1
+    if got < 0 and c == SKIP:
+        served[SKIPPED] += 1
+        got = SKIP
+    if got < 0:
+        prec = c if mixed else uniform
+        if not off_miss and (cpu_misses == CM_ALWAYS or (cpu_misses == CM_FASTER and cpu_faster[prec, n]) or on_cpu[e]):
+            served[CPU] += 1
+            cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
+            nc += 1
+            mode = 0  # 1: cpu_insert's copy behind the CPU, 2: an empty slot filled (faster)
+            if st[INSERTS] < cpu_insert:
+                mode = 1
+            elif cpu_misses == CM_FASTER:
+                if per_layer:
+                    r0, r1 = _region(roff, prec, per_layer, layer)
+                    for s in range(r0, r1):
+                        if pool[prec, s, LAYER] < 0:
+                            mode = 2
+                            break
+                elif nfree[prec] < roff[prec, L]:
+                    mode = 2
+            if mode and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
+                mode = 0
+            if mode:  # _copy_ahead, not pinned
+                ch = (
+                    _pre_admit(
+                        own_b,
+                        g_slots,
+                        g_n,
+                        rare,
+                        pool,
+                        roff,
+                        nfree,
+                        index,
+                        layer,
+                        e,
+                        prec,
+                        layer,
+                        per_layer,
+                    )
+                    if PICKS_VICTIM
+                    else -1
+                )
+                slot, nl, nv, nk = _copy_ahead(
+                    pool,
+                    roff,
+                    nfree,
+                    index,
+                    rec,
+                    g_on,
+                    g_slots,
+                    g_n,
+                    g_pos,
+                    g_qlb,
+                    g_key,
+                    st,
+                    i,
+                    layer,
+                    layer,
+                    e,
+                    prec,
+                    False,
+                    per_layer,
+                    w,
+                    fw,
+                    ch,
+                    loads,
+                    nl,
+                    evicted,
+                    nv,
+                    kept,
+                    nk,
+                )
+                if slot >= 0 and OWN_INSERT:
+                    _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
+                elif slot >= 0 and POLICY == BELADY:
+                    _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
+                if slot >= 0:
+                    st[BYTES] += expert_bytes[layer, prec]
+                if slot >= 0 and mode == 1:
+                    st[INSERTS] += 1
+                if slot >= 0 or mode == 2:
+                    st[ISSUED] += 1
+                    st[BEHIND] += 1
+            got = HIGH
+        else:  # a demand load
+            tid = st[NEXT_TID]
+            st[NEXT_TID] += 1
+            loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, prec
+            nl += 1
+            st[BYTES] += expert_bytes[layer, prec]
+            served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
+            gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
+            ng += 1
+            got = prec
+            if off_miss or (by_l if prec == LOW else by_h):  # op offload, a wide step: used once
+                _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, prec, token)
+            else:
+                a_tid = tid
+    if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
+        ch = (
+            _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, got, layer, per_layer)
+            if PICKS_VICTIM
+            else -1
+        )
+        slot, nv, nk = _admit_used(
+            pool,
+            roff,
+            nfree,
+            index,
+            rec,
+            g_on,
+            g_slots,
+            g_n,
+            g_pos,
+            g_qlb,
+            g_key,
+            st,
+            i,
+            layer,
+            e,
+            got,
+            a_tid,
+            token,
+            per_layer,
+            w,
+            fw,
+            ch,
+            evicted,
+            nv,
+            kept,
+            nk,
+        )
+        if slot >= 0 and OWN_INSERT:
+            _post_admit(own_b, pool, roff, got, layer, slot, per_layer)
+        elif slot >= 0 and POLICY == BELADY:
+            _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, got, layer, e, slot, L, E)
+    mass[got] += need_m[e]
+    counts[layer, e] += n
+    return nl, ng, nc, nx, nv, nk, n_stg
+
+
+@njit(cache=True, inline="always")
+def _drop_stale(pl, ev, pf, ca, lg, sg, bz, sc, pins, i, layer, E, n_pins, n_stg, nx):
+    """``Decider._drop_stale``: the pins and staged copies of this layer leave their lists (kept in order)."""
+    per_layer = pl.per_layer
+    w = ev.w
+    eam_lib = pf.eam_lib
+    eam_match, g_key, g_on, g_pos, g_qlb, index = ca.eam_match, ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb, ca.index
+    pool, prefetched, rec, roff = ca.pool, ca.prefetched, ca.rec, ca.roff
+    cancel = lg.cancel
+    stg_list, stg_tid = sg.stg_list, sg.stg_tid
+    bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
+    eam_d = sc.eam_d
+    kq = 0
+    for q in range(n_pins):
+        if pins[q, 0] == layer:
+            pr, tl, te = pins[q, 1], pins[q, 2], pins[q, 3]
+            s = index[pr, tl, te]
+            if s >= 0:
+                pool[pr, s, PINNED] = 0
+                if (
+                    POLICY == EAM_PRIORITY
+                    and eam_match[EC_VALID]
+                    and eam_match[EC_PR] == pr
+                    and s != eam_match[EC_PREV]
+                ):  # it can be evicted again: the candidates see it
+                    _eam_let_go(eam_match, pool, pr, s, eam_lib, eam_d)
+                if POLICY == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
+                    _bel_push(
+                        bel_b,
+                        fo_b,
+                        fs_b,
+                        bc_b,
+                        pool,
+                        pr,
+                        tl if per_layer else 0,
+                        _region(roff, pr, per_layer, tl)[0],
+                        s,
+                        tl * E + te,
+                    )
+                if POLICY == MULTIDIM and g_on[pr]:  # its record part enters its layer's list and bound
+                    _g_changed(g_qlb, pr, tl)
+                    part = _q_key(rec, tl, te, w)
+                    g_key[pr, tl, g_pos[pr, s]] = part
+                    g_qlb[pr, tl] = min(g_qlb[pr, tl], part)
+            prefetched[tl, te] = False
+        else:
+            for x in range(4):
+                pins[kq, x] = pins[q, x]
+            kq += 1
+    n_pins = kq
+    kq = 0
+    for q in range(n_stg):
+        if stg_list[q, 2] == layer:
+            sl, se = stg_list[q, 0], stg_list[q, 1]
+            cancel[nx, 0], cancel[nx, 1] = i, stg_tid[sl, se]
+            nx += 1
+            stg_tid[sl, se] = -1
+        else:
+            for x in range(3):
+                stg_list[kq, x] = stg_list[q, x]
+            kq += 1
+    n_stg = kq
+    return n_pins, n_stg, nx
+
+
+@njit(cache=True, inline="always")
+def _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E):
+    """``Decider._prefetch``'s proposals: EAM's best uncached experts of the later layers, or each prefetcher's wanted experts of the next layers not present (layer, expert, precision in ``props``); how many."""
+    ids, pred, pred_w, top_k, weights = rt.ids, rt.pred, rt.pred_w, rt.top_k, rt.weights
+    uniform = rl.uniform
+    cpu_layer, resident = pl.cpu_layer, pl.resident
+    eam_lib, eam_norms, eam_order, eam_per_step, history = (
+        pf.eam_lib,
+        pf.eam_norms,
+        pf.eam_order,
+        pf.eam_per_step,
+        pf.history,
+    )
+    max_depth, prefetcher, staging = pf.max_depth, pf.kind, pf.staging
+    counts, eam_match, index, st = ca.counts, ca.eam_match, ca.index, ca.st
+    stg_tid = sg.stg_tid
+    eam_fresh, eam_r, eam_v, hist, props, want, worder = (
+        sc.eam_fresh,
+        sc.eam_r,
+        sc.eam_v,
+        sc.hist,
+        sc.props,
+        sc.want,
+        sc.worder,
+    )
+    bm_row, bm_cur, bm_todo, bm_sums = sc.bm_row, sc.bm_cur, sc.bm_todo, sc.bm_sums
+    n_props = 0
+    if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
+        m = eam_match[EC_M] = _best_match(
+            counts, layer, eam_lib, eam_norms, eam_r, eam_fresh, bm_row, bm_cur, bm_todo, bm_sums
+        )
+        if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
+            # order), kept sorted in props; each later layer's experts visited by probability, highest first
+            # (eam_order), up to the first that scores below the last kept one: no sort of them all
+            for j in range(L - layer - 1):
+                decay = 1.0 - (j + 1) / (L + 1)
+                tl = layer + 1 + j
+                for r in range(E):
+                    te = eam_order[m, tl, r]
+                    v = -((eam_lib[m, tl, te] + EAM_FLOOR) * decay)
+                    if n_props == eam_per_step:
+                        if v > eam_v[n_props - 1]:  # and so does every later one of the layer
+                            break
+                        if v == eam_v[n_props - 1] and not _eam_earlier(tl, te, props, n_props - 1):
+                            continue
+                    if (
+                        (staging and stg_tid[tl, te] >= 0)
+                        or resident[tl, te]
+                        or cpu_layer[tl]
+                        or index[HIGH, tl, te] >= 0
+                        or index[LOW, tl, te] >= 0
+                    ):
+                        continue
+                    x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher,
+                    # and after each as high whose place is earlier
+                    while x > 0 and (v < eam_v[x - 1] or (v == eam_v[x - 1] and _eam_earlier(tl, te, props, x - 1))):
+                        eam_v[x] = eam_v[x - 1]
+                        props[x, 0], props[x, 1], props[x, 2] = (
+                            props[x - 1, 0],
+                            props[x - 1, 1],
+                            props[x - 1, 2],
+                        )
+                        x -= 1
+                    eam_v[x] = v
+                    props[x, 0], props[x, 1], props[x, 2] = tl, te, uniform
+                    n_props = min(n_props + 1, eam_per_step)
+    last_d = 0 if prefetcher == PF_EAM else (max_depth if prefetcher != PF_NEXT else 1)
+    for d in range(1, last_d + 1):
+        target = layer + d
+        if target >= L:
+            break
+        nw = 0
+        if prefetcher == PF_ORACLE:
+            nw = _wanted(ids[a:b, target], weights[a:b, target], False, rl, sc, T, want, worder)
+        elif d <= D:
+            nw = _wanted(pred[a:b, layer, d - 1], pred_w[a:b, layer, d - 1], True, rl, sc, T, want, worder)
+        elif history and counts[target].max() > 0:
+            hist[:] = counts[target]
+            for k in range(min(top_k, E)):  # argsort(-counts, stable)[:top_k]
+                best = 0
+                for x in range(1, E):
+                    if hist[x] > hist[best]:
+                        best = x
+                if uniform < want[best]:
+                    if want[best] == SKIP:
+                        worder[nw] = best
+                        nw += 1
+                    want[best] = uniform
+                hist[best] = -1
+        warm = 0
+        for q in range(nw):  # the rows the check below reads, loaded side by side (as before serving)
+            warm += index[HIGH, target, worder[q]]
+        st[WARM] = warm
+        found = 0
+        for q in range(nw):
+            e = worder[q]
+            present = (
+                (staging and stg_tid[target, e] >= 0)
+                or resident[target, e]
+                or cpu_layer[target]
+                or index[HIGH, target, e] >= 0
+                or index[LOW, target, e] >= 0
+            )
+            if not present:
+                props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
+                n_props += 1
+                found += 1
+            want[e] = SKIP
+        if found and prefetcher != PF_ORACLE:
+            break
+    return n_props
+
+
+@njit(cache=True, inline="always")
+def _issue(
+    pl, ev, pf, cp, ca, lg, sg, bz, sc, own_b, rare, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg
+):
+    """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_ahead``); the log's counters after them."""
+    cpu_layer, expert_bytes, per_expert, per_layer = pl.cpu_layer, pl.expert_bytes, pl.per_expert, pl.per_layer
+    resident = pl.resident
+    fw, w = ev.fw, ev.w
+    prefetch_prec, staging = pf.prefetch_prec, pf.staging
+    cpu_faster, cpu_misses = cp.faster, cp.misses
+    g_key, g_n, g_on, g_pos, g_qlb, g_slots, index = ca.g_key, ca.g_n, ca.g_on, ca.g_pos, ca.g_qlb, ca.g_slots, ca.index
+    nfree, pool, prefetched, rec, roff, st = ca.nfree, ca.pool, ca.prefetched, ca.rec, ca.roff, ca.st
+    evicted, kept, loads = lg.evicted, lg.kept, lg.loads
+    stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
+    bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
+    props = sc.props
+    for q in range(n_props):
+        tl, te = props[q, 0], props[q, 1]
+        if (
+            (staging and stg_tid[tl, te] >= 0)
+            or resident[tl, te]
+            or cpu_layer[tl]
+            or index[HIGH, tl, te] >= 0
+            or index[LOW, tl, te] >= 0
+        ):
+            continue
+        prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
+        if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[pw]]:
+            continue
+        if staging:
+            if n_stg >= staging:
+                st[DROPPED] += 1
+                continue
+            tid = st[NEXT_TID]
+            st[NEXT_TID] += 1
+            loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, tl, te, prec
+            nl += 1
+            st[BYTES] += expert_bytes[tl, prec]
+            stg_tid[tl, te], stg_prec[tl, te] = tid, prec
+            stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
+            n_stg += 1
+        else:
+            ch = (
+                _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, tl, te, prec, layer, per_layer)
+                if PICKS_VICTIM
+                else -1
+            )
+            slot, nl, nv, nk = _copy_ahead(
+                pool,
+                roff,
+                nfree,
+                index,
+                rec,
+                g_on,
+                g_slots,
+                g_n,
+                g_pos,
+                g_qlb,
+                g_key,
+                st,
+                i,
+                layer,
+                tl,
+                te,
+                prec,
+                True,
+                per_layer,
+                w,
+                fw,
+                ch,
+                loads,
+                nl,
+                evicted,
+                nv,
+                kept,
+                nk,
+            )
+            if slot >= 0 and OWN_INSERT:
+                _post_admit(own_b, pool, roff, prec, tl, slot, per_layer)
+            elif slot >= 0 and POLICY == BELADY:
+                _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, tl, te, slot, L, E)
+            if slot < 0:
+                st[DROPPED] += 1
+                continue
+            st[BYTES] += expert_bytes[tl, prec]
+            pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
+            n_pins += 1
+            prefetched[tl, te] = True
+        st[ISSUED] += 1
+    return nl, nv, nk, n_pins, n_stg
+
+
 @njit(cache=True)
 def walk(state, inputs, p0, p1):
     """Passes ``p0:p1`` of the walk, continuing ``state`` (``walk_state``, updated in place): their log tables (views
@@ -1560,90 +2435,48 @@ def walk(state, inputs, p0, p1):
     run reads the trace's selections once."""
     if POLICY < 0:
         raise ValueError("the template's walk decides for no policy: call sim.fast.special.core(policy).walk")
-    ids, weights, pred, pred_w, pass_start, pass_end, pass_request, token_in_request, top_k, p_base, p_req, p_ids = (
-        inputs.routing
+    # the inputs and the state as the phases read them: named records of borrowed arrays (``_borrowed_all``: no atomic
+    # reference counts where the hot path hands them on); ``state``, ``inputs`` and ``scratch`` hold the arrays
+    rt, rl, pl = _borrowed_all(inputs.routing), _borrowed_all(inputs.rule), _borrowed_all(inputs.place)
+    ev, pf, cp, bd = (
+        _borrowed_all(inputs.evict),
+        _borrowed_all(inputs.prefetch),
+        _borrowed_all(inputs.cpu),
+        _borrowed_all(inputs.bound),
     )
-    hobbit_rule, rule_hi, rule_lo, mixed, uniform, any_prec, multi_high = inputs.rule
-    resident, cpu_layer, wide_bypass, offload_at, per_layer, per_expert, expert_bytes = inputs.place
-    w, fw, fut_off, fut_steps = inputs.evict
-    (
-        prefetcher,
-        max_depth,
-        history,
-        prefetch_prec,
-        prefetching,
-        staging,
-        eam_lib,
-        eam_norms,
-        eam_order,
-        eam_per_step,
-    ) = inputs.prefetch
-    cpu_misses, cpu_insert, cpu_faster, copy_s, cpu_s, split_threshold, split_max_fetch = inputs.cpu
-    bnd_on, bnd_dense, bnd_whole, bnd_other, bnd_min, bnd_cpu, bnd_uses_cpu, bnd_out, cls_n = inputs.bound
-    log_proto = inputs.log_proto
-    L, K = ids.shape[1], ids.shape[2]
-    E = resident.shape[1]
-    D = min(pred.shape[2], max_depth)
-    (
-        pool,
-        roff,
-        nfree,
-        eam_match,
-        g_on,
-        g_slots,
-        g_n,
-        g_pos,
-        g_qlb,
-        g_key,
-        own,
-        xs,
-        st,
-        served,
-        mass,
-        stg_tid,
-        stg_prec,
-        stg_list,
-        pins,
-        n_held,
-        bel,
-        bel_cur,
-        logs,
-    ) = state
-    rule = (hobbit_rule, uniform, rule_hi, rule_lo, np.zeros(K), np.zeros(K, np.int64), np.zeros(K))
-    row, rc, rm = rule[4], rule[5], rule[6]
-    eam_d = np.zeros(L)  # the layers' decays: at the current layer (_eam_evict) or the candidates' (_eam_let_go)
-    n_ec = eam_match.shape[0] - EC_SLOTS + 1  # a scan's K + 1 lowest copies (_eam_evict)
-    # what only Belady and EAM's priority read (_pre_admit)
-    rare = (fut_off, fut_steps, eam_lib, eam_match, bel, eam_d, np.zeros((2, n_ec), np.int64), np.zeros(n_ec))
-    own_b = _borrowed_all(own)  # the policy's own state, for its hooks; ``state`` holds the arrays
-    bel_b, bc_b = _borrowed(bel), _borrowed(bel_cur)  # Belady's
-    fo_b, fs_b = _borrowed(fut_off), _borrowed(fut_steps)
-    if POLICY == BELADY and (bel_cur[0] < 0 or p0 == p_base):  # each key's first use (of the trace, or the window)
-        bel_cur[:] = fut_off[:-1]
-    index, rec, counts, prefetched = xs[:, :, :2].transpose(2, 0, 1), xs[:, :, 2:5], xs[:, :, 5], xs[:, :, 6]
-    n_stg, n_pins = n_held[0], n_held[1]
-    # need of one (pass, layer): expert -> class, tokens, mass, in first-appearance order
-    need_c = np.full(E, SKIP, np.int64)
-    need_n = np.zeros(E, np.int64)
-    need_m = np.zeros(E)
-    order = np.zeros(E, np.int64)
-    on_cpu = np.zeros(E, np.bool_)
-    want = np.full(E, SKIP, np.int64)
-    worder = np.zeros(E, np.int64)
-    props = np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64)  # proposals: layer, expert, precision
-    eam_v = np.zeros(max(eam_per_step, 1))  # the scores of EAM's proposals (negated: lowest first)
-    eam_r, eam_fresh = np.zeros((eam_lib.shape[0], L)), np.zeros(L, np.bool_)  # the cosines ``_best_match`` keeps
-    eam_bm = (
-        np.zeros(eam_lib.shape[2]),
-        np.zeros(eam_lib.shape[2]),
-        np.zeros((PW_STACK, 3), np.int64),
-        np.zeros(PW_STACK),
-    )  # and its buffers
-    m_e = np.zeros(E, np.int64)
-    m_c = np.zeros(E, np.int64)
-    m_key = np.zeros(E, np.int64)
-    hist = np.zeros(E, np.int64)
-    b_dev, b_cpu = np.zeros(E), np.zeros(E)  # the bound's device and CPU seconds of each expert a step needs
+    L, K, E = rt.ids.shape[1], rt.ids.shape[2], pl.resident.shape[1]
+    D = min(rt.pred.shape[2], pf.max_depth)
+    n_ec = state.eam_match.shape[0] - EC_SLOTS + 1  # a scan's K + 1 lowest copies (_eam_evict)
+    scratch = _scratch(L, K, E, pf.max_depth, pf.eam_per_step, pf.eam_lib.shape[0], pf.eam_lib.shape[2], n_ec)
+    sc, own, xs = _borrowed_all(scratch), _borrowed_all(state.own), state.xs
+    ca = _borrowed_all(
+        Cache(
+            state.pool,
+            state.roff,
+            state.nfree,
+            xs[:, :, :2].transpose(2, 0, 1),
+            xs[:, :, 2:5],
+            xs[:, :, 5],
+            xs[:, :, 6],
+            state.st,
+            state.served,
+            state.mass,
+            state.eam_match,
+            state.g_on,
+            state.g_slots,
+            state.g_n,
+            state.g_pos,
+            state.g_qlb,
+            state.g_key,
+        )
+    )
+    st = ca.st  # the walk's own stores go through a name it keeps live (see ``tabs``)
+    sg = _borrowed_all(Staged(state.stg_tid, state.stg_prec, state.stg_list))
+    bz = _borrowed_all(Belady(state.bel, ev.fut_off, ev.fut_steps, state.bel_cur))
+    rare = Rare(ev.fut_off, ev.fut_steps, pf.eam_lib, ca.eam_match, bz.bel_b, sc.eam_d, sc.scan_i, sc.scan_v)
+    if POLICY == BELADY and (state.bel_cur[0] < 0 or p0 == rt.first_pass):  # each key's first use (of the trace,
+        state.bel_cur[:] = ev.fut_off[:-1]  # or the window)
+    n_stg, n_pins = state.counts[0], state.counts[1]
     n_high = n_low = n_sel = 0  # the selections of the rule's classes HIGH and LOW, and all
     # log tables (``state``'s buffers, written from their first row), each with room for one token's selections per
     # step (up to 2^20 rows; grown as needed), not zeroed. The tables (and the pins') are owned in lists, which a
@@ -1651,624 +2484,79 @@ def walk(state, inputs, p0, p1):
     # atomically) on every path through the step, growing or not, and its count's cache line is cold by then: about
     # 30 ns a step
     est = min(max(1024, (p1 - p0) * L * min(K, E)), 1 << 20)
-    tabs, pins_own = [logs[0], logs[1], logs[2], logs[3], logs[4], logs[5]], [pins]
+    # (a list, not a comprehension: numba inlines a comprehension as a closure and then removes dead code, taking
+    # with it any store into an array read off a record, ``ca.st[STEP] = i``, whose temporary it thinks unaliased)
+    logs = state.logs
+    tabs, pins_own = [logs[0], logs[1], logs[2], logs[3], logs[4], logs[5]], [state.pins]
     for x, rows in enumerate((est, est, 256, 64, est, est)):
         if tabs[x].shape[0] < rows:
-            tabs[x] = np.empty((rows, tabs[x].shape[1]), log_proto.dtype)
+            tabs[x] = np.empty((rows, tabs[x].shape[1]), inputs.log_proto.dtype)
+    lg = _borrowed_all(Logs(tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]))
+    pins = _borrowed(pins_own[0])
     nl = ng = nc = nx = nv = nk = 0
-    # what the hot path passes to inlined calls and views, borrowed (``_borrowed``: no atomic reference counts);
-    # ``owners`` holds the arrays themselves to the end, and the grown log tables keep theirs (``tabs``, ``pins_own``)
-    owners = (pool, roff, nfree, index, rec, st, g_on, g_slots, g_n, g_pos, g_qlb, g_key, served, mass, row, rc, rm)
-    pool, roff, nfree, index, rec, st = (
-        _borrowed(pool),
-        _borrowed(roff),
-        _borrowed(nfree),
-        _borrowed(index),
-        _borrowed(rec),
-        _borrowed(st),
-    )
-    g_on, g_slots, g_n, g_pos, g_qlb, g_key = (
-        _borrowed(g_on),
-        _borrowed(g_slots),
-        _borrowed(g_n),
-        _borrowed(g_pos),
-        _borrowed(g_qlb),
-        _borrowed(g_key),
-    )
-    row, rc, rm = _borrowed(row), _borrowed(rc), _borrowed(rm)
-    rule = (hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)  # _wanted takes its buffers out of it: borrowed
-    ids, weights, w, fw = _borrowed(ids), _borrowed(weights), _borrowed(w), _borrowed(fw)
-    pred, pred_w = _borrowed(pred), _borrowed(pred_w)  # sliced for _wanted at every step
-    loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), _borrowed(tabs[3])
-    evicted, kept, pins = _borrowed(tabs[4]), _borrowed(tabs[5]), _borrowed(pins_own[0])
     for p in range(p0, p1):
-        pw = p - p_base  # the pass's row of the window's per-pass arrays
-        a, b = pass_start[pw], pass_end[pw]
-        if p > 0 and pass_request[pw] != (pass_request[pw - 1] if pw > 0 else p_req):
-            rec[:] = 0
-            for pr in range(2):  # the slots taken so far (the others hold no record)
-                for s in range(roff[pr, L] if per_layer else nfree[pr]):
-                    pool[pr, s, LAST_USE] = 0
-                    pool[pr, s, USES] = 0
-                    pool[pr, s, HIGH_USES] = 0
-            counts[:] = 0
-            eam_fresh[:] = False
-            eam_match[EC_M] = -1  # EAMPrefetch.end_request
-            eam_match[EC_VALID] = 0  # every use count is 0 again: scores fell
-            g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
-            _g_forget(g_qlb)
-            for pr in range(2):
-                if POLICY == MULTIDIM and g_on[pr]:
-                    for g in range(L):
-                        for j in range(g_n[pr, g]):
-                            g_key[pr, g, j] = np.inf if pool[pr, g_slots[pr, g, j], PINNED] else 0.0
-        token = token_in_request[b - 1] + 1
+        pw = p - rt.first_pass  # the pass's row of the window's per-pass arrays
+        a, b = rt.pass_start[pw], rt.pass_end[pw]
+        if p > 0 and rt.pass_request[pw] != (rt.pass_request[pw - 1] if pw > 0 else rt.prev_request):
+            _new_request(pl, ca, sc, L)
+        token = rt.token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
-        bound = min(E, T * K)
         n_sel += T * K * L
-        b_total = bnd_other[pw] if bnd_on else 0.0
+        b_total = bd.other[pw] if bd.on else 0.0
         for layer in range(L):
             i = p * L + layer
             st[STEP] = i
-            if POLICY == BELADY and i > 0:  # the keys of the step before have passed their next use
-                q = (i - 1) // L
-                if q >= p_base:
-                    _bel_passed(
-                        bel_b,
-                        fo_b,
-                        fs_b,
-                        bc_b,
-                        pool,
-                        index,
-                        ids,
-                        pass_start[q - p_base],
-                        pass_end[q - p_base],
-                        (i - 1) % L,
-                        roff,
-                        per_layer,
-                        i,
-                    )
-                else:  # the step before ended the window before, whose uses this window's lists start after
-                    _bel_edge(bel_b, fo_b, fs_b, bc_b, pool, index, p_ids, L - 1, roff, per_layer)
-            # room for this step's records, at most
-            room = (3 + max_depth) * bound + staging + eam_per_step + 2
-            if room > min(
-                loads.shape[0] - nl,
-                gpu.shape[0] - ng,
-                cpu.shape[0] - nc,
-                cancel.shape[0] - nx,
-                evicted.shape[0] - nv,
-                kept.shape[0] - nk,
-            ):  # one branch (``or``'s would be six)
+            if POLICY == BELADY and i > 0:
+                _belady_step(rt, pl, ca, bz, i, L)
+            room = (3 + pf.max_depth) * min(E, T * K) + pf.staging + pf.eam_per_step + 2  # this step's records, at most
+            if room > _least_room(lg, nl, ng, nc, nx, nv, nk):
                 for x, n_x in enumerate((nl, ng, nc, nx, nv, nk)):
                     if n_x + room > tabs[x].shape[0]:  # only then: a list's item set to itself would be freed first
                         tabs[x] = _grow(tabs[x], n_x + room)
-                loads, gpu, cpu, cancel = _borrowed(tabs[0]), _borrowed(tabs[1]), _borrowed(tabs[2]), _borrowed(tabs[3])
-                evicted, kept = _borrowed(tabs[4]), _borrowed(tabs[5])
-            # ---- _needed
-            n_need = 0
-            for t in range(a, b):
-                _rule_row(weights[t, layer], False, hobbit_rule, uniform, rule_hi, rule_lo, row, rc, rm)
-                for k in range(K):
-                    e, c = ids[t, layer, k], rc[k]
-                    n_high += c == HIGH
-                    n_low += c == LOW
-                    if need_n[e] == 0:
-                        order[n_need] = e
-                        n_need += 1
-                        need_c[e] = c
-                        need_m[e] = rm[k]
-                    else:
-                        need_c[e] = min(need_c[e], c)
-                        need_m[e] += rm[k]
-                    need_n[e] += 1
-            if bnd_on:  # bound.pass_bounds's step: the experts not every selection skips, in first-appearance order
-                nd = 0
-                for j in range(n_need):
-                    e = order[j]
-                    if need_c[e] != SKIP:
-                        b_dev[nd], b_cpu[nd] = bnd_min[need_n[e]], bnd_cpu[need_n[e]]
-                        nd += 1
-                b_total += bnd_dense[pw, 1 if bnd_whole[layer] else 0] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
-                if layer == L - 1:
-                    bnd_out[pw] = b_total
-            if T > 1 and multi_high:
-                for j in range(n_need):
-                    e = order[j]
-                    if need_c[e] != SKIP:
-                        need_c[e] = HIGH
+                lg = _borrowed_all(Logs(tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]))
+            n_need, n_high, n_low = _needed(rt, rl, sc, a, b, layer, K, n_high, n_low)
+            if bd.on:
+                b_total = _bound_step(bd, sc, n_need, pw, layer, L, b_total)
+            if T > 1 and rl.multi_high:
+                _all_high(sc, n_need)
             st[INSERTS] = 0
             # offload_min_batch: a pass this wide computes host-side experts on the device, each copied and used once
-            offload = offload_at > 0 and T >= offload_at
-            off_miss = offload and cpu_misses != CM_NEVER
+            offload = pl.offload_at > 0 and T >= pl.offload_at
+            off_miss = offload and cp.misses != CM_NEVER
             # wide_step=bypass: a step that selects more experts than its layer's region of a pool has slots keeps
             # none of its misses there (``Decider.run``)
-            by_h = wide_bypass and n_need > roff[HIGH, layer + 1] - roff[HIGH, layer]
-            by_l = wide_bypass and n_need > roff[LOW, layer + 1] - roff[LOW, layer]
-            # ---- FreeToken's split
-            if cpu_misses == CM_SPLIT:
-                nm, maxn = 0, 0
-                for j in range(n_need):
-                    e = order[j]
-                    c = need_c[e]
-                    if c == SKIP or resident[layer, e]:
-                        continue
-                    if index[HIGH, layer, e] >= 0 or ((c == LOW or any_prec) and index[LOW, layer, e] >= 0):
-                        continue
-                    m_e[nm] = e
-                    m_c[nm] = c if mixed else uniform
-                    maxn = max(maxn, need_n[e])
-                    nm += 1
-                if nm:
-                    cs, us = copy_s[m_c[0]], cpu_s[maxn]
-                    frac = us / cs if cs > 0 else 1.0
-                    if not frac * split_threshold >= 1.0:
-                        lo = int(nm * frac)
-                        v0 = max(lo * (1 - frac), (nm - lo) * frac)
-                        v1 = max((lo + 1) * (1 - frac), (nm - lo - 1) * frac)
-                        F = lo + 1 if v1 < v0 else lo
-                        if split_max_fetch >= 0:
-                            F = min(F, split_max_fetch)
-                        for j in range(nm):
-                            m_key[j] = -rec[layer, m_e[j], 0] * (E + 1) + m_e[j]
-                        srt = np.argsort(m_key[:nm], kind="mergesort")
-                        for j in range(F, nm):
-                            on_cpu[m_e[srt[j]]] = True
-            # ---- serve each expert; first the rows it reads, loaded side by side (a tight loop of independent loads
-            # that the serving's branches would otherwise issue one miss at a time): the walk waits on memory
-            warm = 0
+            by_h = pl.wide_bypass and n_need > ca.roff[HIGH, layer + 1] - ca.roff[HIGH, layer]
+            by_l = pl.wide_bypass and n_need > ca.roff[LOW, layer + 1] - ca.roff[LOW, layer]
+            if cp.misses == CM_SPLIT:
+                _split(rl, pl, cp, ca, sc, n_need, layer, E)
+            _warm(ca, sc, n_need, layer)
             for j in range(n_need):
-                e = order[j]
-                sh, sl = index[HIGH, layer, e], index[LOW, layer, e]
-                warm += pool[HIGH, max(sh, 0), TOUCHED] + pool[LOW, max(sl, 0), TOUCHED]
-            st[WARM] = warm
-            for j in range(n_need):
-                e = order[j]
-                c, n = need_c[e], need_n[e]
-                got, a_tid = -1, -1
-                if resident[layer, e]:
-                    served[HIGH_HIT] += 1
-                    gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, -1, HIGH, n, e
-                    ng += 1
-                    got = HIGH
-                elif cpu_layer[layer] and offload:  # op offload: a demand copy, not kept (``Decider._offload``)
-                    tid = st[NEXT_TID]
-                    st[NEXT_TID] += 1
-                    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, HIGH
-                    nl += 1
-                    st[BYTES] += expert_bytes[layer, HIGH]
-                    served[HIGH_LOAD] += 1
-                    gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, HIGH, n, e
-                    ng += 1
-                    got = HIGH
-                elif cpu_layer[layer]:
-                    served[CPU] += 1
-                    cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
-                    nc += 1
-                    got = HIGH
-                need = LOW if c == SKIP else c
-                if got < 0:
-                    hp = -1
-                    if index[HIGH, layer, e] >= 0:
-                        hp = HIGH
-                    elif (need == LOW or any_prec) and index[LOW, layer, e] >= 0:
-                        hp = LOW
-                    if hp >= 0:
-                        slot = index[hp, layer, e]
-                        _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
-                        if OWN_HIT:
-                            _p_hit(own_b, pool, hp, layer if per_layer else 0, slot)
-                        elif POLICY == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
-                            _bel_down(
-                                bel_b,
-                                pool,
-                                hp,
-                                _region(roff, hp, per_layer, layer)[0],
-                                bel_b[BH_N, hp, layer if per_layer else 0],
-                                bel_b[BH_POS, hp, slot],
-                            )
-                        if prefetched[layer, e]:
-                            prefetched[layer, e] = False
-                            st[USED] += 1
-                        served[HIGH_HIT if hp == HIGH else LOW_HIT] += 1
-                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = (
-                            i,
-                            pool[hp, slot, TRANSFER],
-                            hp,
-                            n,
-                            e,
-                        )
-                        ng += 1
-                        got = hp
-                if got < 0 and staging and stg_tid[layer, e] >= 0:
-                    stid, sprec = stg_tid[layer, e], stg_prec[layer, e]
-                    stg_tid[layer, e] = -1
-                    for q in range(n_stg):  # out of the insertion-ordered list
-                        if stg_list[q, 0] == layer and stg_list[q, 1] == e:
-                            for y in range(q, n_stg - 1):
-                                for x in range(3):
-                                    stg_list[y, x] = stg_list[y + 1, x]
-                            n_stg -= 1
-                            break
-                    if sprec == HIGH or need == LOW or any_prec:
-                        st[USED] += 1
-                        served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
-                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
-                        ng += 1
-                        got, a_tid = sprec, stid  # admitted below, as a demand load's copy is
-                    else:
-                        cancel[nx, 0], cancel[nx, 1] = i, stid
-                        nx += 1
-                if got < 0 and c == SKIP:
-                    served[SKIPPED] += 1
-                    got = SKIP
-                if got < 0:
-                    prec = c if mixed else uniform
-                    if not off_miss and (
-                        cpu_misses == CM_ALWAYS or (cpu_misses == CM_FASTER and cpu_faster[prec, n]) or on_cpu[e]
-                    ):
-                        served[CPU] += 1
-                        cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
-                        nc += 1
-                        mode = 0  # 1: cpu_insert's copy behind the CPU, 2: an empty slot filled (faster)
-                        if st[INSERTS] < cpu_insert:
-                            mode = 1
-                        elif cpu_misses == CM_FASTER:
-                            if per_layer:
-                                r0, r1 = _region(roff, prec, per_layer, layer)
-                                for s in range(r0, r1):
-                                    if pool[prec, s, LAYER] < 0:
-                                        mode = 2
-                                        break
-                            elif nfree[prec] < roff[prec, L]:
-                                mode = 2
-                        if mode and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
-                            mode = 0
-                        if mode:  # _copy_ahead, not pinned
-                            ch = (
-                                _pre_admit(
-                                    own_b,
-                                    g_slots,
-                                    g_n,
-                                    rare,
-                                    pool,
-                                    roff,
-                                    nfree,
-                                    index,
-                                    layer,
-                                    e,
-                                    prec,
-                                    layer,
-                                    per_layer,
-                                )
-                                if PICKS_VICTIM
-                                else -1
-                            )
-                            slot, nl, nv, nk = _copy_ahead(
-                                pool,
-                                roff,
-                                nfree,
-                                index,
-                                rec,
-                                g_on,
-                                g_slots,
-                                g_n,
-                                g_pos,
-                                g_qlb,
-                                g_key,
-                                st,
-                                i,
-                                layer,
-                                layer,
-                                e,
-                                prec,
-                                False,
-                                per_layer,
-                                w,
-                                fw,
-                                ch,
-                                loads,
-                                nl,
-                                evicted,
-                                nv,
-                                kept,
-                                nk,
-                            )
-                            if slot >= 0 and OWN_INSERT:
-                                _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
-                            elif slot >= 0 and POLICY == BELADY:
-                                _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
-                            if slot >= 0:
-                                st[BYTES] += expert_bytes[layer, prec]
-                            if slot >= 0 and mode == 1:
-                                st[INSERTS] += 1
-                            if slot >= 0 or mode == 2:
-                                st[ISSUED] += 1
-                                st[BEHIND] += 1
-                        got = HIGH
-                    else:  # a demand load
-                        tid = st[NEXT_TID]
-                        st[NEXT_TID] += 1
-                        loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 1, layer, e, prec
-                        nl += 1
-                        st[BYTES] += expert_bytes[layer, prec]
-                        served[HIGH_LOAD if prec == HIGH else LOW_LOAD] += 1
-                        gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, tid, prec, n, e
-                        ng += 1
-                        got = prec
-                        if off_miss or (by_l if prec == LOW else by_h):  # op offload, a wide step: used once
-                            _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, prec, token)
-                        else:
-                            a_tid = tid
-                if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
-                    ch = (
-                        _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, got, layer, per_layer)
-                        if PICKS_VICTIM
-                        else -1
-                    )
-                    slot, nv, nk = _admit_used(
-                        pool,
-                        roff,
-                        nfree,
-                        index,
-                        rec,
-                        g_on,
-                        g_slots,
-                        g_n,
-                        g_pos,
-                        g_qlb,
-                        g_key,
-                        st,
-                        i,
-                        layer,
-                        e,
-                        got,
-                        a_tid,
-                        token,
-                        per_layer,
-                        w,
-                        fw,
-                        ch,
-                        evicted,
-                        nv,
-                        kept,
-                        nk,
-                    )
-                    if slot >= 0 and OWN_INSERT:
-                        _post_admit(own_b, pool, roff, got, layer, slot, per_layer)
-                    elif slot >= 0 and POLICY == BELADY:
-                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, got, layer, e, slot, L, E)
-                mass[got] += need_m[e]
-                counts[layer, e] += n
-            eam_fresh[layer] = False  # its counts changed: _best_match works its cosines out again
-            for j in range(n_need):  # reset the need for the next step
-                e = order[j]
-                need_n[e] = 0
-                need_c[e] = SKIP
-                on_cpu[e] = False
-            # ---- _drop_stale: the pins and staged copies of this layer leave their lists (kept in order)
-            kq = 0
-            for q in range(n_pins):
-                if pins[q, 0] == layer:
-                    pr, pl, pe = pins[q, 1], pins[q, 2], pins[q, 3]
-                    s = index[pr, pl, pe]
-                    if s >= 0:
-                        pool[pr, s, PINNED] = 0
-                        if (
-                            POLICY == EAM_PRIORITY
-                            and eam_match[EC_VALID]
-                            and eam_match[EC_PR] == pr
-                            and s != eam_match[EC_PREV]
-                        ):  # it can be evicted again: the candidates see it
-                            _eam_let_go(eam_match, pool, pr, s, eam_lib, eam_d)
-                        if POLICY == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
-                            _bel_push(
-                                bel_b,
-                                fo_b,
-                                fs_b,
-                                bc_b,
-                                pool,
-                                pr,
-                                pl if per_layer else 0,
-                                _region(roff, pr, per_layer, pl)[0],
-                                s,
-                                pl * E + pe,
-                            )
-                        if POLICY == MULTIDIM and g_on[pr]:  # its record part enters its layer's list and bound
-                            _g_changed(g_qlb, pr, pl)
-                            q = _q_key(rec, pl, pe, w)
-                            g_key[pr, pl, g_pos[pr, s]] = q
-                            g_qlb[pr, pl] = min(g_qlb[pr, pl], q)
-                    prefetched[pl, pe] = False
-                else:
-                    for x in range(4):
-                        pins[kq, x] = pins[q, x]
-                    kq += 1
-            n_pins = kq
-            kq = 0
-            for q in range(n_stg):
-                if stg_list[q, 2] == layer:
-                    sl, se = stg_list[q, 0], stg_list[q, 1]
-                    cancel[nx, 0], cancel[nx, 1] = i, stg_tid[sl, se]
-                    nx += 1
-                    stg_tid[sl, se] = -1
-                else:
-                    for x in range(3):
-                        stg_list[kq, x] = stg_list[q, x]
-                    kq += 1
-            n_stg = kq
-            # ---- prefetch
-            if not prefetching or prefetcher == PF_NONE:
+                e = sc.order[j]
+                nl, ng, nc, nx, nv, nk, n_stg = _serve_one(
+                    rl, pl, ev, pf, cp, ca, lg, sg, bz, sc, own, rare, i, layer, e, token, offload, off_miss, by_h,
+                    by_l, L, E, nl, ng, nc, nx, nv, nk, n_stg,
+                )  # fmt: skip
+            _forget_need(sc, n_need, layer)
+            n_pins, n_stg, nx = _drop_stale(pl, ev, pf, ca, lg, sg, bz, sc, pins, i, layer, E, n_pins, n_stg, nx)
+            if not pf.prefetching or pf.kind == PF_NONE:
                 continue
-            n_props = 0
-            if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
-                m = eam_match[EC_M] = _best_match(counts, layer, eam_lib, eam_norms, eam_r, eam_fresh, *eam_bm)
-                if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
-                    # order), kept sorted in props; each later layer's experts visited by probability, highest first
-                    # (eam_order), up to the first that scores below the last kept one: no sort of them all
-                    for j in range(L - layer - 1):
-                        decay = 1.0 - (j + 1) / (L + 1)
-                        tl = layer + 1 + j
-                        for r in range(E):
-                            te = eam_order[m, tl, r]
-                            v = -((eam_lib[m, tl, te] + EAM_FLOOR) * decay)
-                            if n_props == eam_per_step:
-                                if v > eam_v[n_props - 1]:  # and so does every later one of the layer
-                                    break
-                                if v == eam_v[n_props - 1] and not _eam_earlier(tl, te, props, n_props - 1):
-                                    continue
-                            if (
-                                (staging and stg_tid[tl, te] >= 0)
-                                or resident[tl, te]
-                                or cpu_layer[tl]
-                                or index[HIGH, tl, te] >= 0
-                                or index[LOW, tl, te] >= 0
-                            ):
-                                continue
-                            x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher,
-                            # and after each as high whose place is earlier
-                            while x > 0 and (
-                                v < eam_v[x - 1] or (v == eam_v[x - 1] and _eam_earlier(tl, te, props, x - 1))
-                            ):
-                                eam_v[x] = eam_v[x - 1]
-                                props[x, 0], props[x, 1], props[x, 2] = (
-                                    props[x - 1, 0],
-                                    props[x - 1, 1],
-                                    props[x - 1, 2],
-                                )
-                                x -= 1
-                            eam_v[x] = v
-                            props[x, 0], props[x, 1], props[x, 2] = tl, te, uniform
-                            n_props = min(n_props + 1, eam_per_step)
-            last_d = 0 if prefetcher == PF_EAM else (max_depth if prefetcher != PF_NEXT else 1)
-            for d in range(1, last_d + 1):
-                target = layer + d
-                if target >= L:
-                    break
-                nw = 0
-                if prefetcher == PF_ORACLE:
-                    nw = _wanted(ids[a:b, target], weights[a:b, target], False, rule, T, want, worder)
-                elif d <= D:
-                    nw = _wanted(pred[a:b, layer, d - 1], pred_w[a:b, layer, d - 1], True, rule, T, want, worder)
-                elif history and counts[target].max() > 0:
-                    hist[:] = counts[target]
-                    for k in range(min(top_k, E)):  # argsort(-counts, stable)[:top_k]
-                        best = 0
-                        for x in range(1, E):
-                            if hist[x] > hist[best]:
-                                best = x
-                        if uniform < want[best]:
-                            if want[best] == SKIP:
-                                worder[nw] = best
-                                nw += 1
-                            want[best] = uniform
-                        hist[best] = -1
-                warm = 0
-                for q in range(nw):  # the rows the check below reads, loaded side by side (as before serving)
-                    warm += index[HIGH, target, worder[q]]
-                st[WARM] = warm
-                found = 0
-                for q in range(nw):
-                    e = worder[q]
-                    present = (
-                        (staging and stg_tid[target, e] >= 0)
-                        or resident[target, e]
-                        or cpu_layer[target]
-                        or index[HIGH, target, e] >= 0
-                        or index[LOW, target, e] >= 0
-                    )
-                    if not present:
-                        props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
-                        n_props += 1
-                        found += 1
-                    want[e] = SKIP
-                if found and prefetcher != PF_ORACLE:
-                    break
+            n_props = _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E)
             if n_pins + n_props > pins.shape[0]:  # room for a pin per proposal, here: a check (and the owner's
                 # reference count, atomic) once a step, not once a copy
                 pins_own[0] = _grow(pins_own[0], n_pins + n_props)
                 pins = _borrowed(pins_own[0])
-            for q in range(n_props):
-                tl, te = props[q, 0], props[q, 1]
-                if (
-                    (staging and stg_tid[tl, te] >= 0)
-                    or resident[tl, te]
-                    or cpu_layer[tl]
-                    or index[HIGH, tl, te] >= 0
-                    or index[LOW, tl, te] >= 0
-                ):
-                    continue
-                prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
-                if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[pw]]:
-                    continue
-                if staging:
-                    if n_stg >= staging:
-                        st[DROPPED] += 1
-                        continue
-                    tid = st[NEXT_TID]
-                    st[NEXT_TID] += 1
-                    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, tl, te, prec
-                    nl += 1
-                    st[BYTES] += expert_bytes[tl, prec]
-                    stg_tid[tl, te], stg_prec[tl, te] = tid, prec
-                    stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
-                    n_stg += 1
-                else:
-                    ch = (
-                        _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, tl, te, prec, layer, per_layer)
-                        if PICKS_VICTIM
-                        else -1
-                    )
-                    slot, nl, nv, nk = _copy_ahead(
-                        pool,
-                        roff,
-                        nfree,
-                        index,
-                        rec,
-                        g_on,
-                        g_slots,
-                        g_n,
-                        g_pos,
-                        g_qlb,
-                        g_key,
-                        st,
-                        i,
-                        layer,
-                        tl,
-                        te,
-                        prec,
-                        True,
-                        per_layer,
-                        w,
-                        fw,
-                        ch,
-                        loads,
-                        nl,
-                        evicted,
-                        nv,
-                        kept,
-                        nk,
-                    )
-                    if slot >= 0 and OWN_INSERT:
-                        _post_admit(own_b, pool, roff, prec, tl, slot, per_layer)
-                    elif slot >= 0 and POLICY == BELADY:
-                        _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, tl, te, slot, L, E)
-                    if slot < 0:
-                        st[DROPPED] += 1
-                        continue
-                    st[BYTES] += expert_bytes[tl, prec]
-                    pins[n_pins, 0], pins[n_pins, 1], pins[n_pins, 2], pins[n_pins, 3] = tl, prec, tl, te
-                    n_pins += 1
-                    prefetched[tl, te] = True
-                st[ISSUED] += 1
+            nl, nv, nk, n_pins, n_stg = _issue(
+                pl, ev, pf, cp, ca, lg, sg, bz, sc, own, rare, pins, i, layer, pw, n_props, L, E, nl, nv, nk,
+                n_pins, n_stg,
+            )  # fmt: skip
     if POLICY == OWN:
-        st[OVERFLOW] = _p_overflow(own_b)
-    cls_n[HIGH] += n_high
-    cls_n[LOW] += n_low
-    cls_n[SKIP] += n_sel - n_high - n_low
-    n_held[0], n_held[1] = n_stg, n_pins
-    _keep(owners)
+        st[OVERFLOW] = _p_overflow(own)
+    bd.cls_n[HIGH] += n_high
+    bd.cls_n[LOW] += n_low
+    bd.cls_n[SKIP] += n_sel - n_high - n_low
+    state.counts[0], state.counts[1] = n_stg, n_pins
+    _keep(scratch)
     return Out(
         loads=tabs[0][:nl],
         gpu=tabs[1][:ng],
@@ -2280,5 +2568,5 @@ def walk(state, inputs, p0, p1):
         mass=state.mass,
         st=state.st,
         pins=pins_own[0],
-        logs=(tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]),
+        logs=Logs(tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]),
     )
