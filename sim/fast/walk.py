@@ -865,18 +865,7 @@ def _post_admit(own, pool, roff, pr, layer, slot, per_layer):
 
 @njit(cache=True, inline="always")
 def _admit(
-    pool,
-    roff,
-    nfree,
-    index,
-    rec,
-    g_on,
-    g_slots,
-    g_n,
-    g_pos,
-    g_qlb,
-    g_key,
-    st,
+    ca,
     layer,
     e,
     pr,
@@ -896,6 +885,8 @@ def _admit(
     one by one, not out of a tuple: a call, or an array taken out of a tuple, costs atomic reference counts
     that were a fifth of the walk's time on a 512-expert model. A call inlined this way takes at most 30
     arguments (CPython passes more as ``*args``, which numba cannot inline)."""
+    pool, roff, nfree, index, rec, st = ca.pool, ca.roff, ca.nfree, ca.index, ca.rec, ca.st
+    g_on, g_slots, g_n, g_pos, g_qlb, g_key = ca.g_on, ca.g_slots, ca.g_n, ca.g_pos, ca.g_qlb, ca.g_key
     num_layers, num_experts = index.shape[1], index.shape[2]
     r0, r1 = _region(roff, pr, per_layer, layer)
     if r1 == r0:  # no slot at all (the pool, or the layer's region)
@@ -965,18 +956,7 @@ def _admit(
 
 @njit(cache=True, inline="always")
 def _admit_used(
-    pool,
-    roff,
-    nfree,
-    index,
-    rec,
-    g_on,
-    g_slots,
-    g_n,
-    g_pos,
-    g_qlb,
-    g_key,
-    st,
+    ca,
     i,
     layer,
     e,
@@ -994,19 +974,9 @@ def _admit_used(
 ):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
+    pool, index, st = ca.pool, ca.index, ca.st
     slot, victim = _admit(
-        pool,
-        roff,
-        nfree,
-        index,
-        rec,
-        g_on,
-        g_slots,
-        g_n,
-        g_pos,
-        g_qlb,
-        g_key,
-        st,
+        ca,
         layer,
         e,
         pr,
@@ -1029,28 +999,17 @@ def _admit_used(
         )
         nv += 1
     if slot >= 0:
-        _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token)
+        _use(pool, index, ca.rec, ca.g_on, ca.g_pos, ca.g_key, ca.g_qlb, w, st, pr, slot, token)
         kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
         nk += 1
     else:
-        _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, pr, token)
+        _note_use(pool, index, ca.rec, ca.g_on, ca.g_pos, ca.g_key, ca.g_qlb, w, layer, e, pr, token)
     return slot, nv, nk
 
 
 @njit(cache=True, inline="always")
 def _copy_ahead(
-    pool,
-    roff,
-    nfree,
-    index,
-    rec,
-    g_on,
-    g_slots,
-    g_n,
-    g_pos,
-    g_qlb,
-    g_key,
-    st,
+    ca,
     i,
     layer_now,
     layer,
@@ -1071,19 +1030,9 @@ def _copy_ahead(
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
     counts the copy's bytes."""
+    pool, index, st = ca.pool, ca.index, ca.st
     slot, victim = _admit(
-        pool,
-        roff,
-        nfree,
-        index,
-        rec,
-        g_on,
-        g_slots,
-        g_n,
-        g_pos,
-        g_qlb,
-        g_key,
-        st,
+        ca,
         layer,
         e,
         pr,
@@ -1738,6 +1687,56 @@ def _forget_need(sc, n_need, layer):
 
 
 @njit(cache=True, inline="always")
+def _present(resident, cpu_layer, index, staging, stg_tid, layer, e):
+    """``Decider._present``: ``(layer, e)`` needs no copy (resident, on the CPU, cached or staged)."""
+    return (
+        (staging and stg_tid[layer, e] >= 0)
+        or resident[layer, e]
+        or cpu_layer[layer]
+        or index[HIGH, layer, e] >= 0
+        or index[LOW, layer, e] >= 0
+    )
+
+
+@njit(cache=True, inline="always")
+def _copy_in(own_b, rare, pl, ev, ca, lg, bz, i, layer_now, layer, e, prec, pinned, L, E, nl, nv, nk):
+    """A copy of ``(layer, e)`` at ``prec`` into the cache ahead of its use (``Decider._copy_ahead``; ``pinned``: a
+    prefetch, held until its layer): the policy's miss hook and victim (``_pre_admit``), the slot and the copy
+    (``_copy_ahead``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
+    pool, roff, index = ca.pool, ca.roff, ca.index
+    per_layer = pl.per_layer
+    ch = (
+        _pre_admit(own_b, ca.g_slots, ca.g_n, rare, pool, roff, ca.nfree, index, layer, e, prec, layer_now, per_layer)
+        if PICKS_VICTIM
+        else -1
+    )
+    slot, nl, nv, nk = _copy_ahead(
+        ca,
+        i,
+        layer_now,
+        layer,
+        e,
+        prec,
+        pinned,
+        per_layer,
+        ev.w,
+        ev.fw,
+        ch,
+        lg.loads,
+        nl,
+        lg.evicted,
+        nv,
+        lg.kept,
+        nk,
+    )
+    if slot >= 0 and OWN_INSERT:
+        _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
+    elif slot >= 0 and POLICY == BELADY:
+        _bel_admit(bz.bel_b, bz.fo_b, bz.fs_b, bz.bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
+    return slot, nl, nv, nk
+
+
+@njit(cache=True, inline="always")
 def _new_request(pl, ca, sc, L):
     """A new request (``Decider.run``): the records, the pools' records, the counts and EAM's match start again."""
     per_layer = pl.per_layer
@@ -2030,59 +2029,9 @@ def _serve_one(
             if mode and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
                 mode = 0
             if mode:  # _copy_ahead, not pinned
-                ch = (
-                    _pre_admit(
-                        own_b,
-                        g_slots,
-                        g_n,
-                        rare,
-                        pool,
-                        roff,
-                        nfree,
-                        index,
-                        layer,
-                        e,
-                        prec,
-                        layer,
-                        per_layer,
-                    )
-                    if PICKS_VICTIM
-                    else -1
-                )
-                slot, nl, nv, nk = _copy_ahead(
-                    pool,
-                    roff,
-                    nfree,
-                    index,
-                    rec,
-                    g_on,
-                    g_slots,
-                    g_n,
-                    g_pos,
-                    g_qlb,
-                    g_key,
-                    st,
-                    i,
-                    layer,
-                    layer,
-                    e,
-                    prec,
-                    False,
-                    per_layer,
-                    w,
-                    fw,
-                    ch,
-                    loads,
-                    nl,
-                    evicted,
-                    nv,
-                    kept,
-                    nk,
-                )
-                if slot >= 0 and OWN_INSERT:
-                    _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
-                elif slot >= 0 and POLICY == BELADY:
-                    _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
+                slot, nl, nv, nk = _copy_in(
+                    own_b, rare, pl, ev, ca, lg, bz, i, layer, layer, e, prec, False, L, E, nl, nv, nk
+                )  # fmt: skip
                 if slot >= 0:
                     st[BYTES] += expert_bytes[layer, prec]
                 if slot >= 0 and mode == 1:
@@ -2112,18 +2061,7 @@ def _serve_one(
             else -1
         )
         slot, nv, nk = _admit_used(
-            pool,
-            roff,
-            nfree,
-            index,
-            rec,
-            g_on,
-            g_slots,
-            g_n,
-            g_pos,
-            g_qlb,
-            g_key,
-            st,
+            ca,
             i,
             layer,
             e,
@@ -2258,13 +2196,7 @@ def _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E):
                             break
                         if v == eam_v[n_props - 1] and not _eam_earlier(tl, te, props, n_props - 1):
                             continue
-                    if (
-                        (staging and stg_tid[tl, te] >= 0)
-                        or resident[tl, te]
-                        or cpu_layer[tl]
-                        or index[HIGH, tl, te] >= 0
-                        or index[LOW, tl, te] >= 0
-                    ):
+                    if _present(resident, cpu_layer, index, staging, stg_tid, tl, te):
                         continue
                     x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher,
                     # and after each as high whose place is earlier
@@ -2309,13 +2241,7 @@ def _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E):
         found = 0
         for q in range(nw):
             e = worder[q]
-            present = (
-                (staging and stg_tid[target, e] >= 0)
-                or resident[target, e]
-                or cpu_layer[target]
-                or index[HIGH, target, e] >= 0
-                or index[LOW, target, e] >= 0
-            )
+            present = _present(resident, cpu_layer, index, staging, stg_tid, target, e)
             if not present:
                 props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
                 n_props += 1
@@ -2331,26 +2257,16 @@ def _issue(
     pl, ev, pf, cp, ca, lg, sg, bz, sc, own_b, rare, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg
 ):
     """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_ahead``); the log's counters after them."""
-    cpu_layer, expert_bytes, per_expert, per_layer = pl.cpu_layer, pl.expert_bytes, pl.per_expert, pl.per_layer
-    resident = pl.resident
-    fw, w = ev.fw, ev.w
+    cpu_layer, expert_bytes, per_expert, resident = pl.cpu_layer, pl.expert_bytes, pl.per_expert, pl.resident
     prefetch_prec, staging = pf.prefetch_prec, pf.staging
     cpu_faster, cpu_misses = cp.faster, cp.misses
-    g_key, g_n, g_on, g_pos, g_qlb, g_slots, index = ca.g_key, ca.g_n, ca.g_on, ca.g_pos, ca.g_qlb, ca.g_slots, ca.index
-    nfree, pool, prefetched, rec, roff, st = ca.nfree, ca.pool, ca.prefetched, ca.rec, ca.roff, ca.st
-    evicted, kept, loads = lg.evicted, lg.kept, lg.loads
+    index, prefetched, st = ca.index, ca.prefetched, ca.st
+    loads = lg.loads
     stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
-    bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
     props = sc.props
     for q in range(n_props):
         tl, te = props[q, 0], props[q, 1]
-        if (
-            (staging and stg_tid[tl, te] >= 0)
-            or resident[tl, te]
-            or cpu_layer[tl]
-            or index[HIGH, tl, te] >= 0
-            or index[LOW, tl, te] >= 0
-        ):
+        if _present(resident, cpu_layer, index, staging, stg_tid, tl, te):
             continue
         prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
         if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[pw]]:
@@ -2368,45 +2284,7 @@ def _issue(
             stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
             n_stg += 1
         else:
-            ch = (
-                _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, tl, te, prec, layer, per_layer)
-                if PICKS_VICTIM
-                else -1
-            )
-            slot, nl, nv, nk = _copy_ahead(
-                pool,
-                roff,
-                nfree,
-                index,
-                rec,
-                g_on,
-                g_slots,
-                g_n,
-                g_pos,
-                g_qlb,
-                g_key,
-                st,
-                i,
-                layer,
-                tl,
-                te,
-                prec,
-                True,
-                per_layer,
-                w,
-                fw,
-                ch,
-                loads,
-                nl,
-                evicted,
-                nv,
-                kept,
-                nk,
-            )
-            if slot >= 0 and OWN_INSERT:
-                _post_admit(own_b, pool, roff, prec, tl, slot, per_layer)
-            elif slot >= 0 and POLICY == BELADY:
-                _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, prec, tl, te, slot, L, E)
+            slot, nl, nv, nk = _copy_in(own_b, rare, pl, ev, ca, lg, bz, i, layer, tl, te, prec, True, L, E, nl, nv, nk)
             if slot < 0:
                 st[DROPPED] += 1
                 continue
