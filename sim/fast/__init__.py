@@ -53,7 +53,7 @@ from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
-from hobbit.sim.timeline import Timeline, layer_sums
+from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
 
 # Seconds (low, high) numba takes to compile each entry point, measured on a 2-core VM (numba compiles on one core,
@@ -962,19 +962,14 @@ def stream_windows(
             del out
             if st[walk.OVERFLOW]:
                 return None
-            old = np.searchsorted(space, live)
-            if len(live) and not np.array_equal(space[np.minimum(old, len(space) - 1)], live):
+            with first_use(timing.carry):
+                ok, space, demand, dur, nbytes, started, done, gone = timing.carry(
+                    space, live, tid0, loads, dur_of, nbytes_of, demand, dur, nbytes, started, done, gone
+                )
+            if not ok:
                 raise AssertionError("a copy the timing must still know of is not in its arrays")
             n_new = len(loads)
-            layer, prec = loads[:, 2], loads[:, 4]
-            space = np.concatenate([live, np.arange(tid0, tid0 + n_new, dtype=np.int64)])
-            demand = np.concatenate([demand[old], loads[:, 1] == 1])
-            dur = np.concatenate([dur[old], dur_of[layer, prec]])
-            nbytes = np.concatenate([nbytes[old], nbytes_of[layer, prec]])
-            started = np.concatenate([started[old], np.full(n_new, np.nan)])
-            done = np.concatenate([done[old], np.full(n_new, np.nan)])
             dropped = np.zeros(len(space) + 1, np.bool_)
-            gone = np.concatenate([gone[old], np.zeros(n_new + 1, np.int8)])  # clear_queue's marks, carried
             n_wait = len(waiting) - (ls[timing.CUR] >= 0)
             q = np.zeros(n_wait + n_new + len(space) + 1, np.int64)  # a copy dropped comes back once at most
             q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
@@ -1005,17 +1000,15 @@ def stream_windows(
                 (ps, pe, stall, np.zeros(n)),
                 first,
             )
-            rows = stall.reshape(-1, L)
             w0, w1 = p0 - first, p1 - first
-            layer_stall = layer_sums(rows, layer_stall)
-            decode_stall = layer_sums(rows * decode[w0:w1, None], decode_stall)
+            with first_use(timing.tally):
+                timing.tally(loads, L, stall, decode[w0:w1], demand_n, prefetch_n, layer_stall, decode_stall)
             waiting = space[q[ls[timing.HEAD] : ls[timing.TAIL]]]
             if ls[timing.CUR] >= 0:
                 waiting = np.append(waiting, space[ls[timing.CUR]])
-            layer = loads[:, 0].astype(np.int64) % L  # the layer of the step that issued the copy (loads_per_step's)
-            demand_n += np.bincount(layer[loads[:, 1] == 1], minlength=L)
-            prefetch_n += np.bincount(layer[loads[:, 1] == 0], minlength=L)
-            on_chunk(Chunk(p0, p1, window, ps[w0:w1], pe[w0:w1], rows.sum(axis=1), walk_in.bound.out[w0:w1]))
+            on_chunk(
+                Chunk(p0, p1, window, ps[w0:w1], pe[w0:w1], stall.reshape(-1, L).sum(axis=1), walk_in.bound.out[w0:w1])
+            )
         classes += walk_in.bound.cls_n
         prev_ids = np.array(wl.ids[wl.pass_start[-1] : wl.pass_end[-1], L - 1], np.int16)
     if state is None:

@@ -13,7 +13,7 @@ where the next range picks it up: a whole run is one range, a streamed run
 (``sim.fast.stream``) one per chunk, with its copies numbered afresh each time (``renumber``).
 The link's helpers, called at every step, allocate nothing and are compiled without numba's
 reference counting (``_nrt=False``, as in ``sim.fast.walk``: no count of each array argument on
-every call); the stable sort is inlined.
+every call).
 """
 
 from __future__ import annotations
@@ -28,8 +28,16 @@ GONE, BACK = 1, 2  # a copy's mark in ``gone`` (clear_queue): dropped from the q
 
 
 @njit(cache=True)
-def _offsets(step_col, n_steps):
-    return np.searchsorted(step_col, np.arange(n_steps + 1))
+def _offsets(table, i0, n_steps):
+    """Each of the steps ``i0:i0 + n_steps``' first row of ``table`` (rows in step order: column 0), and the end: one
+    pass down the table, not a binary search per step."""
+    out = np.empty(n_steps + 1, np.int64)
+    r, n = 0, table.shape[0]
+    for s in range(n_steps + 1):
+        while r < n and table[r, 0] - i0 < s:
+            r += 1
+        out[s] = r
+    return out
 
 
 @njit(cache=True, _nrt=False)
@@ -48,10 +56,11 @@ def _insert(q, ls, demand, gone, tid, first, demand_first):
 
 
 @njit(cache=True, _nrt=False)
-def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first, gone, clear, uses):
+def _requeue(q, ls, demand, dropped, cancel, x0, x1, lo, hi, demand_first, gone, clear, gpu, g0, g1):
     """``timeline.requeue``: with ``clear`` every prefetch not started leaves (``gone``), then the cancelled copies not
-    started, then those of ``uses`` (the step's transfer ids) that had left come back as demand loads, then the
-    loads ``lo:hi`` join."""
+    started (``cancel``'s rows ``x0:x1``), then those the step uses (``gpu``'s rows ``g0:g1``) that had left come
+    back as demand loads, then the loads ``lo:hi`` join. The tables come whole with their row ranges: a slice made
+    at every step would cost a reference count each."""
     if clear:
         w = ls[HEAD]
         for r in range(ls[HEAD], ls[TAIL]):
@@ -63,9 +72,9 @@ def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first, gone, cl
                 gone[t] = GONE
                 ls[CANCELLED] += 1
         ls[TAIL] = w
-    if cancel_tids.shape[0]:
-        for x in range(cancel_tids.shape[0]):
-            dropped[cancel_tids[x]] = True
+    if x1 > x0:
+        for x in range(x0, x1):
+            dropped[cancel[x, 1]] = True
         w = ls[HEAD]
         for r in range(ls[HEAD], ls[TAIL]):
             if dropped[q[r]]:
@@ -74,11 +83,11 @@ def _requeue(q, ls, demand, dropped, cancel_tids, lo, hi, demand_first, gone, cl
                 q[w] = q[r]
                 w += 1
         ls[TAIL] = w
-        for x in range(cancel_tids.shape[0]):
-            dropped[cancel_tids[x]] = False
+        for x in range(x0, x1):
+            dropped[cancel[x, 1]] = False
     if clear:
-        for x in range(uses.shape[0]):
-            t = uses[x]
+        for x in range(g0, g1):
+            t = gpu[x, 1]
             if t >= 0 and gone[t] == GONE:
                 gone[t] = BACK
                 ls[CANCELLED] -= 1
@@ -158,8 +167,8 @@ def renumber(tids, live, first, base):
 @njit(cache=True)
 def _setup(i0, n_steps, loads, gpu, cpu, cancel):
     """Each table's first row of each of the steps ``i0:i0 + n_steps`` (and the end), the most GPU rows of one."""
-    lo_l, lo_g = _offsets(loads[:, 0] - i0, n_steps), _offsets(gpu[:, 0] - i0, n_steps)
-    lo_c, lo_x = _offsets(cpu[:, 0] - i0, n_steps), _offsets(cancel[:, 0] - i0, n_steps)
+    lo_l, lo_g = _offsets(loads, i0, n_steps), _offsets(gpu, i0, n_steps)
+    lo_c, lo_x = _offsets(cpu, i0, n_steps), _offsets(cancel, i0, n_steps)
     max_g = 1
     for i in range(n_steps):
         max_g = max(max_g, lo_g[i + 1] - lo_g[i])
@@ -185,16 +194,63 @@ def link_state(loads):
     )
 
 
+@njit(cache=True)
+def carry(space, live, tid0, loads, dur_of, nbytes_of, demand, dur, nbytes, started, done, gone):
+    """A streamed chunk's per-copy arrays (``sim.fast.stream_windows``): the copies ``live`` (sorted) carried from
+    the last chunk's arrays, indexed by ``space`` (sorted transfer ids), then the chunk's ``loads`` (transfer ids
+    ``tid0``, ``tid0 + 1``, ..) with their seconds and bytes (``dur_of`` / ``nbytes_of`` [layer, precision]), not
+    started. Returns the new ``space``, demand marks, seconds, bytes, start and end times and clear_queue marks (one
+    longer), and false in place of ``space`` when a live copy is not in the old one. One pass, where numpy took a
+    dozen over every chunk."""
+    n_live, n_new, m = live.shape[0], loads.shape[0], space.shape[0]
+    n = n_live + n_new
+    sp, dm = np.empty(n, np.int64), np.empty(n, np.bool_)
+    du, nb = np.empty(n), np.empty(n, np.int64)
+    st, dn, gn = np.empty(n), np.empty(n), np.zeros(n + 1, np.int8)
+    ok = True
+    for i in range(n_live):
+        at = np.searchsorted(space, live[i])
+        if at >= m or space[at] != live[i]:
+            ok = False
+            break
+        sp[i], dm[i], du[i], nb[i] = live[i], demand[at], dur[at], nbytes[at]
+        st[i], dn[i], gn[i] = started[at], done[at], gone[at]
+    for r in range(n_new):
+        k = n_live + r
+        sp[k], dm[k] = tid0 + r, loads[r, 1] == 1
+        du[k], nb[k] = dur_of[loads[r, 2], loads[r, 4]], nbytes_of[loads[r, 2], loads[r, 4]]
+        st[k] = dn[k] = np.nan
+    return ok, sp, dm, du, nb, st, dn, gn
+
+
+@njit(cache=True, _nrt=False)
+def tally(loads, L, stall, decode, demand_n, prefetch_n, layer_stall, decode_stall):
+    """A streamed chunk's sums, added in place: its demand loads and prefetches by the layer of the step that issued
+    them (``loads_per_step``'s), and its stalls ([passes * L], pass after pass) by layer, all and in decode passes
+    (``decode`` by the chunk's pass). The stalls are added pass after pass, as ``sim.timeline.layer_sums`` adds
+    them: the same floats however a run is cut into chunks."""
+    for r in range(loads.shape[0]):
+        layer = loads[r, 0] % L
+        if loads[r, 1] == 1:
+            demand_n[layer] += 1
+        elif loads[r, 1] == 0:
+            prefetch_n[layer] += 1
+    for p in range(stall.shape[0] // L):
+        w = 1.0 if decode[p] else 0.0
+        for layer in range(L):
+            x = stall[p * L + layer]
+            layer_stall[layer] += x
+            decode_stall[layer] += x * w
+
+
 SMALL_SORT = 32  # at most this many values: argsort by insertion, without numba's mergesort and its allocations
 
 
-@njit(cache=True, inline="always")
-def _argsort_stable(v, n, order):
-    """``order[:n] = np.argsort(v[:n], kind="mergesort")`` (a stable order; ``v`` holds no NaN): by insertion
-    for a step's few experts, by numba's mergesort above ``SMALL_SORT``."""
-    if n > SMALL_SORT:
-        order[:n] = np.argsort(v[:n], kind="mergesort")
-        return
+@njit(cache=True, _nrt=False)
+def _insertion_order(v, n, order):
+    """``order[:n] = np.argsort(v[:n], kind="mergesort")`` (a stable order; ``v`` holds no NaN) by insertion, for a
+    step's few experts (``n`` <= ``SMALL_SORT``; the callers sort more with numba's mergesort). Called, not inlined:
+    an inlined function with array arguments counts a reference to each on every step."""
     for j in range(n):
         x, vx = j, v[j]
         k = j - 1
@@ -274,13 +330,17 @@ def replay(
                     ls,
                     demand,
                     dropped,
-                    cancel[lo_x[i] : lo_x[i + 1], 1],
+                    cancel,
+                    lo_x[i],
+                    lo_x[i + 1],
                     base + lo_l[i],
                     base + lo_l[i + 1],
                     demand_first,
                     gone,
                     clear,
-                    gpu[g0:g1, 1],
+                    gpu,
+                    g0,
+                    g1,
                 )
                 if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     fs[FREE_AT] = t
@@ -305,7 +365,10 @@ def replay(
                     ready[j] = done[tid]
                     if not demand[tid] and ready[j] > t_ready:
                         ls[LATE] += 1
-            _argsort_stable(ready, ng, order)
+            if ng > SMALL_SORT:
+                order[:ng] = np.argsort(ready[:ng], kind="mergesort")
+            else:
+                _insertion_order(ready, ng, order)
             for j in range(ng):
                 r = ready[order[j]]
                 if r > t:
@@ -382,13 +445,17 @@ def replay_shared(
                     ls,
                     demand,
                     dropped,
-                    cancel[lo_x[i] : lo_x[i + 1], 1],
+                    cancel,
+                    lo_x[i],
+                    lo_x[i + 1],
                     base + lo_l[i],
                     base + lo_l[i + 1],
                     demand_first,
                     gone,
                     clear,
-                    gpu[g0:g1, 1],
+                    gpu,
+                    g0,
+                    g1,
                 )
                 _start(q, fs, ls, dur, started)
             stall = 0.0
@@ -431,7 +498,10 @@ def replay_shared(
                         _finish(q, fs, ls, dur, nbytes, started, done)
                     stall += fs[FREE_AT] - t0
                     continue
-                _argsort_stable(ready, nr, order)
+                if nr > SMALL_SORT:
+                    order[:nr] = np.argsort(ready[:nr], kind="mergesort")
+                else:
+                    _insertion_order(ready, nr, order)
                 for r in range(nr):
                     row = rows[order[r]]
                     prec = gpu[row, 2]

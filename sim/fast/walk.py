@@ -1176,10 +1176,12 @@ def _rule_row(w, nan_zero, hobbit, uniform, hi, lo, row, cls_out, wn_out):
     the class into ``cls_out``: HOBBIT's rule (``policies.precision.hobbit_classes``, ``hi`` / ``lo`` = T1 / T2 +
     EPS) or ``uniform``. ``nan_zero``: NaN weights count as 0 (predictions, as the workload's fill leaves them)."""
     K = w.shape[0]
+    small = 0.0  # numpy's pairwise sum below 8 values is this running sum (``_pairwise_block``), kept here: no call
     for k in range(K):
         x = w[k]
         row[k] = 0.0 if nan_zero and np.isnan(x) else x
-    total = max(_pairwise_block(row, 0, K) if K <= 128 else _pairwise(row, 0, K), 1e-30)
+        small += row[k]
+    total = max(small if K < 8 else (_pairwise_block(row, 0, K) if K <= 128 else _pairwise(row, 0, K)), 1e-30)
     c = 0.0
     for k in range(K):
         x = row[k] / total
@@ -1222,6 +1224,14 @@ def _split_makespan(device, cpu, n, use_cpu):
         total += device[i]
     if not use_cpu or n == 0 or total <= 0.0:
         return total
+    return _split_cpu(device, cpu, n, total)
+
+
+@njit(cache=True)
+def _split_cpu(device, cpu, n, total):
+    """``_split_makespan`` once the CPU takes part: ``total`` is the device's time for all ``n``. Apart, so that the
+    walk's step (``_bound_step``) sums the device's times inline and calls this only where the CPU computes: a call
+    with arrays costs their reference counts on every step."""
     ratio = np.empty(n)
     for i in range(n):
         ratio[i] = cpu[i] / device[i] if device[i] > 0 else np.inf
@@ -1807,13 +1817,16 @@ def _bound_step(bd, sc, n_need, pw, layer, L, b_total):
         bd.whole,
     )
     b_cpu, b_dev, need_c, need_n, order = sc.b_cpu, sc.b_dev, sc.need_c, sc.need_n, sc.order
-    nd = 0
+    nd, dev = 0, 0.0
     for j in range(n_need):
         e = order[j]
         if need_c[e] != SKIP:
             b_dev[nd], b_cpu[nd] = bnd_min[need_n[e]], bnd_cpu[need_n[e]]
+            dev += b_dev[nd]
             nd += 1
-    b_total += bnd_dense[pw, 1 if bnd_whole[layer] else 0] + _split_makespan(b_dev, b_cpu, nd, bnd_uses_cpu)
+    if bnd_uses_cpu and nd and dev > 0.0:  # _split_makespan, its CPU part called only where it is needed
+        dev = _split_cpu(b_dev, b_cpu, nd, dev)
+    b_total += bnd_dense[pw, 1 if bnd_whole[layer] else 0] + dev
     if layer == L - 1:
         bnd_out[pw] = b_total
     return b_total
