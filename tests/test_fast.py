@@ -719,14 +719,16 @@ def test_the_compiled_pairwise_sum_is_numpys():
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(0, fast.timing.SMALL_SORT), levels=st.integers(1, 6))
-def test_the_timing_orders_a_steps_experts_as_a_stable_sort(seed, n, levels):
-    """The arrival order of a step's experts (insertion up to ``SMALL_SORT``; numpy's mergesort above) is numpy's
-    stable argsort, ties (the resident experts' -1.0, equal arrival times) kept in their logged order."""
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 200), levels=st.integers(1, 6))
+def test_the_core_orders_a_steps_experts_as_a_stable_sort(seed, n, levels):
+    """The arrival order of a step's experts (``order.stable_order``: runs by insertion, merged above ``RUN``) is
+    numpy's stable argsort, ties (the resident experts' -1.0, equal arrival times) kept in their logged order."""
+    from hobbit.sim.fast.order import stable_order
+
     rng = np.random.default_rng(seed)
     v = np.concatenate([rng.integers(-1, levels, n) * 0.5, rng.random(3)])  # values beyond n are not sorted
     order = np.full(len(v), -7, np.int64)
-    fast.timing._insertion_order(v, n, order)
+    stable_order(v, n, order, np.zeros(len(v), np.int64))
     np.testing.assert_array_equal(order[:n], np.argsort(v[:n], kind="stable"))
     assert (order[n:] == -7).all()
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from hobbit.sim.fast.order import stable_order
+
 FREE_AT, BUSY, LEFT, CUR_START, CLOCK, CPU_FREE = range(6)  # fs (FREE_AT is ``now`` for the shared link; CLOCK:
 # the compute stream's time in ``replay``; CPU_FREE: when the CPU's experts are done)
 HEAD, TAIL, MOVED, CANCELLED, CUR, LATE = range(6)  # ls (LATE: ``Timeline.late``)
@@ -243,23 +245,6 @@ def tally(loads, L, stall, decode, demand_n, prefetch_n, layer_stall, decode_sta
             decode_stall[layer] += x * w
 
 
-SMALL_SORT = 32  # at most this many values: argsort by insertion, without numba's mergesort and its allocations
-
-
-@njit(cache=True, _nrt=False)
-def _insertion_order(v, n, order):
-    """``order[:n] = np.argsort(v[:n], kind="mergesort")`` (a stable order; ``v`` holds no NaN) by insertion, for a
-    step's few experts (``n`` <= ``SMALL_SORT``; the callers sort more with numba's mergesort). Called, not inlined:
-    an inlined function with array arguments counts a reference to each on every step."""
-    for j in range(n):
-        x, vx = j, v[j]
-        k = j - 1
-        while k >= 0 and v[order[k]] > vx:
-            order[k + 1] = order[k]
-            k -= 1
-        order[k + 1] = x
-
-
 @njit(cache=True, _nrt=False)
 def _cpu_end(cpu, cpu_s, c0, c1, start):
     """``plain._cpu_work``: the layer's CPU experts one after another from ``start``."""
@@ -309,7 +294,7 @@ def replay(
     lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
     demand, q, dropped, started, done, fs, ls, gone = link
     ready = np.zeros(max_g)
-    order = np.zeros(max_g, np.int64)
+    order, tmp = np.zeros(max_g, np.int64), np.zeros(max_g, np.int64)
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
     for p in range(p0, p1):
         pw = p - first_pass  # the pass's row of the per-pass arrays (a window's, in a streamed run)
@@ -325,23 +310,28 @@ def replay(
             if nl or lo_x[i + 1] > lo_x[i] or clear:  # _Link.enqueue at t
                 while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     _start_next(q, fs, ls, dur, nbytes, started, done)
-                _requeue(
-                    q,
-                    ls,
-                    demand,
-                    dropped,
-                    cancel,
-                    lo_x[i],
-                    lo_x[i + 1],
-                    base + lo_l[i],
-                    base + lo_l[i + 1],
-                    demand_first,
-                    gone,
-                    clear,
-                    gpu,
-                    g0,
-                    g1,
-                )
+                if not clear and lo_x[i + 1] == lo_x[i]:  # only loads join (``_requeue``'s last part, without its
+                    # call: a dozen arrays passed on every step)
+                    for tid in range(base + lo_l[i], base + lo_l[i + 1]):
+                        _insert(q, ls, demand, gone, tid, demand[tid], demand_first)
+                else:
+                    _requeue(
+                        q,
+                        ls,
+                        demand,
+                        dropped,
+                        cancel,
+                        lo_x[i],
+                        lo_x[i + 1],
+                        base + lo_l[i],
+                        base + lo_l[i + 1],
+                        demand_first,
+                        gone,
+                        clear,
+                        gpu,
+                        g0,
+                        g1,
+                    )
                 if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
                     fs[FREE_AT] = t
                     _start_next(q, fs, ls, dur, nbytes, started, done)
@@ -365,10 +355,7 @@ def replay(
                     ready[j] = done[tid]
                     if not demand[tid] and ready[j] > t_ready:
                         ls[LATE] += 1
-            if ng > SMALL_SORT:
-                order[:ng] = np.argsort(ready[:ng], kind="mergesort")
-            else:
-                _insertion_order(ready, ng, order)
+            stable_order(ready, ng, order, tmp)
             for j in range(ng):
                 r = ready[order[j]]
                 if r > t:
@@ -426,7 +413,7 @@ def replay_shared(
     ready = np.zeros(max_g)
     rows = np.zeros(max_g, np.int64)
     todo = np.zeros(max_g, np.int64)
-    order = np.zeros(max_g, np.int64)
+    order, tmp = np.zeros(max_g, np.int64), np.zeros(max_g, np.int64)
     cpu_free = fs[CPU_FREE]
     for p in range(p0, p1):
         pw = p - first_pass
@@ -498,10 +485,7 @@ def replay_shared(
                         _finish(q, fs, ls, dur, nbytes, started, done)
                     stall += fs[FREE_AT] - t0
                     continue
-                if nr > SMALL_SORT:
-                    order[:nr] = np.argsort(ready[:nr], kind="mergesort")
-                else:
-                    _insertion_order(ready, nr, order)
+                stable_order(ready, nr, order, tmp)
                 for r in range(nr):
                     row = rows[order[r]]
                     prec = gpu[row, 2]

@@ -38,6 +38,8 @@ import numpy as np
 from numba import config, njit, types
 from numba.extending import intrinsic
 
+from hobbit.sim.fast.order import stable_order
+
 # pool fields: ``policies.compiled``, where a policy's own compiled part reads them
 from hobbit.sim.policies.compiled import (
     ALL_USES,
@@ -1232,11 +1234,12 @@ def _split_cpu(device, cpu, n, total):
     """``_split_makespan`` once the CPU takes part: ``total`` is the device's time for all ``n``. Apart, so that the
     walk's step (``_bound_step``) sums the device's times inline and calls this only where the CPU computes: a call
     with arrays costs their reference counts on every step."""
-    ratio = np.empty(n)
+    ratio, order, tmp = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
     for i in range(n):
         ratio[i] = cpu[i] / device[i] if device[i] > 0 else np.inf
+    stable_order(ratio, n, order, tmp)
     on_cpu = 0.0
-    for i in np.argsort(ratio, kind="mergesort"):
+    for i in order:
         g, c = device[i], cpu[i]
         if g <= 0.0:
             continue
@@ -1864,7 +1867,8 @@ def _split(rl, pl, cp, ca, sc, n_need, layer, E):
                 F = min(F, split_max_fetch)
             for j in range(nm):
                 m_key[j] = -rec[layer, m_e[j], 0] * (E + 1) + m_e[j]
-            srt = np.argsort(m_key[:nm], kind="mergesort")
+            srt, tmp = np.empty(nm, np.int64), np.empty(nm, np.int64)
+            stable_order(m_key, nm, srt, tmp)
             for j in range(F, nm):
                 on_cpu[m_e[srt[j]]] = True
 
