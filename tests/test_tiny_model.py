@@ -162,3 +162,41 @@ def test_training_script_runs(tmp_path):
         )
     )
     assert read_trace(res.path).meta.model.num_layers == 32
+
+
+def test_training_writes_its_files_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The checkpoint's files are written aside and renamed into ``--out`` at the end: a run that stops while
+    writing leaves ``--out`` as it was (its other files kept) and no hidden folder; a run that ends adds its files
+    beside them."""
+    from transformers import MixtralForCausalLM
+
+    from hobbit.traces import train_tiny
+    from hobbit.traces.tiny import build_tiny_config
+
+    src = tmp_path / "heldout.py"
+    src.write_text("def f(x):\n    return x + 1\n\n\nclass A:\n    pass\n" * 20)
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    cfg = train_tiny.TrainConfig(out=str(out), steps=1, num_prompts=1)
+    model = MixtralForCausalLM(build_tiny_config("mixtral"))
+    curve = [
+        {"step": 1, "train_loss": 5.0, "balance_loss": 0.1, "eval_loss": 5.0}
+        | {"routing_entropy_mean": 0.9, "routing_entropy_min": 0.8}
+    ]
+    args = (model, cfg, curve, [("heldout.py", src)], "0" * 64, 10, 10, 1.0)
+
+    def stop(*_a, **_k):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(train_tiny, "write_model_card", stop)
+        with pytest.raises(KeyboardInterrupt):
+            train_tiny._save(*args)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+    log = train_tiny._save(*args)
+    names = {p.name for p in out.iterdir()}
+    assert {"notes.txt", "model.safetensors", "config.json", "training_log.json", "prompts.jsonl", "README.md"} <= names
+    assert not any(n.startswith(".") for n in names)
+    assert json.loads((out / "training_log.json").read_text())["tokens_seen"] == log["tokens_seen"]

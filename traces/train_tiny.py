@@ -18,6 +18,8 @@ import argparse
 import hashlib
 import json
 import math
+import os
+import shutil
 import sys
 import sysconfig
 import time
@@ -214,10 +216,26 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _save(model, cfg: TrainConfig, curve, held_files, digest, n_train, n_held, seconds) -> dict:
-    import torch
-
+    """The checkpoint and its files, written into a hidden folder inside ``cfg.out`` and then each renamed into
+    place: a run that stops while writing leaves no partial file under a final name (and no hidden folder), and
+    whatever else ``cfg.out`` holds stays."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    stage = out / f".train-tiny-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        log = _write(model, cfg, curve, held_files, digest, n_train, n_held, seconds, stage)
+        for f in sorted(stage.iterdir()):
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return log
+
+
+def _write(model, cfg: TrainConfig, curve, held_files, digest, n_train, n_held, seconds, out: Path) -> dict:
+    import torch
+
+    out.mkdir(parents=True)
     model.config.output_router_logits = False
     model.to(torch.float16).save_pretrained(out)
     build_byte_tokenizer().save_pretrained(out)
