@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
 from tqdm import tqdm
 
 from hobbit.analysis.plots import pyplot, save
@@ -91,13 +92,14 @@ class PlanConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """The model (config group ``model=NAME``, conf/model/, or ``model=path/to/model.gguf``)."""
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    """The machine (config group ``hardware=NAME``, conf/hardware/); replaced by ``profile`` or by the machine keys
-    (``gpu=``, ``ram=``, ...) when any is given."""
+    """The machine (config group ``hardware=NAME``, conf/hardware/); ``profile`` or the machine keys (``gpu=``,
+    ``ram=``, ...) name it instead (given with them, ``hardware=`` or a ``hardware.*`` knob is refused)."""
     profile: str | None = None
     """A hardware YAML (written by ``hobbit hardware`` or ``hobbit calibrate``) used instead of ``hardware``."""
     gpu: str = ""
     """The machine by what its owner knows (``hobbit hardware``'s keys): a GPU of conf/parts.yaml (rtx4090,
-    rtx4060ti-16gb, ...); with any machine key given, ``hardware`` is not used."""
+    rtx4060ti-16gb, ...); the machine keys build the machine alone, so ``hardware=`` and ``profile=`` are refused
+    beside them."""
     vram: str = ""
     """The GPU's memory, a size (16GB, 24GiB); overrides the data sheet's."""
     pcie: str = ""
@@ -423,10 +425,19 @@ def _tuned(trace_path: Path, base: SystemConfig, cfg: PlanConfig, model: ModelCo
     return system, f"HOBBIT tuned: trial {best[0].number} of {summary['trials']} (quality budget {cfg.quality_budget})"
 
 
-def machine(cfg: PlanConfig) -> HardwareConfig:
-    """The machine a plan is for: the machine keys when any is given, else ``profile``, else ``hardware``."""
+def machine(cfg: PlanConfig, named: list[str] | tuple[str, ...] = ()) -> HardwareConfig:
+    """The machine a plan is for: the machine keys when any is given, else ``profile``, else ``hardware``.
+    ``named``: the ``hardware=`` / ``hardware.*`` settings the caller gave, which machine keys would silently
+    replace; with any machine key they are refused, as ``profile`` is."""
     keys = {k: getattr(cfg, k) for k in MACHINE_KEYS if getattr(cfg, k)}
     if keys:
+        given = " ".join(f"{k}={v}" for k, v in keys.items())
+        other = [f"profile={cfg.profile}"] if cfg.profile else list(named)
+        if other:
+            raise ConfigError(
+                f"{' '.join(other)} and {given} both name the machine; the machine keys build it alone and would "
+                f"drop the rest (fix: the machine keys, or {other[0].split('=')[0]}= without them)"
+            )
         return hardware_config(**keys)
     return load_hardware(cfg.profile) if cfg.profile else cfg.hardware
 
@@ -447,13 +458,15 @@ def chosen_runtimes(cfg: PlanConfig, model: ModelConfig) -> tuple[list[str], lis
     return keep, notes
 
 
-def plan(cfg: PlanConfig, out: Path | None = None, progress: bool = True) -> Plan:
+def plan(
+    cfg: PlanConfig, out: Path | None = None, progress: bool = True, named: list[str] | tuple[str, ...] = ()
+) -> Plan:
     """Every runtime's settings on ``cfg``'s model and machine, predicted; each runtime's best chosen and ranked by
     decode speed; plan.md, plan.json and plan.png written to ``out`` when given (HOBBIT's tuning study resumes
-    there)."""
+    there). ``named``: the hardware settings the caller gave (``machine``)."""
 
     t0 = time.perf_counter()
-    model, hw = cfg.model, machine(cfg)
+    model, hw = cfg.model, machine(cfg, named)
     names, notes = chosen_runtimes(cfg, model)
     ctx = ctx_tokens(cfg)
     if kv_type(cfg, model, hw) != "f16":
@@ -551,11 +564,13 @@ def plan_for(
     """``plan`` from Python as the command line takes it: ``plan_for("qwen3-30b-a3b", gpu="rtx4060ti-16gb",
     ram="64GB:ddr5-6000x2", context=4096)``; ``hardware``: a preset (None: conf/plan.yaml's, unless machine keys are
     given); ``out``: where plan.md, plan.json and plan.png go (None: nowhere)."""
-    over = [f"model={model}", f"out_dir={out or '.'}"] + ([f"hardware={hardware}"] if hardware else [])
+    named = [f"hardware={hardware}"] if hardware else []
+    over = [f"model={model}", f"out_dir={out or '.'}", *named]
     for key, value in knobs.items():
         text = "[" + ",".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else value
         over.append(f"{key}={'null' if text is None else text}")
-    return plan(compose("plan", PlanConfig, over), out, progress=progress)
+    named += [o for o in over if o.startswith("hardware.")]
+    return plan(compose("plan", PlanConfig, over), out, progress=progress, named=named)
 
 
 def _row(name: str, rt: Runtime, p: Point, hw: HardwareConfig, model: ModelConfig) -> dict[str, Any]:
@@ -710,7 +725,9 @@ def write_plan(result: Plan, cfg: PlanConfig, hw: HardwareConfig, out: Path) -> 
 def plan_main(cfg: PlanConfig) -> None:
     """The best settings and predicted speed of each runtime for a model on a machine, ranked."""
     out = Path(cfg.out_dir)
-    result = plan(cfg, out)
+    task = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    named = [o for o in task if o.lstrip("+~").split("=")[0].split(".")[0] == "hardware"]
+    result = plan(cfg, out, named=named)
     print(f"# {result.title}\n")
     print(plan_table(result.rows))
     print(f"\n{'; '.join(result.notes)}; done in {result.wall_s:.0f} s")

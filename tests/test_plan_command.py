@@ -127,6 +127,8 @@ def test_plan_with_a_trace_uses_it_and_gives_no_locality_range(tmp_path):
         (["runtimes=[vllm]"], "runtimes=['vllm'] are not runtimes the plan knows"),
         (["gpu=rtx9999"], "rtx9999"),
         (["ram=lots"], "ram"),
+        (["hardware=rtx4090-pcie4", "gpu=rtx4060ti-16gb"], "hardware=rtx4090-pcie4 and gpu=rtx4060ti-16gb both name"),
+        (["hardware.device_tflops=100", "gpu=rtx4060ti-16gb"], "hardware.device_tflops=100 and gpu=rtx4060ti-16gb"),
     ],
 )
 def test_bad_input_exits_2_naming_it(args, needle, tmp_path, capsys):
@@ -151,3 +153,15 @@ def test_a_long_context_runs_the_llama_cpp_familys_kv_cache_at_q8_0(tmp_path):
         assert applied.system.kv_bits == 8.5 and applied.unmodelled == want
     (plain,) = f16.rows
     assert "-ctk" not in plain["flags"] and by["llama.cpp"]["decode_tok_s"] > plain["decode_tok_s"]
+
+
+def test_a_preset_beside_machine_keys_is_refused_not_dropped():
+    """plan_for with a hardware preset and machine keys: the keys would build the machine alone, dropping the
+    preset, so the call is refused naming both; either alone plans."""
+    from hobbit.plan_command import plan_for
+    from hobbit.sim.config import ConfigError
+
+    with pytest.raises(ConfigError, match="hardware=rtx4090-pcie4 and gpu=rtx4060ti-16gb both name the machine"):
+        plan_for("mixtral-8x7b", "rtx4090-pcie4", gpu="rtx4060ti-16gb", runtimes=["llama.cpp"])
+    with pytest.raises(ConfigError, match="hardware.device_tflops=100 and gpu=rtx4060ti-16gb"):
+        plan_for("mixtral-8x7b", gpu="rtx4060ti-16gb", runtimes=["llama.cpp"], **{"hardware.device_tflops": 100})
