@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -164,4 +165,5 @@ def test_a_preset_beside_machine_keys_is_refused_not_dropped():
     with pytest.raises(ConfigError, match="hardware=rtx4090-pcie4 and gpu=rtx4060ti-16gb both name the machine"):
         plan_for("mixtral-8x7b", "rtx4090-pcie4", gpu="rtx4060ti-16gb", runtimes=["llama.cpp"])
     with pytest.raises(ConfigError, match="hardware.device_tflops=100 and gpu=rtx4060ti-16gb"):
-        plan_for("mixtral-8x7b", gpu="rtx4060ti-16gb", runtimes=["llama.cpp"], **{"hardware.device_tflops": 100})
+        knob: dict[str, Any] = {"hardware.device_tflops": 100}
+        plan_for("mixtral-8x7b", gpu="rtx4060ti-16gb", runtimes=["llama.cpp"], **knob)
