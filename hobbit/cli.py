@@ -115,16 +115,33 @@ def _quote(arg: str) -> str:
     return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _flag_values(args: list[str]) -> set[int]:
+    """The places in ``args`` of the words Hydra's flags take as their values (``--cfg job``, ``-cn NAME``)."""
+    actions = {o: a for a in get_args_parser()._actions for o in a.option_strings}
+    out = set()
+    for i, arg in enumerate(args[:-1]):
+        name, eq, _ = arg.partition("=")
+        action = actions.get(name) if arg.startswith("-") and not eq else None
+        if action is not None and (
+            action.nargs is None or (action.nargs == "?" and args[i + 1] in (action.choices or ()))
+        ):
+            out.add(i + 1)
+    return out
+
+
 def rewrite(command: str, args: list[str]) -> list[str]:
-    """Command-specific sugar: ``trace-info PATH --json``, ``convert in=PATH``."""
+    """Command-specific sugar: ``trace-info PATH --json``, ``convert in=PATH``. A word a Hydra flag takes
+    (``--cfg job``) is that flag's, not a path."""
     out = []
-    paths = [a for a in args if command == "trace-info" and "=" not in a and not a.startswith("-")]
+    values = _flag_values(args) if command == "trace-info" else set()
+    bare = [i for i, a in enumerate(args) if command == "trace-info" and "=" not in a and not a.startswith("-")]
+    paths = [args[i] for i in bare if i not in values]
     if len(paths) > 1:  # Hydra would keep the last and report it alone
         fail(f"trace-info {' '.join(paths)}: one trace at a time (fix: hobbit trace-info {paths[0]}, then the next)")
-    for a in args:
+    for i, a in enumerate(args):
         if command == "trace-info" and a == "--json":
             a = "json=true"
-        elif command == "trace-info" and "=" not in a and not a.startswith("-"):
+        elif command == "trace-info" and "=" not in a and not a.startswith("-") and i not in values:
             a = f"path={a}"
         elif command == "convert" and a.startswith("in="):
             a = "input=" + a[3:]

@@ -43,6 +43,18 @@ def test_rewrite_sugar():
     assert rewrite("convert", ["in=x.jsonl", "out=y"]) == ["input=x.jsonl", "out=y"]
     assert rewrite("capture", ["model=/my models/m's"]) == ["model='/my models/m\\'s'"]
     assert rewrite("capture", ["lookahead=3"]) == ["lookahead=3"]
+    # a word a Hydra flag takes is the flag's, not a trace's path
+    assert rewrite("trace-info", ["--cfg", "job"]) == ["--cfg", "job"]
+    assert rewrite("trace-info", ["a.parquet", "--cfg", "job"]) == ["path=a.parquet", "--cfg", "job"]
+    assert rewrite("trace-info", ["--info", "a.parquet"]) == ["--info", "path=a.parquet"]
+
+
+def test_trace_info_prints_its_config_with_cfg_job(capsys):
+    """``hobbit trace-info --cfg job`` prints the command's config (it took ``job`` as the trace's path and ended in
+    Hydra's usage text, twice)."""
+    assert run_cli(["trace-info", "--cfg", "job"]) == 0
+    out = capsys.readouterr().out
+    assert "path: ''" in out and "max_layer_rows: 40" in out
 
 
 def test_unknown_knob_exits_2(capsys):
