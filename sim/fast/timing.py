@@ -42,7 +42,7 @@ def _offsets(table, i0, n_steps):
     return out
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _insert(q, ls, demand, gone, tid, first, demand_first):
     """``tid`` joins the queue: at its tail, or ``first`` (a demand load) ahead of the first queued prefetch."""
     at = ls[TAIL]
@@ -98,7 +98,7 @@ def _requeue(q, ls, demand, dropped, cancel, x0, x1, lo, hi, demand_first, gone,
         _insert(q, ls, demand, gone, tid, demand[tid], demand_first)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _start_next(q, fs, ls, dur, nbytes, started, done):
     tid = q[ls[HEAD]]
     ls[HEAD] += 1
@@ -295,6 +295,21 @@ def replay(
     demand, q, dropped, started, done, fs, ls, gone = link
     ready = np.zeros(max_g)
     order, tmp = np.zeros(max_g, np.int64), np.zeros(max_g, np.int64)
+    _replay_steps(
+        p0, p1, L, loads, gpu, cpu, cancel, dur, nbytes, dense_s, whole, other_s, expert_s, cpu_s, issue,
+        demand_first, serial, clear, demand, q, dropped, started, done, fs, ls, gone, base, first_pass, pass_start,
+        pass_end, step_stall, step_end, lo_l, lo_g, lo_c, lo_x, ready, order, tmp,
+    )  # fmt: skip
+
+
+@njit(cache=True, _nrt=False)
+def _replay_steps(
+    p0, p1, L, loads, gpu, cpu, cancel, dur, nbytes, dense_s, whole, other_s, expert_s, cpu_s, issue, demand_first,
+    serial, clear, demand, q, dropped, started, done, fs, ls, gone, base, first_pass, pass_start, pass_end,
+    step_stall, step_end, lo_l, lo_g, lo_c, lo_x, ready, order, tmp,
+):  # fmt: skip
+    """``replay``'s steps, over the arrays it made: compiled without reference counts, so the link's helpers it
+    inlines (``_start_next``, ``_insert``) count none for their arrays on every copy."""
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
     for p in range(p0, p1):
         pw = p - first_pass  # the pass's row of the per-pass arrays (a window's, in a streamed run)
