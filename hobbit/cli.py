@@ -154,6 +154,7 @@ def flags_first(command: str, args: list[str]) -> list[str]:
     of words, so a flag between two (`t1=0.3,0.6 -m trace=x`, `--cfg job` mid-line) ended in its 20-line usage text.
     A word that starts with '-' and is no flag of Hydra's is refused here, in one line."""
     actions = {o: a for a in get_args_parser()._actions for o in a.option_strings}
+    values = _flag_values(args)
     flags: list[str] = []
     overrides: list[str] = []
     i = 0
@@ -163,7 +164,7 @@ def flags_first(command: str, args: list[str]) -> list[str]:
             overrides.append(arg)
             i += 1
             continue
-        name, eq, _ = arg.partition("=")
+        name = arg.partition("=")[0]
         action = actions.get(name)
         if action is None:
             fail(
@@ -172,10 +173,8 @@ def flags_first(command: str, args: list[str]) -> list[str]:
             )
             return []
         flags.append(arg)
-        nxt = args[i + 1] if i + 1 < len(args) else None
-        takes = action.nargs is None or (action.nargs == "?" and nxt in (action.choices or ()))
-        if takes and not eq and nxt is not None:
-            flags.append(nxt)
+        if i + 1 in values:
+            flags.append(args[i + 1])
             i += 1
         i += 1
     modes = sorted({a for a in flags if getattr(actions.get(a.partition("=")[0]), "dest", "") in ONE_MODE})
