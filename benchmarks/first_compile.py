@@ -6,8 +6,9 @@ Each measurement runs in a fresh process with ``NUMBA_CACHE_DIR`` pointed at an 
 from a cache: it simulates the bundled trace's first 2 requests (``use_cache=false``: no result cache either) for
 each system named, in turn, in one process (as ``hobbit compare`` would), and sums the time of every entry point's
 compilation (numba's ``numba:compile`` events of the core's entry points: each policy's walk, the replays, the
-bound). ``--all`` adds every preset of conf/system (what ``make demo``'s comparison of every system
-compiles). Prints each entry point's seconds, then ``first_compile_s=<f>`` for the first list (target: 30 s for
+bound). The first list runs as ``hobbit sim`` does (``HOBBIT_WALK`` unset: a walk specialised for each system's
+settings); ``--all`` adds every preset of conf/system as ``make demo``'s comparison of every system compiles them
+(``HOBBIT_WALK=general``: one walk per eviction policy). Prints each entry point's seconds, then ``first_compile_s=<f>`` for the first list (target: 30 s for
 the default system on a 2-core machine) and, with ``--all``, ``all_presets_compile_s=<f>`` (target: no more than
 the 113 s the whole core took before it was split by policy).
 """
@@ -51,11 +52,11 @@ print(json.dumps({"entries": times, "wall_s": time.perf_counter() - t0}))
 """
 
 
-def measure(systems: list[str]) -> dict:
+def measure(systems: list[str], walks: str = "") -> dict:
     from hobbit.demo import bundled_trace
 
     with tempfile.TemporaryDirectory(prefix="hobbit-numba-") as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "HOBBIT_WALK": walks}
         out = subprocess.run(
             [sys.executable, "-c", CHILD, str(bundled_trace()), ",".join(systems)],
             env=env,
@@ -83,7 +84,7 @@ def main() -> None:
     if args.all:
         from hobbit.published import system_presets
 
-        every = show("every preset", measure(list(system_presets())))
+        every = show("every preset", measure(list(system_presets()), walks="general"))
         print(f"all_presets_compile_s={every:.1f}")
     print(f"first_compile_s={first:.1f}")
 

@@ -13,6 +13,7 @@ name here means what it means on the command line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -324,13 +325,18 @@ def sweep(
     chunks = [items[i : i + size] for i in range(0, len(items), size)]
     from joblib import Parallel, delayed  # here: a command that runs no sweep does not pay for its import
 
-    jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
-    done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
+    from hobbit.sim import fast
+
+    # points of several policies or settings share each policy's general copy of the walk, compiled once
+    walks = {(c.system.cache.policy, fast.variant_of(c.system)) for c in cfgs}
     summaries: list[dict[str, Any]] = []
-    with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:
-        for part in done:
-            summaries += part
-            bar.update(len(part))
+    with fast.general_walks() if len(walks) > 1 else contextlib.nullcontext():
+        jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
+        done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
+        with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:
+            for part in done:
+                summaries += part
+                bar.update(len(part))
     rows = [
         {**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)}
         for s, over in zip(summaries, points)

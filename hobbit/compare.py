@@ -30,6 +30,7 @@ from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.phases import require
 from hobbit.results_io import decode_text, tok_s, write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
+from hobbit.sim.fast import general_walks
 from hobbit.sim.run import needs_weights, simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.sim.workload import split_requests
@@ -146,6 +147,7 @@ def check_all(
         check(profile, cfg.model, hw, tuning_base(cfg.system))
 
 
+@general_walks()  # many systems: each policy's general copy of the walk, compiled once
 def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     """Run every system (and the tuned HOBBIT) on ``trace``; write the table, plot and JSON under ``out``."""
     hw = load_hardware(cfg.profile) if cfg.profile else cfg.hardware

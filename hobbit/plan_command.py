@@ -33,6 +33,7 @@ from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.phases import require
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, policy_knobs
+from hobbit.sim.fast import general_walks
 from hobbit.sim.flags import apply_flags
 from hobbit.sim.formats import FORMATS, weights
 from hobbit.sim.machine import hardware_config
@@ -458,6 +459,7 @@ def chosen_runtimes(cfg: PlanConfig, model: ModelConfig) -> tuple[list[str], lis
     return keep, notes
 
 
+@general_walks()  # many systems: each policy's general copy of the walk, compiled once
 def plan(
     cfg: PlanConfig, out: Path | None = None, progress: bool = True, named: list[str] | tuple[str, ...] = ()
 ) -> Plan:

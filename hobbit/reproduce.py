@@ -39,6 +39,7 @@ from hobbit.api import configure, simulate_config
 from hobbit.glue import CONF, hydra_command
 from hobbit.results_io import decode_text
 from hobbit.sim.config import ConfigError, ModelConfig
+from hobbit.sim.fast import general_walks
 from hobbit.timelines import write_sim_timeline
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import atomic_write_json, atomic_write_text, read_meta, read_trace
@@ -497,6 +498,7 @@ def render(table: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- the command
 
 
+@general_walks()  # many systems: each policy's general copy of the walk, compiled once
 def reproduce(cfg: ReproduceConfig, out: Path) -> dict[str, Any]:
     """Capture (or take) the workloads, simulate the grid, write reproduce.{md,json,png}; returns the table."""
     if cfg.trace is not None:

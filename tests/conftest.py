@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/hf_tiny.py
+
+# The suite runs every policy under many settings: one general copy of each policy's walk, compiled once, rather than
+# a copy per settings (sim.fast.policy_walk); tests/test_special.py holds the specialised copies to the general ones.
+# Set here, at import, so that the processes the tests start use them too.
+os.environ.setdefault("HOBBIT_WALK", "general")
 
 REAL_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "real-traces"
 

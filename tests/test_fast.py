@@ -764,7 +764,7 @@ def test_one_compiled_walk_for_read_only_and_writable_traces():
     cfg = compose_sim("system=hobbit")
     for tr in (Trace(meta, arrays), Trace(meta, frozen)):
         simulate(tr, cfg.model, cfg.hardware, cfg.system)
-    walk = fast.policy_walk(cfg.system.cache.policy)
+    walk = fast.policy_walk(cfg.system.cache.policy)  # the general copy, which the suite runs (conftest)
     assert len(walk.signatures) == 1, walk.signatures
     assert arrays.gate_weights.flags.writeable  # the trace itself is left as it was
 

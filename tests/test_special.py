@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hobbit.sim.fast import special, walk
@@ -23,7 +24,7 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
         number = special.number(policy)
         assert number == (walk.POLICIES.index(policy) if policy == "eam_release" else walk.OWN)
         assert mod.POLICY == number and mod.OWN_HIT == (policy != "eam_release") and mod.PICKS_VICTIM
-        assert mod.__name__ == f"hobbit.sim.fast.walk_{policy}"
+        assert mod.__name__ == f"hobbit.sim.fast.walk_{policy}_general"
         for name in dep:  # its own, compiled for it
             assert (
                 getattr(mod, name) is not getattr(walk, name) and getattr(mod, name).py_func.__module__ == mod.__name__
@@ -114,23 +115,26 @@ def test_the_template_refuses_to_walk():
     assert walk.POLICY == -1 and not walk.PICKS_VICTIM and not (walk.OWN_HIT or walk.OWN_MISS or walk.OWN_INSERT)
     mod = special.core("lfu")
     assert mod.POLICY == walk.OWN and mod.OWN_HIT and mod.OWN_INSERT and not mod.OWN_MISS and mod.PICKS_VICTIM
-    assert mod.__name__ == "hobbit.sim.fast.walk_lfu" and special.core("lfu") is mod
+    assert mod.__name__ == "hobbit.sim.fast.walk_lfu_general" and special.core("lfu") is mod
 
 
 def test_a_copy_is_written_once_and_an_older_templates_copy_goes(tmp_path, monkeypatch):
     monkeypatch.setattr(special, "home", lambda: tmp_path)
-    stale = tmp_path / "walk_fifo_0123456789abcdef.py"
+    stale = tmp_path / "walk_fifo_general_0123456789abcdef.py"
+    before_variants = tmp_path / "walk_fifo_0123456789abcdef.py"  # a general copy as named before there were variants
     lookalike = tmp_path / "walk_fifo_x_0123456789abcdef.py"  # not a copy's name: stays
-    lookalike.write_text("POLICY = 2\n")
-    stale.write_text("POLICY = 2\n")
+    variant = tmp_path / "walk_fifo_none_never_h0_b0_0123456789abcdef.py"  # another variant's copy stays
+    for f in (stale, before_variants, lookalike, variant):
+        f.write_text("POLICY = 2\n")
     (tmp_path / "__pycache__").mkdir()
-    stale_cache = tmp_path / "__pycache__" / "walk_fifo_0123456789abcdef.walk-2140.py311.nbi"
+    stale_cache = tmp_path / "__pycache__" / "walk_fifo_general_0123456789abcdef.walk-2140.py311.nbi"
     stale_cache.write_bytes(b"x")
-    other = tmp_path / "walk_lru_0123456789abcdef.py"  # another policy's copy stays
+    other = tmp_path / "walk_lru_general_0123456789abcdef.py"  # another policy's copy stays
     other.write_text("POLICY = 0\n")
     path = special.source("fifo")
     assert path.read_text(encoding="utf-8") == special.text("fifo")
-    assert not stale.exists() and not stale_cache.exists() and other.exists() and lookalike.exists()
+    assert not stale.exists() and not stale_cache.exists() and not before_variants.exists()
+    assert other.exists() and lookalike.exists() and variant.exists()
     assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~special._umask())
     os.utime(path, ns=(1, 1))  # numba keys its cache by the file's stamp: a second call must leave it as it is
     assert special.source("fifo") == path and path.stat().st_mtime_ns == 1
@@ -138,8 +142,9 @@ def test_a_copy_is_written_once_and_an_older_templates_copy_goes(tmp_path, monke
 
 
 def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
-    """From an empty numba cache, a run of an LRU system compiles the LRU walk and its list's helpers, and none of
-    the other policies' (their branches are pruned before numba types them)."""
+    """From an empty numba cache, a run of an LRU system without prefetch compiles the LRU walk specialised for its
+    settings and its list's helpers, and none of the other policies' code, nor the prefetchers', nor the CPU's
+    (their branches are pruned before numba types them)."""
     code = textwrap.dedent(
         """
         from numba.core import event
@@ -160,7 +165,7 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
         print(" ".join(sorted(seen)))
         """
     )
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "HOBBIT_WALK": "specialised"}
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=Path(__file__).resolve().parent,
@@ -171,9 +176,12 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
         check=True,
     )
     seen = set(out.stdout.split())
-    assert {"walk_lru.walk", "walk_lru._pre_admit", "lru.list_evict", "walk_lru._post_admit", "lru.list_insert"} <= seen
+    own = "walk_lru_none_never_h0_b0"
+    assert {f"{own}.walk", f"{own}._pre_admit", "lru.list_evict", f"{own}._post_admit", "lru.list_insert"} <= seen
     assert {"lists.push", "lists.unlink"} <= seen, seen
-    others = {"walk._to_evict_rare", "walk._eam_evict", "walk._eam_release_evict", "walk._pruned_evict"}
+    assert not {x for x in seen if x.startswith("walk_lru_general.")}
+    others = {"walk._wanted", "walk._best_match", "walk._split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
+    others |= {"walk._to_evict_rare", "walk._eam_evict", "walk._eam_release_evict", "walk._pruned_evict"}
     others |= {"walk._bel_push", "sieve.compiled_evict", "lfu.insert", "s3fifo.compiled_evict", "arc.evict_from"}
     others |= {"lirs._l_make_room", "lirs.compiled_evict", "lists.q_push"}
     assert not others & seen, others & seen
@@ -188,3 +196,109 @@ def test_where_the_template_cannot_be_written_copies_go_to_the_users_cache(tmp_p
     assert special.home() == tmp_path / "cache" / "walks"
     monkeypatch.setattr(special, "home", lambda: tmp_path / "cache" / "walks")
     assert special.source("sieve").parent == tmp_path / "cache" / "walks"
+
+
+# one system per value of each setting a copy is specialised for (the prefetchers, cpu_misses, the history fallback,
+# the bound's CPU split), each under a policy of its own
+VARIANTS = [
+    ("system=hobbit", "hobbit", "never", False, False),
+    ("system=moe-infinity", "eam", "never", False, False),
+    ("system=hobbit-oracle system.cpu_misses=split", "oracle", "split", False, True),
+    ("system=hobbit-lru system.prefetch.kind=next_layer system.prefetch.fallback=history system.cpu_misses=faster",
+     "next_layer", "faster", True, True),
+    ("system=ktransformers", "none", "always", False, True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("overrides,prefetcher,misses,history,bound_cpu", VARIANTS)
+def test_a_copy_specialised_for_a_runs_settings_decides_as_the_general_copy(
+    monkeypatch, overrides, prefetcher, misses, history, bound_cpu
+):
+    """``hobbit sim``'s default: a policy's walk specialised for the run's settings (``special.Variant``), which
+    compiles none of the code other settings need; its results equal the general copy's, which the differential
+    tests hold to the reference walk."""
+    from hobbit.sim import fast
+    from hobbit.sim.run import simulate
+
+    from sim_helpers import bundled, compose_sim
+
+    cfg = compose_sim(*overrides.split())
+    variant = fast.variant_of(cfg.system)
+    assert variant == special.Variant(prefetcher, misses, history, bound_cpu)
+    tr = bundled(3)
+    got = {}
+    for mode in ("general", "specialised"):
+        monkeypatch.setenv("HOBBIT_WALK", mode)
+        got[mode] = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
+    mod = special.core(cfg.system.cache.policy, variant)
+    assert mod.walk.signatures and mod.PREFETCHER == walk.PREFETCHERS.index(prefetcher)
+    assert (mod.MISSES, mod.HISTORY, mod.BOUND_CPU) == (walk.CPU_MISSES.index(misses), int(history), int(bound_cpu))
+    a, b = got["general"], got["specialised"]
+    assert a.summary.keys() == b.summary.keys()
+    same = [k for k in a.summary if k != "wall_s"]  # all but the run's own wall-clock time
+    assert [a.summary[k] for k in same] == [b.summary[k] for k in same] and a.decode_ms_per_token
+    assert a.pass_columns.keys() == b.pass_columns.keys()
+    assert all(np.array_equal(a.pass_columns[k], b.pass_columns[k]) for k in a.pass_columns)
+    assert all(np.array_equal(a.layer_columns[k], b.layer_columns[k]) for k in a.layer_columns)
+
+
+def test_a_specialised_copy_refuses_another_runs_settings(monkeypatch):
+    """A copy fixed for HOBBIT's prefetcher, given a run without prefetch, stops before it decides."""
+    from hobbit.sim import fast
+    from hobbit.sim.run import simulate
+
+    from sim_helpers import bundled, compose_sim
+
+    cfg = compose_sim("system=hobbit")
+    monkeypatch.setenv("HOBBIT_WALK", "specialised")
+    monkeypatch.setattr(special.Variant, "of", classmethod(lambda cls, inputs: fast.variant_of(cfg.system)))
+    other = compose_sim("system=hobbit-no-prefetch")
+    with pytest.raises(ValueError, match="specialised for other settings"):
+        simulate(bundled(1), other.model, other.hardware, other.system, keep_decisions=False)
+
+
+def test_which_copy_a_run_uses(monkeypatch):
+    """``auto`` takes the run's own copy, unless only the policy's general one is compiled; ``general`` and
+    ``specialised`` take theirs; anything else is refused, naming the variable."""
+    from types import SimpleNamespace
+
+    from hobbit.sim import fast
+    from hobbit.sim.config import ConfigError
+
+    v = special.Variant("none", "never", False, False)
+    walks = {None: SimpleNamespace(name="general"), v: SimpleNamespace(name="own")}
+    monkeypatch.setattr(fast.special, "core", lambda policy, variant=None: SimpleNamespace(walk=walks[variant]))
+    monkeypatch.setattr(fast.NOTICE, "entry", fast.NOTICE.entry)
+    compiled: set[str] = set()
+    monkeypatch.setattr(fast, "_compiled", lambda d: d.name in compiled)
+    pick = {}
+    for mode in ("auto", "specialised", "general"):
+        monkeypatch.setenv("HOBBIT_WALK", mode)
+        for have in ((), ("general",), ("own",), ("general", "own")):
+            compiled = set(have)
+            pick[mode, have] = fast.policy_walk("lru", v).name
+    assert pick["auto", ()] == pick["auto", ("own",)] == pick["auto", ("general", "own")] == "own"
+    assert pick["auto", ("general",)] == "general"
+    assert {pick["specialised", h] for h in ((), ("general",))} == {"own"}
+    assert {pick["general", h] for h in ((), ("own",))} == {"general"}
+    assert fast.policy_walk("lru").name == "general"  # no variant: the general copy
+    monkeypatch.setenv("HOBBIT_WALK", "fastest")
+    with pytest.raises(ConfigError, match="HOBBIT_WALK='fastest'"):
+        fast.policy_walk("lru", v)
+
+
+def test_a_sweep_over_several_systems_runs_general_copies(monkeypatch):
+    """A sweep whose points need several copies runs each policy's general one (compiled once for all of them); a
+    sweep of one system's knobs keeps the default."""
+    from hobbit import api
+
+    seen = []
+    monkeypatch.delenv("HOBBIT_WALK", raising=False)
+    monkeypatch.setattr(
+        api, "_points", lambda tr, chunk: seen.append(os.environ.get("HOBBIT_WALK")) or [{}] * len(chunk)
+    )
+    api.sweep(None, {"system": ["hobbit", "on-demand"]}, progress=False)
+    assert set(seen) == {"general"} and "HOBBIT_WALK" not in os.environ
+    seen.clear()
+    api.sweep(None, {"system.precision.t1": [0.5, 0.6]}, progress=False)
+    assert set(seen) == {None}

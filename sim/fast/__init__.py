@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import sys
 import tempfile
 import threading
@@ -34,7 +35,7 @@ try:
 except ImportError:  # not POSIX: no lock, every process compiles for itself (as numba alone does)
     fcntl = None
 
-from hobbit.sim.config import SystemConfig, offload_tokens, policy_knobs
+from hobbit.sim.config import ConfigError, SystemConfig, offload_tokens, policy_knobs
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import (
     Decider,
@@ -58,8 +59,8 @@ from hobbit.sim.workload import Workload
 
 # Seconds (low, high) numba takes to compile each entry point, measured on a 2-core VM (numba compiles on one core,
 # so more cores do not shorten it; a faster core does; benchmarks/first_compile.py). The walk is most of it: one
-# large function with its helpers, a walk per eviction policy (``special``), 19-29 s each, the first a run compiles
-# the longest (the helpers its policy shares with the others compile with it).
+# large function with its helpers, a walk per eviction policy (``special``), or per policy and settings, 19-29 s
+# each, the first a run compiles the longest (the helpers its policy shares with the others compile with it).
 COMPILE_S: dict[str, tuple[float, float]] = {
     "walk": (20.0, 35.0),
     "replay": (2.0, 4.0),
@@ -170,9 +171,68 @@ NOTICE = CompileNotice(ENTRY)
 numba_event.register("numba:compile", NOTICE)
 
 
-def policy_walk(policy: str) -> Callable:
-    """The walk compiled for eviction policy ``policy`` (``special.core``): an entry point ``NOTICE`` announces."""
-    d = special.core(policy).walk
+# Which copy of a policy's walk a run uses (``policy_walk``, ``$HOBBIT_WALK``): ``auto`` (the default), the copy
+# specialised for the run's settings unless only the policy's general copy is compiled already (in this process or in
+# numba's cache: it decides alike, and compiling the variant would only cost time); ``specialised``, that copy always;
+# ``general``, the policy's general copy, what a process that runs many systems or settings compiles once per policy
+# (``hobbit compare``, ``reproduce``, ``plan`` and sweeps over several systems set it, ``general_walks``, as does the
+# test suite)
+WALK_ENV = "HOBBIT_WALK"
+WALK_COPIES = ("auto", "specialised", "general")
+
+
+def walk_copies() -> str:
+    """The copies the runs of this process use (``$HOBBIT_WALK``, default ``auto``)."""
+    mode = os.environ.get(WALK_ENV, "") or WALK_COPIES[0]
+    if mode not in WALK_COPIES:
+        raise ConfigError(
+            f"environment variable {WALK_ENV}={mode!r}: use one of {', '.join(WALK_COPIES)} (or leave it unset)"
+        )
+    return mode
+
+
+@contextmanager
+def general_walks() -> Iterator[None]:
+    """Within it (and in the processes it starts), runs use each policy's general copy (``walk_copies``): for
+    commands that run many systems, which would otherwise compile a copy per system."""
+    before = os.environ.get(WALK_ENV)
+    os.environ[WALK_ENV] = "general"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(WALK_ENV, None)
+        else:
+            os.environ[WALK_ENV] = before
+
+
+def variant_of(system: SystemConfig) -> special.Variant:
+    """The copy ``system``'s streamed runs use (``special.Variant``): what ``_walk_inputs`` and ``_bound_inputs``
+    make of its settings."""
+    return special.Variant(
+        system.prefetch.kind,
+        system.cpu_misses,
+        system.prefetch.fallback == "history",
+        system.cpu_misses != "never" or system.placement == "static",
+    )
+
+
+def _compiled(d) -> bool:
+    return bool(getattr(d, "overloads", None)) or _in_cache(d)
+
+
+def policy_walk(policy: str, variant: special.Variant | None = None) -> Callable:
+    """The walk compiled for eviction policy ``policy`` (``special.core``) for a run of settings ``variant`` (None:
+    the policy's general copy), as ``walk_copies`` chooses; an entry point ``NOTICE`` announces. Every copy decides
+    alike; a specialised one compiles about a fifth less code than the general one."""
+    general = special.core(policy).walk
+    mode = walk_copies()
+    if variant is None or mode == "general":
+        d = general
+    else:
+        d = special.core(policy, variant).walk
+        if mode == "auto" and not _compiled(d) and _compiled(general):
+            d = general
     if d not in NOTICE.entry:
         NOTICE.entry = (*NOTICE.entry, d)
     return d
@@ -598,7 +658,7 @@ def decide(
     victim; ``walk._pruned_evict``)."""
     state_args, inputs = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
     state = walk.walk_state(**state_args)
-    walk_of = policy_walk(system.cache.policy)
+    walk_of = policy_walk(system.cache.policy, special.Variant.of(inputs))
     with first_use(walk_of):
         out = walk_of(state, inputs, 0, len(wl.pass_start))
     logs, served, mass, st = (
@@ -937,7 +997,7 @@ def stream_windows(
         )
         if state is None:
             state = walk.walk_state(**state_args)
-            walk_of = policy_walk(system.cache.policy)
+            walk_of = policy_walk(system.cache.policy, special.Variant.of(walk_in))
             layer_stall, decode_stall = np.zeros(L), np.zeros(L)
             demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
             classes = np.zeros(3, np.int64)

@@ -1,4 +1,5 @@
-"""One compiled walk per eviction policy: a copy of ``sim.fast.walk`` with its ``POLICY`` set.
+"""One compiled walk per eviction policy, or per policy and run's settings: a copy of ``sim.fast.walk`` with its
+``POLICY`` set (and its ``Variant``'s settings).
 
 ``walk.py`` is a template: every function of it that depends on the eviction policy reads the module global
 ``POLICY`` (and the flags ``FLAGS``), or calls the hooks a policy's own file gives (``HOOKS``: its compiled part,
@@ -8,6 +9,11 @@ set compiles its own policy's code and never types, compiles or caches another's
 policy it needs, not of all of them. A copy defines anew only the functions that depend on the policy
 (``dependent``) and takes every other from the template, so the helpers no policy changes compile once, in the
 template, for every policy's walk.
+
+A policy has a general copy, which reads the run's other settings from its inputs, and a copy per ``Variant``: the
+settings that decide most of the walk's code besides the policy (the prefetcher, cpu_misses, the history fallback,
+the bound's CPU split), fixed, so that a run that names one system compiles that system's walk alone (about a fifth
+less code than the general copy's). Which a run uses is ``fast.policy_walk``'s choice; both decide alike.
 
 A copy is a file, written once (``source``): numba keys its on-disk cache by source file and function, so two
 policies' walks need two files. Its name carries the policy and a digest of the template's text, so an edited
@@ -31,7 +37,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from numba import njit
 
@@ -39,12 +45,54 @@ from hobbit.sim.fast import walk as template
 from hobbit.sim.policies.compiled import KERNEL, Compiled
 from hobbit.sim.policies.registry import EVICTION, eviction_class
 
-# the template's globals a copy sets anew: the policy and its hooks' flags, then those made of them (evaluated again)
-FLAGS = ("POLICY", "OWN_HIT", "OWN_MISS", "OWN_INSERT", "PICKS_VICTIM")
-SET = FLAGS[:4]
+# the template's globals a copy sets anew: the policy, its hooks' flags and the variant's settings, then those made of
+# them (evaluated again)
+FLAGS = ("POLICY", "OWN_HIT", "OWN_MISS", "OWN_INSERT", "PREFETCHER", "MISSES", "HISTORY", "BOUND_CPU", "PICKS_VICTIM")
+SET = FLAGS[:8]
 # the names a copy binds to the compiled part of a policy whose file gives one (``policies.compiled.Compiled``)
 HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow")
 PARTS = ("evict", "hit", "insert", "miss", "overflow")  # their fields of ``Compiled``
+
+
+class Variant(NamedTuple):
+    """The settings a specialised copy fixes besides the policy (the template's ``PREFETCHER``, ``MISSES``,
+    ``HISTORY`` and ``BOUND_CPU``), read off a walk's inputs (``of``)."""
+
+    prefetcher: str  # system.prefetch.kind (one of the template's PREFETCHERS)
+    cpu_misses: str  # system.cpu_misses (CPU_MISSES)
+    history: bool  # prefetch.fallback == history
+    bound_cpu: bool  # the bound may put a step's experts on the CPU
+
+    @classmethod
+    def of(cls, inputs: Any) -> Variant:
+        """The variant of ``inputs`` (``walk.Inputs``, as ``fast._walk_inputs`` builds them)."""
+        return cls(
+            template.PREFETCHERS[inputs.prefetch.kind],
+            template.CPU_MISSES[inputs.cpu.misses],
+            bool(inputs.prefetch.history),
+            bool(inputs.bound.uses_cpu),
+        )
+
+    @property
+    def tag(self) -> str:
+        """The variant in a copy's file and module name."""
+        return f"{self.prefetcher}_{self.cpu_misses}_h{int(self.history)}_b{int(self.bound_cpu)}"
+
+    def values(self) -> tuple[int, int, int, int]:
+        """The template's ``PREFETCHER``, ``MISSES``, ``HISTORY`` and ``BOUND_CPU`` in this variant's copy."""
+        return (
+            template.PREFETCHERS.index(self.prefetcher),
+            template.CPU_MISSES.index(self.cpu_misses),
+            int(self.history),
+            int(self.bound_cpu),
+        )
+
+
+GENERAL = "general"  # a general copy's tag
+
+
+def _tag(variant: Variant | None) -> str:
+    return GENERAL if variant is None else variant.tag
 
 
 def own_part(policy: str) -> Compiled | None:
@@ -151,9 +199,10 @@ def dependent() -> tuple[str, ...]:
     return tuple(f.name for f in funcs if f.name in dep)
 
 
-def text(policy: str) -> str:
+def text(policy: str, variant: Variant | None = None) -> str:
     """The source of ``policy``'s walk: ``POLICY`` set to the policy's number, its own hooks bound (``HOOKS``) and
-    their flags set, the flags made of them evaluated again, the template's policy-dependent functions
+    their flags set, ``variant``'s settings set (None: the general copy, which reads them at run time), the flags made
+    of them evaluated again, the template's policy-dependent functions
     (``dependent``) defined again, and every other name of the template taken from it: its constants, and its other
     functions, which numba compiles and caches once, in the template, for all the policies."""
     part = own_part(policy)
@@ -174,8 +223,9 @@ def text(policy: str) -> str:
     taken = dep | set(FLAGS) | (set(HOOKS) if part else set())
     own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"] if part else []
     given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert")]
+    settings = variant.values() if variant is not None else (-1, -1, -1, -1)
     out = [
-        f'"""The compiled walk for eviction policy {policy}: written by sim.fast.special from walk.py (the template;',
+        f'"""The compiled walk for eviction policy {policy} ({_tag(variant)}): written by sim.fast.special from walk.py (the template;',
         "edit that one), whose functions this copy defines anew where they depend on the policy and takes from it",
         'otherwise."""',
         "",
@@ -186,7 +236,7 @@ def text(policy: str) -> str:
         f"globals().update((k, v) for k, v in vars(_template).items() if not k.startswith('__') and k not in {sorted(taken)!r})",
         *own,
         f"POLICY = {number(policy)}  # {policy}",
-        *[f"{name} = {value}" for name, value in zip(SET[1:], given)],
+        *[f"{name} = {value}" for name, value in zip(SET[1:], (*given, *settings))],
         *[ast.get_source_segment(src, n) or "" for n in flags[len(SET) :]],
     ]
     lines = src.splitlines()
@@ -231,21 +281,22 @@ def _umask() -> int:
     return 0o022
 
 
-def source(policy: str) -> Path:
-    """The file of ``policy``'s walk (``text``), written if it is not there. Written to a temporary name and linked to
+def source(policy: str, variant: Variant | None = None) -> Path:
+    """The file of ``policy``'s walk for ``variant`` (``text``), written if it is not there. Written to a temporary name and linked to
     its own, so that a process never reads a half-written copy and two processes writing at once leave the first's file (and
     numba's cache of it) as it was; copies of the policy from other versions of the template are removed."""
-    body = text(policy)
+    body = text(policy, variant)
     # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls,
     # and of the files of the policy's own compiled part, whose code it holds too (numba checks a cache against its
     # own file only)
     own = "".join(Path(m.__file__ or "").read_text(encoding="utf-8") for m in kernel_modules(policy))
     digest = hashlib.sha256((_template()[0] + body + own).encode()).hexdigest()[:16]
     d = home()
-    path = d / f"walk_{policy}_{digest}.py"
+    stem = f"walk_{policy}_{_tag(variant)}"
+    path = d / f"{stem}_{digest}.py"
     if path.exists():
         return path
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".walk_{policy}_", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{stem}_", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(body)
@@ -260,8 +311,13 @@ def source(policy: str) -> Path:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    for old in d.glob(f"walk_{policy}_*.py"):  # an older template's copy: its compiled cache goes with it
-        if old != path and re.fullmatch(rf"walk_{re.escape(policy)}_[0-9a-f]{{16}}\.py", old.name):
+    # an older template's copy of the same policy and variant (and, for a general copy, one named as before copies
+    # had variants, ``walk_<policy>_<digest>``): its compiled cache goes with it
+    names = [rf"{re.escape(stem)}_[0-9a-f]{{16}}\.py"]
+    if variant is None:
+        names.append(rf"walk_{re.escape(policy)}_[0-9a-f]{{16}}\.py")
+    for old in d.glob(f"walk_{policy}_*.py"):
+        if old != path and any(re.fullmatch(n, old.name) for n in names):
             for f in (old, *(d / "__pycache__").glob(f"{old.stem}.*")):
                 with contextlib.suppress(OSError):
                     f.unlink()
@@ -269,11 +325,12 @@ def source(policy: str) -> Path:
 
 
 @cache
-def core(policy: str) -> ModuleType:
-    """The module of ``policy``'s walk, imported once per process as ``hobbit.sim.fast.walk_<policy>``: its ``walk``
-    compiles for that policy alone (``walk_state``, which takes the policy as an argument, is the template's)."""
-    path = source(policy)
-    name = f"{__package__}.walk_{policy}"
+def core(policy: str, variant: Variant | None = None) -> ModuleType:
+    """The module of ``policy``'s walk for ``variant`` (None: its general copy), imported once per process as
+    ``hobbit.sim.fast.walk_<policy>_<tag>``: its ``walk`` compiles for that policy (and variant) alone
+    (``walk_state``, which takes the policy as an argument, is the template's)."""
+    path = source(policy, variant)
+    name = f"{__package__}.walk_{policy}_{_tag(variant)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")

@@ -9,7 +9,8 @@ An eviction policy's compiled decisions live in its own file (``policies.compile
 walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``), except those of ``POLICIES``, whose state is the
 walk's own (multidim's layer lists, Belady's heaps, EAM's candidates). This file is a template: the eviction policy
 is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per policy with it set
-and the policy's hooks bound, so that numba compiles each policy's walk with that policy's branches alone
+and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``, ``HISTORY`` and
+``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
 (``walk_state``, which takes the policy as an argument, runs from this module).
 
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
@@ -78,6 +79,16 @@ POLICY = -1
 OWN_HIT = False
 OWN_MISS = False
 OWN_INSERT = False
+# The run's settings a copy may be specialised for besides the policy (``sim.fast.special.Variant``): the prefetcher
+# (``PF_*``), cpu_misses (``CM_*``), the prefetcher's history fallback (0, 1) and whether a step's bound splits its
+# experts with the CPU (0, 1). -1 here and in a policy's general copy, which reads each from its inputs at run time; a
+# specialised copy reads the constant (each phase reads a setting as ``X if X >= 0 else record.field``, which numba's
+# branch pruning reduces to the one it keeps), so that it types and compiles none of the code other settings need, and
+# its ``walk`` refuses inputs of other settings.
+PREFETCHER = -1
+MISSES = -1
+HISTORY = -1
+BOUND_CPU = -1
 # policies whose victim ``_pre_admit`` picks (their miss hook runs there): those with state of their own or that
 # read ``rare`` (Belady, EAM's priority and its release's eviction)
 PICKS_VICTIM = POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, OWN)
@@ -1340,6 +1351,10 @@ def walk_state(
         g_key=g_key,
         own=own,
         xs=xs,
+        # its slot per pool, [2, L, E], a view of ``xs`` made here: a transpose in the walk compiles numba's
+        # permutation of shapes and strides, which checks its axes with a set and builds an error message (about
+        # 1.5 s of the first compile)
+        index=xs[:, :, :2].transpose(2, 0, 1),
         st=st,
         served=served,
         mass=mass,
@@ -1370,6 +1385,7 @@ class State(NamedTuple):
     g_key: Any
     own: Any  # the state of a policy whose file gives its compiled part (``policies.compiled``; () for the others)
     xs: Any
+    index: Any  # [2, L, E]: a view of xs (the slot per pool)
     st: Any
     served: Any
     mass: Any
@@ -1811,14 +1827,8 @@ def _needed(rt, rl, sc, a, b, layer, K, n_high, n_low):
 @njit(cache=True, inline="always")
 def _bound_step(bd, sc, n_need, pw, layer, L, b_total):
     """``bound.pass_bounds``'s step: the experts not every selection skips, in first-appearance order, and the step's bound added to the pass's."""
-    bnd_cpu, bnd_dense, bnd_min, bnd_out, bnd_uses_cpu, bnd_whole = (
-        bd.cpu,
-        bd.dense,
-        bd.min_s,
-        bd.out,
-        bd.uses_cpu,
-        bd.whole,
-    )
+    bnd_cpu, bnd_dense, bnd_min, bnd_out, bnd_whole = bd.cpu, bd.dense, bd.min_s, bd.out, bd.whole
+    bnd_uses_cpu = BOUND_CPU if BOUND_CPU >= 0 else bd.uses_cpu
     b_cpu, b_dev, need_c, need_n, order = sc.b_cpu, sc.b_dev, sc.need_c, sc.need_n, sc.order
     nd, dev = 0, 0.0
     for j in range(n_need):
@@ -1923,7 +1933,8 @@ def _serve_one(
     cpu_layer, expert_bytes, per_layer, resident = pl.cpu_layer, pl.expert_bytes, pl.per_layer, pl.resident
     fw, w = ev.fw, ev.w
     staging = pf.staging
-    cpu_faster, cpu_insert, cpu_misses = cp.faster, cp.insert, cp.misses
+    cpu_faster, cpu_insert = cp.faster, cp.insert
+    cpu_misses = MISSES if MISSES >= 0 else cp.misses
     counts, g_key, g_n, g_on, g_pos, g_qlb, g_slots = (
         ca.counts,
         ca.g_key,
@@ -2174,14 +2185,10 @@ def _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E):
     ids, pred, pred_w, top_k, weights = rt.ids, rt.pred, rt.pred_w, rt.top_k, rt.weights
     uniform = rl.uniform
     cpu_layer, resident = pl.cpu_layer, pl.resident
-    eam_lib, eam_norms, eam_order, eam_per_step, history = (
-        pf.eam_lib,
-        pf.eam_norms,
-        pf.eam_order,
-        pf.eam_per_step,
-        pf.history,
-    )
-    max_depth, prefetcher, staging = pf.max_depth, pf.kind, pf.staging
+    eam_lib, eam_norms, eam_order, eam_per_step = pf.eam_lib, pf.eam_norms, pf.eam_order, pf.eam_per_step
+    history = HISTORY if HISTORY >= 0 else pf.history
+    prefetcher = PREFETCHER if PREFETCHER >= 0 else pf.kind
+    max_depth, staging = pf.max_depth, pf.staging
     counts, eam_match, index, st = ca.counts, ca.eam_match, ca.index, ca.st
     stg_tid = sg.stg_tid
     eam_fresh, eam_r, eam_v, hist, props, want, worder = (
@@ -2276,7 +2283,8 @@ def _issue(
     """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_ahead``); the log's counters after them."""
     cpu_layer, expert_bytes, per_expert, resident = pl.cpu_layer, pl.expert_bytes, pl.per_expert, pl.resident
     prefetch_prec, staging = pf.prefetch_prec, pf.staging
-    cpu_faster, cpu_misses = cp.faster, cp.misses
+    cpu_faster = cp.faster
+    cpu_misses = MISSES if MISSES >= 0 else cp.misses
     index, prefetched, st = ca.index, ca.prefetched, ca.st
     loads = lg.loads
     stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
@@ -2330,6 +2338,15 @@ def walk(state, inputs, p0, p1):
     run reads the trace's selections once."""
     if POLICY < 0:
         raise ValueError("the template's walk decides for no policy: call sim.fast.special.core(policy).walk")
+    if (
+        (PREFETCHER >= 0 and inputs.prefetch.kind != PREFETCHER)
+        or (MISSES >= 0 and inputs.cpu.misses != MISSES)
+        or (HISTORY >= 0 and inputs.prefetch.history != HISTORY)
+        or (BOUND_CPU >= 0 and inputs.bound.uses_cpu != BOUND_CPU)
+    ):
+        raise ValueError(
+            "this copy of the walk is specialised for other settings: sim.fast.special.core(policy, variant)"
+        )
     # the inputs and the state as the phases read them: named records of borrowed arrays (``_borrowed_all``: no atomic
     # reference counts where the hot path hands them on); ``state``, ``inputs`` and ``scratch`` hold the arrays
     rt, rl, pl = _borrowed_all(inputs.routing), _borrowed_all(inputs.rule), _borrowed_all(inputs.place)
@@ -2339,6 +2356,8 @@ def walk(state, inputs, p0, p1):
         _borrowed_all(inputs.cpu),
         _borrowed_all(inputs.bound),
     )
+    prefetcher = PREFETCHER if PREFETCHER >= 0 else pf.kind
+    misses = MISSES if MISSES >= 0 else cp.misses
     L, K, E = rt.ids.shape[1], rt.ids.shape[2], pl.resident.shape[1]
     D = min(rt.pred.shape[2], pf.max_depth)
     n_ec = state.eam_match.shape[0] - EC_SLOTS + 1  # a scan's K + 1 lowest copies (_eam_evict)
@@ -2349,7 +2368,7 @@ def walk(state, inputs, p0, p1):
             state.pool,
             state.roff,
             state.nfree,
-            xs[:, :, :2].transpose(2, 0, 1),
+            state.index,
             xs[:, :, 2:5],
             xs[:, :, 5],
             xs[:, :, 6],
@@ -2418,12 +2437,12 @@ def walk(state, inputs, p0, p1):
             st[INSERTS] = 0
             # offload_min_batch: a pass this wide computes host-side experts on the device, each copied and used once
             offload = pl.offload_at > 0 and T >= pl.offload_at
-            off_miss = offload and cp.misses != CM_NEVER
+            off_miss = offload and misses != CM_NEVER
             # wide_step=bypass: a step that selects more experts than its layer's region of a pool has slots keeps
             # none of its misses there (``Decider.run``)
             by_h = pl.wide_bypass and n_need > ca.roff[HIGH, layer + 1] - ca.roff[HIGH, layer]
             by_l = pl.wide_bypass and n_need > ca.roff[LOW, layer + 1] - ca.roff[LOW, layer]
-            if cp.misses == CM_SPLIT:
+            if misses == CM_SPLIT:
                 _split(rl, pl, cp, ca, sc, n_need, layer, E)
             _warm(ca, sc, n_need, layer)
             for j in range(n_need):
@@ -2434,7 +2453,7 @@ def walk(state, inputs, p0, p1):
                 )  # fmt: skip
             _forget_need(sc, n_need, layer)
             n_pins, n_stg, nx = _drop_stale(pl, ev, pf, ca, lg, sg, bz, sc, pins, i, layer, E, n_pins, n_stg, nx)
-            if not pf.prefetching or pf.kind == PF_NONE:
+            if not pf.prefetching or prefetcher == PF_NONE:
                 continue
             n_props = _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E)
             if n_pins + n_props > pins.shape[0]:  # room for a pin per proposal, here: a check (and the owner's
