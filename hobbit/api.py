@@ -327,10 +327,9 @@ def sweep(
 
     from hobbit.sim import fast
 
-    # points of several policies or settings share each policy's general copy of the walk, compiled once
-    walks = {(c.system.cache.policy, fast.variant_of(c.system)) for c in cfgs}
+    # many runs: each policy's general copy of the walk (``fast.policy_walk``), compiled once for all the points
     summaries: list[dict[str, Any]] = []
-    with fast.general_walks() if len(walks) > 1 else contextlib.nullcontext():
+    with fast.general_walks() if len(cfgs) > 1 else contextlib.nullcontext():
         jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
         done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
         with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:

@@ -133,29 +133,11 @@ class HobbitLauncher(Launcher):
             n = 1
         from hobbit.sim.fast import general_walks
 
-        # jobs of several systems or walk settings share each policy's general copy of the walk, compiled once
-        with general_walks() if mixes_walks(job_overrides) else contextlib.nullcontext():
+        # many runs: each policy's general copy of the walk (``sim.fast.policy_walk``), compiled once for all the jobs
+        with general_walks() if len(job_overrides) > 1 else contextlib.nullcontext():
             if n == 1:
                 return [self._run(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
             return fork_pool(n, len(job_overrides), lambda i: self._run(initial_job_idx + i, job_overrides[i]))
-
-
-# the overrides that choose which compiled walk a job needs (``sim.fast.variant_of``): the system preset, and the
-# keys ending so
-WALK_KEYS = ("cache.policy", "prefetch.kind", "prefetch.fallback", "cpu_misses", "placement")
-
-
-def mixes_walks(job_overrides: Sequence[Sequence[str]]) -> bool:
-    """Whether the jobs set the system or a setting its compiled walk is specialised for to more than one value."""
-    seen = set()
-    for overrides in job_overrides:
-        chosen = []
-        for o in overrides:
-            key, _, value = o.lstrip("+~").partition("=")
-            if key == "system" or key.endswith(WALK_KEYS):
-                chosen.append((key, value))
-        seen.add(tuple(sorted(chosen)))
-    return len(seen) > 1
 
 
 def _take(token: tuple[int, int], count: int) -> int:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, policy_knobs
+from hobbit.sim.fast import general_walks
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, pid_alive
@@ -236,6 +237,7 @@ def fail_orphans(study: Any) -> list[int]:
     return failed
 
 
+@general_walks()  # many runs: each policy's general copy of the walk (sim.fast.policy_walk)
 def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
     """Run (or continue) the study; write trials.parquet, experiment/tuned.yaml, tune.json."""
     import optuna  # lazy: see open_study

@@ -360,17 +360,3 @@ def test_workers_die_with_a_parent_killed_by_sigkill(tmp_path):
         for pid in kids if "kids" in locals() else ():  # never leave one running, whatever failed
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def test_jobs_of_several_systems_share_each_policys_general_walk():
-    """A multirun whose jobs name several systems, or several values of a setting the compiled walk is specialised
-    for, runs them on each policy's general copy (compiled once); one system's knobs keep the default."""
-    from hobbit.launcher import mixes_walks
-
-    assert mixes_walks([["system=hobbit"], ["system=on-demand"]])
-    assert mixes_walks([["system.prefetch.kind=none", "seed=1"], ["system.prefetch.kind=hobbit", "seed=1"]])
-    assert mixes_walks([["+system.cpu_misses=faster"], []])
-    assert not mixes_walks([["system.precision.t1=0.5"], ["system.precision.t1=0.6"]])
-    assert not mixes_walks(
-        [["system=hobbit", "system.cache.high_bytes=1"], ["system=hobbit", "system.cache.high_bytes=2"]]
-    )

@@ -174,9 +174,9 @@ numba_event.register("numba:compile", NOTICE)
 # Which copy of a policy's walk a run uses (``policy_walk``, ``$HOBBIT_WALK``): ``auto`` (the default), the copy
 # specialised for the run's settings unless only the policy's general copy is compiled already (in this process or in
 # numba's cache: it decides alike, and compiling the variant would only cost time); ``specialised``, that copy always;
-# ``general``, the policy's general copy, what a process that runs many systems or settings compiles once per policy
-# (``hobbit compare``, ``reproduce``, ``plan`` and sweeps over several systems set it, ``general_walks``, as does the
-# test suite)
+# ``general``, the policy's general copy, what a process that runs many simulations compiles once per policy and runs
+# them on (``hobbit compare``, ``reproduce``, ``plan``, ``tune`` and sweeps set it, ``general_walks``, as does the test
+# suite): it is also the faster of the two for HOBBIT's prefetcher (docs/performance-log.md, 2026-12-06)
 WALK_ENV = "HOBBIT_WALK"
 WALK_COPIES = ("auto", "specialised", "general")
 
@@ -194,7 +194,7 @@ def walk_copies() -> str:
 @contextmanager
 def general_walks() -> Iterator[None]:
     """Within it (and in the processes it starts), runs use each policy's general copy (``walk_copies``): for
-    commands that run many systems, which would otherwise compile a copy per system."""
+    commands that run many simulations, which would otherwise compile a copy per system and setting."""
     before = os.environ.get(WALK_ENV)
     os.environ[WALK_ENV] = "general"
     try:
