@@ -36,6 +36,7 @@ from hobbit.sim.memory import check_placement, fit
 from hobbit.sim.results import Results
 from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
+from hobbit.sim.walk_copies import general_walks
 from hobbit.sim.windowed import simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
@@ -325,11 +326,9 @@ def sweep(
     chunks = [items[i : i + size] for i in range(0, len(items), size)]
     from joblib import Parallel, delayed  # here: a command that runs no sweep does not pay for its import
 
-    from hobbit.sim import fast
-
     # many runs: each policy's general copy of the walk (``fast.policy_walk``), compiled once for all the points
     summaries: list[dict[str, Any]] = []
-    with fast.general_walks() if len(cfgs) > 1 else contextlib.nullcontext():
+    with general_walks() if len(cfgs) > 1 else contextlib.nullcontext():
         jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
         done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
         with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:

@@ -30,9 +30,9 @@ from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.phases import require
 from hobbit.results_io import decode_text, tok_s, write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
-from hobbit.sim.fast import general_walks
 from hobbit.sim.run import needs_weights, simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
+from hobbit.sim.walk_copies import general_walks
 from hobbit.sim.workload import split_requests
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace

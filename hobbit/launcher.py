@@ -49,6 +49,8 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from hobbit.sim.walk_copies import general_walks
+
 log = logging.getLogger(__name__)
 TARGET = "hydra_plugins.hobbit_launcher.HobbitLauncher"
 FRAME = struct.Struct("<Q")  # a result's length, then its pickle
@@ -131,8 +133,6 @@ class HobbitLauncher(Launcher):
                 "hydra/launcher=joblib starts its own"
             )
             n = 1
-        from hobbit.sim.fast import general_walks
-
         # many runs: each policy's general copy of the walk (``sim.fast.policy_walk``), compiled once for all the jobs
         with general_walks() if len(job_overrides) > 1 else contextlib.nullcontext():
             if n == 1:

@@ -33,13 +33,13 @@ from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.phases import require
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, policy_knobs
-from hobbit.sim.fast import general_walks
 from hobbit.sim.flags import apply_flags
 from hobbit.sim.formats import FORMATS, weights
 from hobbit.sim.machine import hardware_config
 from hobbit.sim.memory import GiB, check_device, fit, gib
 from hobbit.sim.run import check_topology
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
+from hobbit.sim.walk_copies import general_walks
 from hobbit.traces.io import atomic_write_json, atomic_write_text
 
 LOCALITIES = ("low", "high")  # conf/routing.yaml's presets a chosen setting is predicted again at: its range

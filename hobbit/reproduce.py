@@ -39,7 +39,7 @@ from hobbit.api import configure, simulate_config
 from hobbit.glue import CONF, hydra_command
 from hobbit.results_io import decode_text
 from hobbit.sim.config import ConfigError, ModelConfig
-from hobbit.sim.fast import general_walks
+from hobbit.sim.walk_copies import general_walks
 from hobbit.timelines import write_sim_timeline
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import atomic_write_json, atomic_write_text, read_meta, read_trace

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, policy_knobs
-from hobbit.sim.fast import general_walks
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
+from hobbit.sim.walk_copies import general_walks
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, pid_alive
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sys
 import tempfile
 import threading
@@ -35,7 +34,7 @@ try:
 except ImportError:  # not POSIX: no lock, every process compiles for itself (as numba alone does)
     fcntl = None
 
-from hobbit.sim.config import ConfigError, SystemConfig, offload_tokens, policy_knobs
+from hobbit.sim.config import SystemConfig, offload_tokens, policy_knobs
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import (
     Decider,
@@ -55,6 +54,7 @@ from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.timeline import Timeline
+from hobbit.sim.walk_copies import walk_copies
 from hobbit.sim.workload import Workload
 
 # Seconds (low, high) numba takes to compile each entry point, measured on a 2-core VM (numba compiles on one core,
@@ -169,41 +169,6 @@ class CompileNotice(numba_event.Listener):
 ENTRY = (timing.replay, timing.replay_shared, bound.pass_bounds)  # and each policy's walk, as a run asks for it
 NOTICE = CompileNotice(ENTRY)
 numba_event.register("numba:compile", NOTICE)
-
-
-# Which copy of a policy's walk a run uses (``policy_walk``, ``$HOBBIT_WALK``): ``auto`` (the default), the copy
-# specialised for the run's settings unless only the policy's general copy is compiled already (in this process or in
-# numba's cache: it decides alike, and compiling the variant would only cost time); ``specialised``, that copy always;
-# ``general``, the policy's general copy, what a process that runs many simulations compiles once per policy and runs
-# them on (``hobbit compare``, ``reproduce``, ``plan``, ``tune`` and sweeps set it, ``general_walks``, as does the test
-# suite): it is also the faster of the two for HOBBIT's prefetcher (docs/performance-log.md, 2026-12-06)
-WALK_ENV = "HOBBIT_WALK"
-WALK_COPIES = ("auto", "specialised", "general")
-
-
-def walk_copies() -> str:
-    """The copies the runs of this process use (``$HOBBIT_WALK``, default ``auto``)."""
-    mode = os.environ.get(WALK_ENV, "") or WALK_COPIES[0]
-    if mode not in WALK_COPIES:
-        raise ConfigError(
-            f"environment variable {WALK_ENV}={mode!r}: use one of {', '.join(WALK_COPIES)} (or leave it unset)"
-        )
-    return mode
-
-
-@contextmanager
-def general_walks() -> Iterator[None]:
-    """Within it (and in the processes it starts), runs use each policy's general copy (``walk_copies``): for
-    commands that run many simulations, which would otherwise compile a copy per system and setting."""
-    before = os.environ.get(WALK_ENV)
-    os.environ[WALK_ENV] = "general"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(WALK_ENV, None)
-        else:
-            os.environ[WALK_ENV] = before
 
 
 def _compiled(d) -> bool:
