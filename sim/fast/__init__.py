@@ -179,13 +179,12 @@ def policy_walk(policy: str, variant: special.Variant | None = None) -> Callable
     """The walk compiled for eviction policy ``policy`` (``special.core``) for a run of settings ``variant`` (None:
     the policy's general copy), as ``walk_copies`` chooses; an entry point ``NOTICE`` announces. Every copy decides
     alike; a specialised one compiles about a fifth less code than the general one."""
-    general = special.core(policy).walk
     mode = walk_copies()
     if variant is None or mode == "general":
-        d = general
+        d = special.core(policy).walk
     else:
         d = special.core(policy, variant).walk
-        if mode == "auto" and not _compiled(d) and _compiled(general):
+        if mode == "auto" and not _compiled(d) and _compiled(general := special.core(policy).walk):
             d = general
     if d not in NOTICE.entry:
         NOTICE.entry = (*NOTICE.entry, d)
