@@ -37,7 +37,7 @@ from hobbit.sim.results import Results
 from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
 from hobbit.sim.walk_copies import general_walks
-from hobbit.sim.windowed import simulate_file
+from hobbit.sim.windowed import check_whole_read, refused, simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
@@ -46,6 +46,7 @@ from hobbit.traces.io import Trace, atomic_write_text
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.synthetic import SyntheticConfig, generate
 from hobbit.traces.tiny import bundled_trace
+from hobbit.traces.window import TraceFile, held_apart
 
 if TYPE_CHECKING:  # pandas loads with a sweep's table or a run's tables, not with the API
     import pandas as pd
@@ -111,6 +112,17 @@ def read_trace(path: str | Path | None = None) -> Trace:
     while len(_READ) > 2:
         _READ.popitem(last=False)
     return tr
+
+
+def trace_of(path: str | Path | None, window_tokens: int) -> Trace | TraceFile:
+    """The trace at ``path`` (None: the bundled one) as a command that runs many simulations takes it: read whole
+    (refused, with the fix, where its run would not fit the memory available: ``sim.windowed.check_whole_read``), or,
+    with ``window_tokens``, a ``TraceFile`` that each run reads that many tokens at a time."""
+    file = Path(path) if path is not None else bundled_trace()
+    if window_tokens:
+        return TraceFile.open(file, window_tokens)
+    check_whole_read(file)
+    return read_trace(file)
 
 
 def _knob(key: str, value: Any) -> str:
@@ -217,11 +229,11 @@ def simulate_file_config(
 
 
 def check(
-    trace: Trace,
+    trace: Trace | TraceFile,
     model: ModelConfig,
     hardware: HardwareConfig,
     system: SystemConfig,
-    profile: Trace | None = None,
+    profile: Trace | TraceFile | None = None,
     profile_share: float = 0.25,
     context: int = 0,
 ) -> None:
@@ -229,7 +241,8 @@ def check(
     knobs, the trace's topology against the model's, gate weights where the system's rule reads them, a calibrated
     profile's tables, and whether the model fits the machine's memory. Raises ``ConfigError`` naming the first
     problem and its fix. A command that runs many simulations (``hobbit compare``, ``hobbit tune``) checks each
-    configuration here before the first starts, so bad input stops it before any work."""
+    configuration here before the first starts, so bad input stops it before any work. A ``TraceFile`` (a trace read
+    a window at a time) is checked from its scan, without reading its rows."""
     for prefix, cfg in (("model.", model), ("hardware.", hardware), ("system.", system)):
         check_knobs(cfg, prefix)
     system = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts).system
@@ -239,9 +252,19 @@ def check(
         check_topology(profile, model)
     check_weights(trace, system)
     check_profile(model, hardware)
-    timed = trace if profile is not None else split_requests(trace, profile_share)[1]
-    position = timed.arrays.position
-    context += int(position.max()) + 1 if len(position) else 1
+    if isinstance(trace, TraceFile):
+        why = refused(system)
+        if why is not None:
+            raise ConfigError(
+                f"system={system.name} cannot run on trace {trace.path} read a window at a time: {why} (fix: "
+                f"window_tokens=0, which reads the trace whole)"
+            )
+        held = 0 if profile is not None else held_apart(len(trace.scan.requests), profile_share)
+        context += int(trace.scan.request_context[held:].max())
+    else:
+        timed = trace if profile is not None else split_requests(trace, profile_share)[1]
+        position = timed.arrays.position
+        context += int(position.max()) + 1 if len(position) else 1
     share = len(trace.meta.layers) / max(trace.meta.model.num_layers, 1)
     memory = fit(model, hardware, system, context, share)
     size_cache(model, hardware, system, context, share, memory)

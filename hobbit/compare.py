@@ -24,18 +24,21 @@ import numpy as np
 from tqdm import tqdm
 
 from hobbit.analysis.system_plots import compare_table, cpu_assisted, plot_compare
-from hobbit.api import check, trace_file
+from hobbit.api import check, trace_file, trace_of
 from hobbit.conf import CONF_DIR
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
-from hobbit.phases import require
+from hobbit.phases import Phases, require
 from hobbit.results_io import decode_text, tok_s, write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
+from hobbit.sim.results import Results
 from hobbit.sim.run import needs_weights, simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.sim.walk_copies import general_walks
+from hobbit.sim.windowed import simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces.interchange import weights_absent
-from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
+from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text
+from hobbit.traces.window import TraceFile, held_apart
 
 TUNED = "hobbit-tuned"
 
@@ -49,7 +52,12 @@ def all_systems() -> list[str]:
 class CompareConfig:
     """Knobs of ``hobbit compare`` (conf/compare.yaml)."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"profile_share": "(0,1)", "tune_trials": ">=0", "quality_budget": "[0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {
+        "profile_share": "(0,1)",
+        "tune_trials": ">=0",
+        "quality_budget": "[0,1]",
+        "window_tokens": ">=0",
+    }
 
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile": "in", "out_dir": "outdir"}
@@ -79,6 +87,9 @@ class CompareConfig:
     """Seed of the fallback predictions when the trace has none, and of the tuning's sampler."""
     out_dir: str = "."
     """Where results go (the command's run directory)."""
+    window_tokens: int = 0
+    """0: the trace is read whole, once; N: every system's run (and each tuning trial) reads the trace file N tokens
+    at a time (``sim.windowed``: the same results, the memory a window's, for traces longer than memory)."""
 
 
 def _system(name: str) -> SystemConfig:
@@ -94,7 +105,9 @@ def tuning_base(system: SystemConfig) -> SystemConfig:
     )
 
 
-def _tuned(profile: Trace, cfg: CompareConfig, hw: HardwareConfig, out: Path) -> tuple[SystemConfig | None, str]:
+def _tuned(
+    profile: Trace | TraceFile, cfg: CompareConfig, hw: HardwareConfig, out: Path
+) -> tuple[SystemConfig | None, str]:
     """HOBBIT tuned on the profiling requests (the study resumes), or None with why."""
     tcfg = TuneConfig(
         model=cfg.model,
@@ -132,34 +145,63 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def check_all(
-    trace: Trace,
-    timed: Trace,
-    profile: Trace | None,
+    trace: Trace | TraceFile,
+    timed: Trace | None,
+    profile: Trace | TraceFile | None,
     cfg: CompareConfig,
     hw: HardwareConfig,
     systems: list[SystemConfig],
 ) -> None:
     """Every configuration ``compare`` will run, checked before it runs any (``hobbit.api.check``): each system on
-    the timed requests, and the tuning's base on the profiling requests (when it tunes)."""
+    the timed requests (``timed``; None: those of ``trace``, a ``TraceFile``, after its profiling requests), and the
+    tuning's base on the profiling requests (when it tunes)."""
     for system in systems:
-        check(timed, cfg.model, hw, system, profile=profile, profile_share=0.0)
+        if timed is None:
+            check(trace, cfg.model, hw, system, profile_share=cfg.profile_share)
+        else:
+            check(timed, cfg.model, hw, system, profile=profile, profile_share=0.0)
     if profile is not None and cfg.tune_trials > 0 and not weights_absent(trace.meta):
         check(profile, cfg.model, hw, tuning_base(cfg.system))
 
 
 @general_walks()  # many systems: each policy's general copy of the walk, compiled once
-def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
-    """Run every system (and the tuned HOBBIT) on ``trace``; write the table, plot and JSON under ``out``."""
+def compare(trace: Trace | TraceFile, cfg: CompareConfig, out: Path) -> dict[str, Any]:
+    """Run every system (and the tuned HOBBIT) on ``trace`` (read whole, or a ``TraceFile`` each run reads a window at
+    a time); write the table, plot and JSON under ``out``."""
     hw = load_hardware(cfg.profile) if cfg.profile else cfg.hardware
     names = list(dict.fromkeys(cfg.systems)) or all_systems()
     unknown = sorted(set(names) - set(all_systems()))
     if unknown:
         raise ConfigError(f"systems={unknown} are not presets of conf/system (fix: some of {', '.join(all_systems())})")
-    profile, timed = split_requests(trace, cfg.profile_share)
-    require(timed, "compare", "it ranks systems by decode latency on the requests it times", decode=True)
+    purpose = "it ranks systems by decode latency on the requests it times"
+    profile: Trace | TraceFile | None
+    timed: Trace | None
+    if isinstance(trace, TraceFile):  # the profiling requests, and the timed ones' phases, from its scan
+        tf, timed, n_held = trace, None, held_apart(len(trace.scan.requests), cfg.profile_share)
+        profile = trace.head(n_held) if n_held else None
+        ph = Phases.of_requests(trace.scan, n_held, len(trace.scan.requests))
+        require(trace, "compare", purpose, decode=True, phases=ph)
+
+        def run(system: SystemConfig) -> Results:  # its run holds apart the same requests (``simulate_file``)
+            rng = np.random.default_rng(cfg.seed)
+            return simulate_file(
+                tf.path, cfg.model, hw, system, rng, profile_share=cfg.profile_share, window_tokens=tf.window_tokens
+            )
+    else:
+        profile, timed = split_requests(trace, cfg.profile_share)
+        n_held = 0 if profile is None else len(np.unique(profile.arrays.request_id))
+        require(timed, "compare", purpose, decode=True)
+        part, held = timed, profile
+
+        def run(system: SystemConfig) -> Results:
+            rng = np.random.default_rng(cfg.seed)
+            return simulate(
+                part, cfg.model, hw, system, rng, engine="fast", profile=held, profile_share=0.0, keep_decisions=False
+            )
+
     systems = [_system(n) for n in names]
     notes = [
-        f"{len(np.unique(profile.arrays.request_id))} requests held apart for profiling and tuning"
+        f"{n_held} requests held apart for profiling and tuning"
         if profile is not None
         else "no requests held apart (the trace has one request): nothing profiled"
     ]
@@ -186,17 +228,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     note = "; ".join(notes)
     rows = []
     for system in tqdm(systems, desc="compare", unit="system", disable=None):
-        res = simulate(
-            timed,
-            cfg.model,
-            hw,
-            system,
-            np.random.default_rng(cfg.seed),
-            engine="fast",
-            profile=profile,
-            profile_share=0.0,
-            keep_decisions=False,
-        )
+        res = run(system)
         write_results(res, out / "systems" / system.name)
         rows.append(res.summary)
     rows = rank(rows)
@@ -251,7 +283,7 @@ def compare(trace: Trace, cfg: CompareConfig, out: Path) -> dict[str, Any]:
 def compare_main(cfg: CompareConfig) -> None:
     """Every system, and HOBBIT tuned on held-apart requests, on one trace and machine, ranked."""
     t0 = time.perf_counter()
-    trace = read_trace(trace_file(cfg.trace, cfg.model, cfg.seed))
+    trace = trace_of(trace_file(cfg.trace, cfg.model, cfg.seed), cfg.window_tokens)
     out = Path(cfg.out_dir)
     s = compare(trace, cfg, out)
     print(s["table"])

@@ -17,6 +17,7 @@ import numpy as np
 from hobbit.sim.config import ConfigError
 from hobbit.traces.io import Trace
 from hobbit.traces.schema import DECODE, PREFILL
+from hobbit.traces.window import Scan, TraceFile
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,9 @@ class Phases:
     requests: int
 
     @classmethod
-    def of(cls, trace: Trace) -> Phases:
+    def of(cls, trace: Trace | TraceFile) -> Phases:
+        if isinstance(trace, TraceFile):
+            return cls.of_requests(trace.scan, 0, len(trace.scan.requests))
         a = trace.arrays
         first = a.layer == (a.layer.min() if len(a.layer) else 0)  # one row a token: its first recorded layer
         return cls(
@@ -36,6 +39,12 @@ class Phases:
             decode_tokens=int(np.count_nonzero(first & (a.phase == DECODE))),
             requests=len(np.unique(a.request_id)),
         )
+
+    @classmethod
+    def of_requests(cls, scan: Scan, first: int, stop: int) -> Phases:
+        """Those of a scanned trace's requests ``first:stop`` (in the file's order)."""
+        tokens, decode = scan.request_tokens[first:stop], scan.request_decode[first:stop]
+        return cls(int(tokens.sum() - decode.sum()), int(decode.sum()), len(tokens))
 
     def __str__(self) -> str:
         return (
@@ -45,7 +54,7 @@ class Phases:
 
 
 def require(
-    trace: Trace,
+    trace: Trace | TraceFile,
     command: str,
     why: str,
     *,
@@ -53,11 +62,13 @@ def require(
     prefill: bool = False,
     requests: int = 1,
     fewer: str = "",
+    phases: Phases | None = None,
 ) -> Phases:
     """``trace``'s phases, or ``ConfigError`` where ``command`` (which needs them ``why``) cannot run on it: no decode
     tokens when ``decode``, no prefill tokens when ``prefill``, fewer than ``requests`` requests (``fewer``: the knob
-    that asks for fewer, named in the fix)."""
-    ph = Phases.of(trace)
+    that asks for fewer, named in the fix). ``phases``: those of the part of ``trace`` the command runs on, where it is
+    not the whole (``Phases.of_requests``)."""
+    ph = phases if phases is not None else Phases.of(trace)
     missing = []
     if decode and ph.decode_tokens == 0:
         missing.append("decode tokens")

@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from hobbit.api import check, read_trace
+from hobbit.api import check, trace_of
 from hobbit.compare import tuning_base
 from hobbit.glue import CONF, hydra_command, searchpath
 from hobbit.phases import require
@@ -24,12 +24,13 @@ from hobbit.sim.config import ConfigError
 from hobbit.sim.tune import TuneConfig, tune
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
+from hobbit.traces.window import TraceFile
 
 SIM_DEFAULT_SEED = 0  # conf/sim.yaml's seed: the printed command names another
 TUNED_KNOBS = ("system.precision.mode", "system.cache.policy")  # what the search fixes besides what it writes
 
 
-def check_tune(trace: Trace, cfg: TuneConfig) -> None:
+def check_tune(trace: Trace | TraceFile, cfg: TuneConfig) -> None:
     """What ``hobbit tune`` refuses before it searches: a trace without gate weights (the T1/T2 rule it tunes reads
     them) or without decode passes (what it minimises), and anything a simulation of the base it varies would refuse (``hobbit.api.check``)."""
     if weights_absent(trace.meta):
@@ -89,7 +90,7 @@ def sim_command(
 @hydra_command(CONF, "tune", TuneConfig)
 def tune_main(cfg: TuneConfig) -> None:
     """Search T1, T2, the cache split and the four cache weights with Optuna."""
-    trace = read_trace(cfg.trace)
+    trace = trace_of(cfg.trace, cfg.window_tokens)
     check_tune(trace, cfg)
     s = tune(trace, cfg)
     print(f"study {s['study']}: {s['trials']} trials ({s['resumed_from']} from earlier runs)")

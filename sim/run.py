@@ -49,6 +49,7 @@ from hobbit.sim.workload import Profiled, Workload, build_workload, chunk_prefil
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
 from hobbit.traces.knobs import check_knobs
+from hobbit.traces.window import TraceFile
 
 GiB = 2**30
 ENGINES = ("fast", "plain", "simpy")
@@ -93,7 +94,7 @@ def needs_weights(system: SystemConfig) -> bool:
     return system.precision.mode == "hobbit"
 
 
-def check_weights(trace: Trace, system: SystemConfig) -> None:
+def check_weights(trace: Trace | TraceFile, system: SystemConfig) -> None:
     """A trace whose source carried no gate weights (``traces.interchange``) cannot drive the T1/T2 rule."""
     if weights_absent(trace.meta) and needs_weights(system):
         raise ConfigError(
@@ -104,7 +105,7 @@ def check_weights(trace: Trace, system: SystemConfig) -> None:
         )
 
 
-def check_topology(trace: Trace, model: ModelConfig) -> None:
+def check_topology(trace: Trace | TraceFile, model: ModelConfig) -> None:
     m = trace.meta.model
     got = (m.num_layers, m.num_experts, m.top_k)
     want = (model.num_layers, model.num_experts, model.top_k)

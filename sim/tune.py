@@ -29,14 +29,16 @@ from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemCo
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
 from hobbit.sim.walk_copies import general_walks
-from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, pid_alive
+from hobbit.sim.windowed import simulate_file
+from hobbit.traces.io import Trace, atomic_write_json, atomic_write_parquet, atomic_write_text, pid_alive
+from hobbit.traces.window import TraceFile
 
 
 @dataclass(frozen=True)
 class TuneConfig:
     """Knobs of ``hobbit tune`` (conf/tune.yaml)."""
 
-    LIMITS: ClassVar[dict[str, str]] = {"trials": ">=1", "quality_budget": "[0,1]"}
+    LIMITS: ClassVar[dict[str, str]] = {"trials": ">=1", "quality_budget": "[0,1]", "window_tokens": ">=0"}
 
     # path knobs and their roles (hobbit/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "study": "state", "out_dir": "outdir"}
@@ -66,6 +68,9 @@ class TuneConfig:
     """The study's name in its SQLite file."""
     out_dir: str = "."
     """Where results go (the command's run directory)."""
+    window_tokens: int = 0
+    """0: the trace is read whole, once, for every trial; N: each trial reads the trace file N tokens at a time
+    (``sim.windowed``: the same results, the memory a window's, for traces longer than memory)."""
 
 
 def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
@@ -87,11 +92,22 @@ def suggest(trial: Any, base: SystemConfig) -> SystemConfig:
     )
 
 
-def evaluate(trace: Any, cfg: TuneConfig, system: SystemConfig) -> tuple[float, float]:
-    """(decode ms/token, degraded gate mass) of one system."""
-    s = simulate(
-        trace, cfg.model, cfg.hardware, system, np.random.default_rng(cfg.seed), engine="fast", keep_decisions=False
-    ).summary
+def evaluate(trace: Trace | TraceFile, cfg: TuneConfig, system: SystemConfig) -> tuple[float, float]:
+    """(decode ms/token, degraded gate mass) of one system, on a trace read whole or a window at a time."""
+    rng = np.random.default_rng(cfg.seed)
+    if isinstance(trace, TraceFile):
+        res = simulate_file(
+            trace.path,
+            cfg.model,
+            cfg.hardware,
+            system,
+            rng,
+            window_tokens=trace.window_tokens,
+            stop_tokens=trace.stop_tokens,
+        )
+    else:
+        res = simulate(trace, cfg.model, cfg.hardware, system, rng, engine="fast", keep_decisions=False)
+    s = res.summary
     return s["decode_ms_per_token"]["mean"], s["quality_proxy"]["degraded_mass"]
 
 
@@ -238,8 +254,9 @@ def fail_orphans(study: Any) -> list[int]:
 
 
 @general_walks()  # many runs: each policy's general copy of the walk (sim.fast.policy_walk)
-def tune(trace: Any, cfg: TuneConfig) -> dict[str, Any]:
-    """Run (or continue) the study; write trials.parquet, experiment/tuned.yaml, tune.json."""
+def tune(trace: Trace | TraceFile, cfg: TuneConfig) -> dict[str, Any]:
+    """Run (or continue) the study over ``trace`` (read whole, or a ``TraceFile`` each trial reads a window at a
+    time); write trials.parquet, experiment/tuned.yaml, tune.json."""
     import optuna  # lazy: see open_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

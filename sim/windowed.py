@@ -180,9 +180,11 @@ def simulate_file(
     window_tokens: int = WINDOW_TOKENS,
     progress: Callable[[int, int], None] | None = None,
     context: int = 0,
+    stop_tokens: int | None = None,
 ) -> Results:
     """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
-    at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk."""
+    at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk.
+    ``stop_tokens``: the trace's first tokens alone (a request's edge, ``traces.window.TraceFile.head``)."""
     t_wall = time.perf_counter()
     flags = checked(model, hw, system)
     system = flags.system
@@ -196,16 +198,15 @@ def simulate_file(
     if window_tokens < 1:
         raise ConfigError(f"sim.window_tokens={window_tokens} must be >= 1 for a windowed run (0 reads it whole)")
     file = str(path)
-    scan = window.scan(file)
-    meta = scan.meta
+    scan = window.scan(file, stop_tokens)
+    meta, stop = scan.meta, stop_tokens
     rng = rng if rng is not None else np.random.default_rng(0)
     p = system.prefetch
-    n_prof = 0
-    if profile is None and profile_share > 0:  # as ``split_requests``: the first requests profile, the rest are timed
-        n_prof = min(int(profile_share * len(scan.requests)), len(scan.requests) - 1)
-    skip = int(scan.request_tokens[: max(n_prof, 0)].sum())
-    after = _after(file, meta, window_tokens, skip, system.ubatch) if system.cache.policy == "belady" else None
-    timed = _windows(file, scan.meta, window_tokens, skip, p, rng, system.ubatch, context, after)
+    # as ``split_requests``: the first requests profile, the rest are timed
+    n_prof = window.held_apart(len(scan.requests), profile_share) if profile is None else 0
+    skip = int(scan.request_tokens[:n_prof].sum())
+    after = _after(file, meta, window_tokens, skip, stop, system.ubatch) if system.cache.policy == "belady" else None
+    timed = _windows(file, scan.meta, window_tokens, skip, stop, p, rng, system.ubatch, context, after)
     first = next(timed)
     stand_in = Trace(meta, first[1], file)  # the topology's and the weights' checks read the metadata
     check_topology(stand_in, model)
@@ -220,7 +221,7 @@ def simulate_file(
         for a in window.windows(source, pmeta, window_tokens, 0, skip if profile is None else None):
             prof.add(build_workload(Trace(pmeta, a, source), "none"))
     wl0 = first[0].wl
-    max_context = int(scan.request_context[max(n_prof, 0) :].max()) + context
+    max_context = int(scan.request_context[n_prof:].max()) + context
 
     def host_ram(memory: MemoryFit) -> MemoryFit:
         """``host_ram_share`` over the timed windows: their largest expert id, then (a page cache replayed over their
@@ -228,10 +229,10 @@ def simulate_file(
         layers = [i for i in memory.host_layers if i < len(meta.layers)]
         if system.host_cache != "lru" or not layers:
             return replayed_share(memory, system, lambda: iter(()), layers, 1)
-        E = 1 + max(int(a.expert_ids.max()) for a in window.windows(file, meta, window_tokens, skip))
+        E = 1 + max(int(a.expert_ids.max()) for a in window.windows(file, meta, window_tokens, skip, stop))
 
         def keys() -> Iterator[np.ndarray]:
-            for a in window.windows(file, meta, window_tokens, skip):
+            for a in window.windows(file, meta, window_tokens, skip, stop):
                 wl = build_workload(Trace(meta, a, file), "none")
                 if system.ubatch:
                     wl = chunk_prefill(wl, system.ubatch)
@@ -310,12 +311,12 @@ def _chain(first: tuple[fast.Window, TraceArrays], rest: Iterator[tuple[fast.Win
     yield from rest
 
 
-def _after(file: str, meta: TraceMeta, tokens: int, skip: int, ubatch: int) -> list[np.ndarray]:
+def _after(file: str, meta: TraceMeta, tokens: int, skip: int, stop: int | None, ubatch: int) -> list[np.ndarray]:
     """Each timed window's keys' (layer * E + expert) first use after it (``walk.NEVER``: none), from a read of the
     windows before the run's (the same windows and passes: ``_windows``' cuts): what Belady's lists of a window end
     with (``fast.window_future``). Held as one array of the keys a window."""
     firsts, first_pass = [], 0
-    for a in window.windows(file, meta, tokens, skip):
+    for a in window.windows(file, meta, tokens, skip, stop):
         wl = build_workload(Trace(meta, a, file), "none")
         if ubatch:
             wl = chunk_prefill(wl, ubatch)
@@ -334,6 +335,7 @@ def _windows(
     meta: TraceMeta,
     tokens: int,
     skip: int,
+    stop: int | None,
     p: PrefetchConfig,
     rng: np.random.Generator,
     ubatch: int,
@@ -345,7 +347,7 @@ def _windows(
     L = len(meta.layers)
     first_pass, prev_request = 0, -1
     run_request, run_tokens = -1, 0  # the last request read so far and its tokens read so far
-    for n, a in enumerate(window.windows(file, meta, tokens, skip)):
+    for n, a in enumerate(window.windows(file, meta, tokens, skip, stop)):
         head, last = int(a.request_id[0]), int(a.request_id[-1])
         before = run_tokens if head == run_request else 0
         wl = build_workload(Trace(meta, a, file), p.fallback, p.fallback_accuracy, p.max_depth, rng, before)

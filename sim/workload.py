@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hobbit.traces.io import Trace
+from hobbit.traces.window import held_apart
 
 
 @dataclass
@@ -124,8 +125,8 @@ def split_requests(trace: Trace, share: float) -> tuple[Trace | None, Trace]:
     holds no request. Rows are stored sorted by request, so both parts are views of the trace's arrays."""
     req = trace.arrays.request_id
     ids = np.unique(req)
-    n = min(int(share * len(ids)), len(ids) - 1)
-    if n <= 0:
+    n = held_apart(len(ids), share)
+    if n == 0:
         return None, trace
     held = req < ids[n]
     cut = int(held.sum())

@@ -333,3 +333,82 @@ def test_a_profile_trace_is_read_a_window_at_a_time_too(tmp_path):
     )
     win = simulate_file(BUNDLED, cfg.model, cfg.hardware, cfg.system, profile=prof, window_tokens=7)
     assert same_run(whole, win) == []
+
+
+def test_a_scan_stops_at_a_requests_edge_and_counts_each_phase(tmp_path):
+    """``scan(path, stop_tokens)`` (a ``TraceFile``'s ``head``) is the scan of a file of those requests alone, and its
+    phases (``Phases.of``, ``of_requests``) are those the trace read whole counts."""
+    from hobbit.phases import Phases
+
+    from sim_helpers import write_first_requests
+
+    whole = window.TraceFile.open(BUNDLED, 7)
+    head = whole.head(5)
+    alone = window.scan(write_first_requests(tmp_path, 5))
+    assert head.stop_tokens == int(whole.scan.request_tokens[:5].sum()) < whole.scan.tokens
+    assert head.scan.tokens == alone.tokens and head.scan.pass_sizes == alone.pass_sizes
+    for k in ("requests", "request_tokens", "request_context", "request_decode"):
+        assert np.array_equal(getattr(head.scan, k), getattr(alone, k)), k
+    assert Phases.of(head) == Phases.of(bundled(5)) and Phases.of(whole) == Phases.of(bundled())
+    tail, first = Phases.of_requests(whole.scan, 2, 5), Phases.of(bundled(2))
+    assert tail.requests == 3
+    assert tail.decode_tokens == Phases.of(head).decode_tokens - first.decode_tokens > 0
+    assert tail.prefill_tokens == Phases.of(head).prefill_tokens - first.prefill_tokens > 0
+
+
+def test_compare_reads_its_trace_a_window_at_a_time(tmp_path):
+    """``hobbit compare window_tokens=N``: every system's row, the tuned HOBBIT's too (its trials read the profiling
+    requests a window at a time), as the trace read whole gives them, and the trace is never read whole."""
+    from hobbit import api
+    from hobbit.compare import TUNED, CompareConfig, compare
+    from hobbit.glue import compose
+    from hobbit.traces import io as trace_io
+
+    from sim_helpers import write_first_requests
+
+    path = write_first_requests(tmp_path, 8)
+    over = ["systems=[hobbit,fiddler,moe-infinity]", "tune_trials=3", "quality_budget=1.0"]
+    runs = {}
+    for name, tokens in (("whole", 0), ("win", 13)):
+        out = tmp_path / name
+        cfg = compose("compare", CompareConfig, [f"out_dir={out}", f"window_tokens={tokens}", *over])
+        if tokens:
+            with mock.patch.object(trace_io, "read_trace", side_effect=AssertionError("read whole")):
+                runs[name] = compare(api.trace_of(path, tokens), cfg, out)
+        else:
+            runs[name] = compare(api.trace_of(path, tokens), cfg, out)
+    whole, win = (json.loads((tmp_path / n / "compare.json").read_text()) for n in ("whole", "win"))
+    assert {r["system"] for r in win["systems"]} == {"hobbit", "fiddler", "moe-infinity", TUNED}
+    assert "2 requests held apart" in win["note"] and "hobbit-tuned: trial" in win["note"]
+    assert win["note"].replace(str(tmp_path / "win"), "") == whole["note"].replace(str(tmp_path / "whole"), "")
+    assert {**win, "note": ""} == {**whole, "note": ""}
+    detail = json.loads((tmp_path / "win" / "systems" / "fiddler" / "results.json").read_text())
+    assert detail["windows"]["tokens"] == 13 and detail["windows"]["count"] > 10
+
+
+def test_tune_reads_its_trace_a_window_at_a_time(tmp_path):
+    """``hobbit tune window_tokens=N``: each trial's latency and quality as over the trace read whole (the same
+    requests held apart and timed), so the same search."""
+    from sim_helpers import write_first_requests
+
+    path = write_first_requests(tmp_path, 4)
+    trials = {}
+    for tokens in (0, 11):
+        run = tmp_path / f"t{tokens}"
+        args = ["tune", f"trace={path}", "trials=3", f"window_tokens={tokens}", f"hydra.run.dir={run}"]
+        assert run_cli(args) == 0
+        trials[tokens] = pq.read_table(run / "trials.parquet").to_pandas()
+    cols = ["trial", "t1", "latency_ms", "degraded_mass"]
+    assert trials[11][cols].equals(trials[0][cols]) and len(trials[0]) == 3
+
+
+@pytest.mark.parametrize("command", ["compare", "tune"])
+def test_commands_of_many_runs_refuse_a_whole_read_past_the_memory_available(command, tmp_path, capsys):
+    """``hobbit compare`` and ``hobbit tune``, as ``hobbit sim``: a trace whose runs read whole would not fit the
+    memory available is refused before any work, exit code 2, with the fix (``window_tokens``)."""
+    from hobbit.sim import windowed
+
+    with mock.patch.object(windowed, "free_memory", return_value=2**20):
+        assert run_cli([command, f"hydra.run.dir={tmp_path / 'a'}"]) == 2
+    assert f"window_tokens={windowed.WINDOW_TOKENS}" in capsys.readouterr().err
+    assert not any((tmp_path / "a").glob("*.json"))

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from hobbit.traces import validate
 from hobbit.traces.arrays import TraceArrays, to_numpy
 from hobbit.traces.io import read_meta
-from hobbit.traces.schema import PRED_COLUMNS, REQUIRED_COLUMNS, TraceError, TraceMeta
+from hobbit.traces.schema import DECODE, PRED_COLUMNS, REQUIRED_COLUMNS, TraceError, TraceMeta
 
 BATCH_ROWS = 1 << 16  # rows decoded at a time: a window is assembled from these
 
@@ -35,6 +35,7 @@ class Scan:
     request_tokens: np.ndarray  # [R] tokens of each
     request_context: np.ndarray  # [R] each request's longest context: its largest position + 1
     pass_sizes: dict[tuple[int, int], int]  # (phase, tokens) -> passes of that phase and size
+    request_decode: np.ndarray  # [R] decode tokens of each
 
     @property
     def passes(self) -> int:
@@ -55,17 +56,21 @@ def _open(path: str) -> pq.ParquetFile:
         raise TraceError(path, f"not a readable Parquet file ({exc})") from exc
 
 
-def scan(path: str | os.PathLike) -> Scan:
-    """The tokens, requests and pass sizes of the trace at ``path``, from its key columns read a batch at a time (the
-    rows of its first recorded layer counted: one per token). The rows' order and values are checked as ``windows``
-    reads them; a file out of order gives a ``windows`` error, never a run on wrong counts."""
+def scan(path: str | os.PathLike, stop_tokens: int | None = None) -> Scan:
+    """The tokens, requests and pass sizes of the trace at ``path`` (of its first ``stop_tokens`` tokens: a request's
+    edge, as ``windows`` reads them), from its key columns read a batch at a time (the rows of its first recorded
+    layer counted: one per token). The rows' order and values are checked as ``windows`` reads them; a file out of
+    order gives a ``windows`` error, never a run on wrong counts."""
     file = str(path)
     meta = read_meta(file)
     first = meta.layers[0]
+    stop = None if stop_tokens is None else int(stop_tokens) * len(meta.layers)
     cols = ["request_id", "step", "position", "phase", "layer"]
     reqs: list[np.ndarray] = []
     req_n: list[np.ndarray] = []
     req_ctx: list[np.ndarray] = []
+    req_dec: list[np.ndarray] = []
+    seen = 0  # the file's rows read
     sizes: dict[tuple[int, int], int] = {}
     cur: tuple[int, int, int, int] | None = None  # the open pass: (request, step, phase, tokens so far)
     tokens = 0
@@ -73,6 +78,11 @@ def scan(path: str | os.PathLike) -> Scan:
         validate.check_columns(f.schema_arrow, meta, file)
         try:
             for batch in _batches(f, cols):
+                if stop is not None and seen + batch.num_rows > stop:
+                    if seen >= stop:
+                        break
+                    batch = batch.slice(0, stop - seen)
+                seen += batch.num_rows
                 r, s, pos, ph, layer = (to_numpy(batch.column(c)) for c in cols)
                 keep = layer == first
                 r, s, pos, ph = r[keep], s[keep], pos[keep], ph[keep]
@@ -80,11 +90,12 @@ def scan(path: str | os.PathLike) -> Scan:
                     continue
                 tokens += len(r)
                 # requests: the file is sorted by request, so each batch's are runs
-                u, at, n = np.unique(r, return_index=True, return_counts=True)
+                u, at, inv, n = np.unique(r, return_index=True, return_inverse=True, return_counts=True)
                 ctx = np.maximum.reduceat(pos.astype(np.int64), np.sort(at)) + 1 if len(u) else np.zeros(0, np.int64)
                 reqs.append(u.astype(np.int64))
                 req_n.append(n.astype(np.int64))
                 req_ctx.append(ctx)
+                req_dec.append(np.bincount(inv.ravel(), weights=ph == DECODE, minlength=len(u)).astype(np.int64))
                 # passes: runs of (request, step)
                 new = np.ones(len(r), np.bool_)
                 new[1:] = (r[1:] != r[:-1]) | (s[1:] != s[:-1])
@@ -104,11 +115,43 @@ def scan(path: str | os.PathLike) -> Scan:
     if not tokens:
         raise TraceError(file, "trace has no rows")
     # a request cut by a batch boundary appears twice in a row: merged
-    ids, n_tok, ctx = np.concatenate(reqs), np.concatenate(req_n), np.concatenate(req_ctx)
+    ids, n_tok, ctx, dec = (np.concatenate(x) for x in (reqs, req_n, req_ctx, req_dec))
     head = np.ones(len(ids), np.bool_)
     head[1:] = ids[1:] != ids[:-1]
     at = np.flatnonzero(head)
-    return Scan(meta, tokens, ids[at], np.add.reduceat(n_tok, at), np.maximum.reduceat(ctx, at), sizes)
+    return Scan(
+        meta, tokens, ids[at], np.add.reduceat(n_tok, at), np.maximum.reduceat(ctx, at), sizes, np.add.reduceat(dec, at)
+    )
+
+
+def held_apart(requests: int, share: float) -> int:
+    """How many of a trace's ``requests`` its first ``share`` holds apart for profiling (``workload.split_requests``):
+    at least one request is always left to time."""
+    return max(min(int(share * requests), requests - 1), 0)
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A trace file that a run reads a window of ``window_tokens`` tokens at a time, never whole: its path and its
+    ``scan``; with ``stop_tokens``, its first tokens alone (a request's edge: the profiling requests a command holds
+    apart, ``head``). Commands that run many simulations take it where they take a ``Trace`` read whole."""
+
+    path: str
+    window_tokens: int
+    scan: Scan
+    stop_tokens: int | None = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, window_tokens: int, stop_tokens: int | None = None) -> TraceFile:
+        return cls(str(path), int(window_tokens), scan(path, stop_tokens), stop_tokens)
+
+    @property
+    def meta(self) -> TraceMeta:
+        return self.scan.meta
+
+    def head(self, requests: int) -> TraceFile:
+        """This trace's first ``requests`` requests (scanned again: their pass sizes)."""
+        return TraceFile.open(self.path, self.window_tokens, int(self.scan.request_tokens[:requests].sum()))
 
 
 def _key(a: TraceArrays, i: int) -> tuple[int, int, int, int]:
