@@ -127,11 +127,12 @@ def _per_request(request: np.ndarray, rows: np.ndarray, values: np.ndarray) -> n
 
 def pass_table(wl: Workload, tl: Timeline, bound: np.ndarray | None = None) -> Columns:
     stall = tl.pass_stall(wl.num_layers)
+    pa = wl.pass_arrays()
     return {
-        "request_id": np.asarray(wl.pass_request, np.int64),
-        "phase": np.asarray(wl.pass_phase, np.int64),
-        "tokens": np.asarray(wl.pass_end, np.int64) - np.asarray(wl.pass_start, np.int64),
-        "context": np.asarray(wl.pass_context, np.int64),
+        "request_id": pa.request.copy(),  # the workload's own arrays stay unwritten
+        "phase": pa.phase.copy(),
+        "tokens": pa.end - pa.start,
+        "context": pa.context.copy(),
         "start_ms": np.asarray(tl.pass_start, np.float64) * 1e3,
         "latency_ms": np.asarray(tl.pass_end - tl.pass_start, np.float64) * 1e3,
         "stall_ms": np.asarray(stall, np.float64) * 1e3,

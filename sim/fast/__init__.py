@@ -262,12 +262,8 @@ def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
 def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     """``Workload.future_uses`` as CSR arrays: key layer * E + expert -> its (pass, layer) steps in order
     (``walk.future_uses``)."""
-    return walk.future_uses(
-        np.ascontiguousarray(wl.ids),
-        np.asarray(wl.pass_start, np.int64),
-        np.asarray(wl.pass_end, np.int64),
-        wl.num_experts,
-    )
+    pa = wl.pass_arrays()
+    return walk.future_uses(np.ascontiguousarray(wl.ids), pa.start, pa.end, wl.num_experts)
 
 
 def window_future(wl: Workload, first_pass: int, after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -334,7 +330,8 @@ def narrow(a: np.ndarray | None, what: str) -> np.ndarray | None:
 
 def _tables(wl: Workload) -> tuple[int, np.ndarray]:
     """(the most tokens one expert can serve in a pass: the size of the per-token-count cost tables, each pass's tokens)."""
-    sizes = np.asarray(wl.pass_end, np.int64) - np.asarray(wl.pass_start, np.int64)
+    pa = wl.pass_arrays()
+    sizes = pa.end - pa.start
     return (int(sizes.max()) if len(sizes) else 1) * wl.top_k, sizes
 
 
@@ -499,9 +496,9 @@ def _walk_inputs(
         weights=frozen(wl.weights),
         pred=pred,
         pred_w=pred_w,
-        pass_start=np.asarray(wl.pass_start, np.int64),
-        pass_end=np.asarray(wl.pass_end, np.int64),
-        pass_request=np.asarray(wl.pass_request, np.int64),
+        pass_start=wl.pass_arrays().start,
+        pass_end=wl.pass_arrays().end,
+        pass_request=wl.pass_arrays().request,
         token_in_request=np.asarray(wl.token_in_request, np.int64),
         top_k=wl.top_k,
         first_pass=int(window[0]),
@@ -663,7 +660,7 @@ def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -
     """(dense seconds per pass, head seconds per pass, expert seconds [precision, tokens], CPU expert seconds
     [tokens], copy seconds [layer, precision], bytes over the link [layer, precision]) for tokens up to ``top``."""
     _, sizes = _tables(wl)
-    dense, other = per_pass(cost, sizes, wl.pass_context)
+    dense, other = per_pass(cost, sizes, wl.pass_arrays().context)
     expert = np.zeros((2, top + 1))
     cpu_s = np.zeros(top + 1)
     for n in range(1, top + 1):
@@ -959,7 +956,7 @@ def stream_windows(
         cpu_known = False  # the window's CPU expert times, looked up once a chunk computes experts there
         n_passes += P
         dur_of, nbytes_of = inputs[4], inputs[5]
-        decode = np.asarray(wl.pass_phase) == 1
+        decode = wl.pass_arrays().phase == 1
         ps, pe = np.zeros(P), np.zeros(P)
         pool, stg_tid, st = state.pool, state.stg_tid, state.st
         per = max(1, (chunk_steps or CHUNK_STEPS) // max(L, 1))  # passes per chunk
@@ -1087,7 +1084,7 @@ def _bound_inputs(
         expert_min[n] = min(cost.cached("expert_s", q, n) for q in precisions)
         if uses_cpu:
             cpu_s[n] = cost.cached("cpu_expert_s", n)
-    dense, other = per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_context)
+    dense, other = per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_arrays().context)
     return dense, whole_layers(cost, wl.num_layers), other, expert_min, cpu_s, uses_cpu
 
 
@@ -1100,8 +1097,8 @@ def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarr
             narrow(wl.ids, "expert_ids"),
             frozen(wl.weights),
             *rule_args(p.mode, p.t1, p.t2),
-            np.asarray(wl.pass_start, np.int64),
-            np.asarray(wl.pass_end, np.int64),
+            wl.pass_arrays().start,
+            wl.pass_arrays().end,
             dense,
             whole,
             other,
