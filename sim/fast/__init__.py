@@ -490,6 +490,7 @@ def _walk_inputs(
         # a policy whose file gives its compiled part builds its own state (``policies.compiled``)
         "own_state": own.state if (own := special.own_part(ev.policy)) is not None else None,
         "own_knobs": policy_knobs(ev, ev.policy),
+        "library": eam_lib,  # what a policy's compiled part may read of the EAM prefetcher (``Space.library``)
     }
     routing = walk.Routing(
         ids=narrow(wl.ids, "expert_ids"),

@@ -49,6 +49,7 @@ from hobbit.sim.policies.compiled import (
     LAST_USE,
     LAYER,
     N_FIELDS,
+    NOW_STEP,
     PINNED,
     TOUCHED,
     TRANSFER,
@@ -62,15 +63,16 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 # scalars of st
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
 N_ST = 13
+assert STEP == NOW_STEP  # a policy's compiled part reads the current step in ``st`` (``Space.now``) by that number
 # the eviction policies whose compiled decisions live in this walk (their state is the walk's own: multidim's layer
 # lists, Belady's heaps, EAM's candidates), prefetchers, cpu_misses
-POLICIES = ("multidim", "belady", "eam_priority", "eam_release")
+POLICIES = ("multidim", "belady", "eam_priority")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-MULTIDIM, BELADY, EAM_PRIORITY, EAM_RELEASE = range(4)
+MULTIDIM, BELADY, EAM_PRIORITY = range(3)
 # any other registered policy whose own file gives its compiled part (its class's ``compiled``, a
 # ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_overflow``
-OWN = 4
+OWN = len(POLICIES)
 # The eviction policy this copy of the module decides for (``sim.fast.special.core``): -1 in this file, the template,
 # whose ``walk`` refuses to run; each generated copy sets it to one of the above. Numba reads a global as a constant
 # and prunes every branch on it before typing, so a copy compiles its own policy's code and none of the others'.
@@ -91,7 +93,7 @@ HISTORY = -1
 BOUND_CPU = -1
 # policies whose victim ``_pre_admit`` picks (their miss hook runs there): those with state of their own or that
 # read ``rare`` (Belady, EAM's priority and its release's eviction)
-PICKS_VICTIM = POLICY in (BELADY, EAM_PRIORITY, EAM_RELEASE, OWN)
+PICKS_VICTIM = POLICY in (BELADY, EAM_PRIORITY, OWN)
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 # ``eam_match`` (the state's): [0] the prefetcher's match, then EAM's priority's candidates (``_eam_evict``): whether they
@@ -232,32 +234,9 @@ def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, layer_now, per_laye
     _, _, eam_lib, eam_match, bel, decay, scan_i, scan_v = rare
     if POLICY == BELADY:
         return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    if POLICY == EAM_RELEASE:
-        return _eam_release_evict(pool, pr, r0, r1, layer_now, eam_lib, eam_match[EC_M])
     return _eam_evict(
         pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match, decay, scan_i, scan_v
     )
-
-
-@njit(cache=True, _nrt=False)
-def _eam_release_evict(pool, pr, r0, r1, layer_now, eam_lib, m):
-    """eviction.eam_release: of the evictable copies in ``r0:r1`` that are not the match ``m``'s candidates (from
-    ``layer_now`` on, a nonzero probability; none without a match, ``m`` < 0), the most used since insertion, then the
-    lowest (layer, expert); every evictable copy when all are candidates. A scan of the region."""
-    best, bu, bk = -1, -1, 0
-    for every in range(2):
-        for s in range(r0, r1):
-            if not _eam_free(pool, pr, s):
-                continue
-            lay, e = pool[pr, s, LAYER], pool[pr, s, EXPERT]
-            if every == 0 and m >= 0 and lay >= layer_now and eam_lib[m, lay, e] > 0.0:
-                continue
-            u, k = pool[pr, s, ALL_USES], lay * eam_lib.shape[2] + e
-            if best < 0 or u > bu or (u == bu and k < bk):
-                best, bu, bk = s, u, k
-        if best >= 0:
-            break
-    return best
 
 
 @njit(cache=True, inline="always")
@@ -1274,6 +1253,7 @@ def walk_state(
     log_proto,
     own_state=None,
     own_knobs=None,
+    library=None,
 ):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
@@ -1281,7 +1261,8 @@ def walk_state(
     ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``. Plain Python: it runs once
     per run and allocates, so compiling it (8 s) would buy nothing. ``own_state``: the state builder of a policy whose
     file gives its compiled part (``Compiled.state``; None: it keeps none), called with the space it sizes by and its
-    knobs ``own_knobs``."""
+    knobs ``own_knobs``, and what it may read of the walk as it goes (``Space``: the counters ``st``, and the EAM
+    prefetcher's match and ``library``, its normalised activation matrices)."""
     L, E = num_layers, num_experts
     roff = roff.copy()  # the walk's own (``walk`` reads the state's)
     size = roff[:, L].copy()
@@ -1303,7 +1284,10 @@ def walk_state(
     cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots
     for pr in range(2):
         cap[pr] = roff[pr, 1:] - roff[pr, :L] if per_layer else size[pr]
-    own = () if own_state is None else own_state(Space(L, E, S, cap, own_knobs))
+    st = np.zeros(N_ST, np.int64)
+    if library is None:
+        library = np.zeros((0, L, E))
+    own = () if own_state is None else own_state(Space(L, E, S, cap, own_knobs, st, eam_match, library))
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
@@ -1316,7 +1300,6 @@ def walk_state(
     # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
     xs = np.zeros((L, E, 8), np.int32)
     xs[:, :, :2] = -1
-    st = np.zeros(N_ST, np.int64)
     served = np.zeros(6, np.int64)
     mass = np.zeros(3)
     # staged prefetches (insertion order), pins (target layer, pool, layer, expert), prefetched flags

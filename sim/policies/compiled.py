@@ -17,7 +17,8 @@ slots:
 - ``hit(state, pool, pr, g, slot)``: the copy in ``slot`` served a use (its TOUCHED and ALL_USES already count it);
 - ``overflow(state) -> int``: nonzero when its state ran out of room, and the reference walk must decide the run.
 
-Each but ``evict`` is optional, as are the policy's hooks in ``base.Hooked``.
+Each but ``evict`` is optional, as are the policy's hooks in ``base.Hooked``. What a hook may read of the walk besides
+the pool (the current step; MoE-Infinity's prefetcher's match and library) comes in ``Space``, for its state to keep.
 """
 
 from __future__ import annotations
@@ -45,14 +46,28 @@ def kernel(fn: F) -> F:
     return fn
 
 
+# ``Space.now``'s item that holds the current step: pass * L + layer (its layer: ``now[NOW_STEP] % L``)
+NOW_STEP = 3
+
+
 class Space(NamedTuple):
-    """What a policy's state is sized by (``Compiled.state``'s argument)."""
+    """What a policy's state is sized by (``Compiled.state``'s argument), and what of the walk it may read: a policy
+    keeps these arrays in its state, and its hooks read them as the walk goes (the compiled counterparts of the
+    reference's ``CacheView`` and ``PolicyInputs``)."""
 
     layers: int  # L
     experts: int  # E: a key is layer * E + expert
     rows: int  # the pools' rows: slots are 0 .. rows - 1 in each pool
     capacity: np.ndarray  # [2, regions] int64: each region's slots per pool (one region unless cache.per_layer)
     knobs: Any  # the policy's knobs (its ``Knobs``), or None: its defaults
+    now: Any = (
+        None  # the walk's counters (int64; read only): ``now[NOW_STEP]`` is the current step (``CacheView.layer``)
+    )
+    # MoE-Infinity's prefetcher (``prefetch.kind=eam``; ``PolicyInputs.prefetcher``): ``match[0]`` is the row of
+    # ``library`` its current request matched (-1: none yet, or another prefetcher), ``library`` [M, L, E] float64 its
+    # activation matrices, each normalised (``EAMPrefetch._lib_norm``; no rows without EAM). Read only.
+    match: Any = None
+    library: Any = None
 
 
 class Compiled(NamedTuple):

@@ -12,7 +12,54 @@ nothing (a prefetch is dropped, a demand load waits); here the same order then r
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from hobbit.sim.policies.base import CacheView, PolicyInputs, Pool
+from hobbit.sim.policies.compiled import (
+    ALL_USES,
+    EXPERT,
+    LAYER,
+    NOW_STEP,
+    PINNED,
+    Compiled,
+    Space,
+    kernel,
+)
+
+
+class ReleaseState(NamedTuple):
+    """What its compiled victim reads of the walk (``Space``): the current step, the prefetcher's match and library."""
+
+    layers: int
+    now: Any
+    match: Any
+    library: Any
+
+
+def release_state(space: Space) -> ReleaseState:
+    return ReleaseState(space.layers, space.now, space.match, space.library)
+
+
+@kernel
+def release_evict(state, pool, pr, g, r0, r1):
+    """``EAMRelease.to_evict`` over the compiled walk's pool: of the evictable copies in ``r0:r1`` that are not the
+    match's candidates (from the current layer on, a nonzero probability; none without a match), the most used since
+    insertion, then the lowest (layer, expert); every evictable copy when all are candidates. A scan of the region."""
+    layer_now, m, lib = state.now[NOW_STEP] % state.layers, state.match[0], state.library
+    best, bu, bk = -1, -1, 0
+    for every in range(2):
+        for s in range(r0, r1):
+            if pool[pr, s, LAYER] < 0 or pool[pr, s, PINNED]:
+                continue
+            lay, e = pool[pr, s, LAYER], pool[pr, s, EXPERT]
+            if every == 0 and m >= 0 and lay >= layer_now and lib[m, lay, e] > 0.0:
+                continue
+            u, k = pool[pr, s, ALL_USES], lay * lib.shape[2] + e
+            if best < 0 or u > bu or (u == bu and k < bk):
+                best, bu, bk = s, u, k
+        if best >= 0:
+            break
+    return best
 
 
 class EAMRelease:
@@ -21,6 +68,7 @@ class EAMRelease:
     name = "eam_release"
     Knobs = None
     needs = frozenset({"prefetcher"})
+    compiled = Compiled(evict=release_evict, state=release_state)
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         self.advisor = inputs.prefetcher if inputs else None
