@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hobbit.sim import fast
 from hobbit.sim.config import ConfigError, ModelConfig, check_system, policy_knobs
 from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, DecisionTables, tables_from_steps
+from hobbit.sim.policies.eviction import eam_priority
 from hobbit.sim.policies.registry import EVICTION, PREFETCH
 from hobbit.sim.run import simulate
 from hobbit.traces.io import Trace
@@ -171,9 +172,9 @@ def test_what_the_compiled_walk_leaves_to_the_reference():
         if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))
     }
     assert left == {p for p in EVICTION if not fast.special.compiled(p)}
-    own = {"lru", "lfu", "fifo", "mru", "sieve", "lfru", "s3fifo", "arc", "lirs", "eam_release"}  # from their files
-    assert {p for p in EVICTION if fast.special.own_part(p) is not None} == own
-    assert set(fast.walk.POLICIES) == set(EVICTION) - own == {"multidim", "belady", "eam_priority"}
+    own = {"lru", "lfu", "fifo", "mru", "sieve", "lfru", "s3fifo", "arc", "lirs", "eam_release", "eam_priority"}
+    assert {p for p in EVICTION if fast.special.own_part(p) is not None} == own  # compiled from their own files
+    assert set(fast.walk.POLICIES) == set(EVICTION) - own == {"multidim", "belady"}
     assert left == set()
     kinds = {
         k
@@ -577,10 +578,55 @@ def test_eam_priority_keeps_its_candidates_as_the_reference_scans(
     except ConfigError:
         assume(False)
     ref = simulate(tr, model, cfg.hardware, system, engine="plain", profile_share=0.5)
-    with mock.patch.object(fast, "EAM_CANDIDATES", candidates):
+    with mock.patch.object(eam_priority, "CANDIDATES", candidates):
         got = simulate(tr, model, cfg.hardware, system, engine="fast", profile_share=0.5)
         assert_same(got, ref, compiled=True)
         assert_streamed(streamed(tr, model, cfg.hardware, system, chunk, profile_share=0.5), got)
+
+
+def test_eam_prioritys_candidates_do_not_outlive_their_request(monkeypatch):
+    """A new request resets every copy's use count, so scores fall and the candidates a scan kept no longer bound the
+    rest: the next eviction scans again (``Space.now``'s request count). Its kernels run as plain Python here: a pool
+    of 12 copies, two candidates kept; then a new request, a copy in the last victim's slot, and the victim must be
+    the copy the reference's scan picks, which was no candidate."""
+    from hobbit.sim.policies.compiled import EXPERT, LAYER, N_FIELDS, NOW_REQUEST, NOW_STEP, TOUCHED, USES, Space
+
+    monkeypatch.setattr(eam_priority, "CANDIDATES", 2)
+    L, E, rows = 2, 8, 12
+    lib = np.full((1, L, E), 0.5)
+    lib[0, 1, 7] = 0.01  # the least likely expert: the lowest score once every use count is 0
+    now, match = np.zeros(14, np.int64), np.zeros(1, np.int64)
+    space = Space(L, E, rows, np.array([[rows], [0]]), None, False, now, match, lib)
+    state = eam_priority.priority_state(space)
+    pool = np.zeros((2, rows, N_FIELDS), np.int64)
+    pool[:, :, LAYER] = pool[:, :, EXPERT] = -1
+    for s in range(rows):
+        pool[0, s, LAYER], pool[0, s, EXPERT] = divmod(s + 4, E)
+        pool[0, s, USES], pool[0, s, TOUCHED] = (50 if (s + 4) == 15 else s % 3), s + 1
+        eam_priority.priority_insert(state, pool, 0, 0, 0, rows, s)
+    now[NOW_STEP] = 0  # layer 0 is the current one
+
+    def scanned() -> int:  # the reference's victim: the lowest (score, touch) of every copy
+        decays = [1.0 - ((x - 0) % L) / (L + 1) for x in range(L)]
+        return min(
+            range(rows),
+            key=lambda s: (
+                decays[pool[0, s, LAYER]]
+                * (lib[0, pool[0, s, LAYER], pool[0, s, EXPERT]] + 1e-8)
+                * (1 + pool[0, s, USES]),
+                pool[0, s, TOUCHED],
+            ),
+        )
+
+    first = scanned()
+    assert eam_priority.priority_evict(state, pool, 0, 0, 0, rows) == first and state.cand[eam_priority.VALID]
+    assert pool[0, 11, USES] == 50 and 11 not in state.cand[eam_priority.SLOTS : eam_priority.SLOTS + 2]
+    pool[0, first, EXPERT], pool[0, first, TOUCHED] = 0, 100  # a copy takes the victim's slot
+    eam_priority.priority_insert(state, pool, 0, 0, 0, rows, first)
+    now[NOW_REQUEST] += 1
+    pool[0, :, USES] = 0
+    assert scanned() == 11
+    assert eam_priority.priority_evict(state, pool, 0, 0, 0, rows) == 11
 
 
 def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_token_says():

@@ -19,11 +19,11 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
     dep = special.dependent()
     assert {"walk", "_pre_admit", "_post_admit", "_admit", "_note_use"} <= set(dep)
     assert not {"walk_state", "_grow", "_pruned_evict", "_to_evict", "_best_match", "_split_makespan"} & set(dep)
-    for policy in ("lru", "eam_priority", "lirs"):
+    for policy in ("lru", "belady", "lirs"):
         mod = special.core(policy)
         number = special.number(policy)
-        assert number == (walk.POLICIES.index(policy) if policy == "eam_priority" else walk.OWN)
-        assert mod.POLICY == number and mod.OWN_HIT == (policy != "eam_priority") and mod.PICKS_VICTIM
+        assert number == (walk.POLICIES.index(policy) if policy == "belady" else walk.OWN)
+        assert mod.POLICY == number and mod.OWN_HIT == (policy != "belady") and mod.PICKS_VICTIM
         assert mod.__name__ == f"hobbit.sim.fast.walk_{policy}_general"
         for name in dep:  # its own, compiled for it
             assert (
@@ -181,7 +181,7 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
     assert {"lists.push", "lists.unlink"} <= seen, seen
     assert not {x for x in seen if x.startswith("walk_lru_general.")}
     others = {"walk._wanted", "walk._best_match", "walk._split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
-    others |= {"walk._to_evict_rare", "walk._eam_evict", "eam_release.release_evict", "walk._pruned_evict"}
+    others |= {"eam_priority.victim", "eam_release.release_evict", "walk._pruned_evict"}
     others |= {"walk._bel_push", "sieve.compiled_evict", "lfu.insert", "s3fifo.compiled_evict", "arc.evict_from"}
     others |= {"lirs._l_make_room", "lirs.compiled_evict", "lists.q_push"}
     assert not others & seen, others & seen

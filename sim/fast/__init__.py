@@ -367,7 +367,6 @@ def whole_layers(cost: CostModel, num_layers: int) -> np.ndarray:
 
 
 PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
-EAM_CANDIDATES = 32  # EAM's priority: the lowest copies of a shared pool one scan keeps for the evictions after it
 
 
 def fld_table(w_fld: float, num_layers: int) -> np.ndarray:
@@ -485,7 +484,6 @@ def _walk_inputs(
         "policy": policy,
         "staging": int(pf.staging_slots),
         "prune_min_slots": int(PRUNE_MIN_SLOTS),
-        "eam_candidates": int(EAM_CANDIDATES),
         "log_proto": log,
         # a policy whose file gives its compiled part builds its own state (``policies.compiled``)
         "own_state": own.state if (own := special.own_part(ev.policy)) is not None else None,

@@ -47,11 +47,22 @@ from hobbit.sim.policies.registry import EVICTION, eviction_class
 
 # the template's globals a copy sets anew: the policy, its hooks' flags and the variant's settings, then those made of
 # them (evaluated again)
-FLAGS = ("POLICY", "OWN_HIT", "OWN_MISS", "OWN_INSERT", "PREFETCHER", "MISSES", "HISTORY", "BOUND_CPU", "PICKS_VICTIM")
-SET = FLAGS[:8]
+FLAGS = (
+    "POLICY",
+    "OWN_HIT",
+    "OWN_MISS",
+    "OWN_INSERT",
+    "OWN_UNPIN",
+    "PREFETCHER",
+    "MISSES",
+    "HISTORY",
+    "BOUND_CPU",
+    "PICKS_VICTIM",
+)
+SET = FLAGS[:9]
 # the names a copy binds to the compiled part of a policy whose file gives one (``policies.compiled.Compiled``)
-HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow")
-PARTS = ("evict", "hit", "insert", "miss", "overflow")  # their fields of ``Compiled``
+HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow", "_p_unpin")
+PARTS = ("evict", "hit", "insert", "miss", "overflow", "unpin")  # their fields of ``Compiled``
 
 
 class Variant(NamedTuple):
@@ -222,7 +233,7 @@ def text(policy: str, variant: Variant | None = None) -> str:
         raise RuntimeError(f"{template.__file__} must assign {', '.join(FLAGS)} once each, in that order")
     taken = dep | set(FLAGS) | (set(HOOKS) if part else set())
     own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"] if part else []
-    given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert")]
+    given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert", "unpin")]
     settings = variant.values() if variant is not None else (-1, -1, -1, -1)
     out = [
         f'"""The compiled walk for eviction policy {policy} ({_tag(variant)}): written by sim.fast.special from walk.py (the template;',

@@ -7,7 +7,7 @@ resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_i
 
 An eviction policy's compiled decisions live in its own file (``policies.compiled``: its state and hooks, which the
 walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``), except those of ``POLICIES``, whose state is the
-walk's own (multidim's layer lists, Belady's heaps, EAM's candidates). This file is a template: the eviction policy
+walk's own (multidim's layer lists, Belady's heaps). This file is a template: the eviction policy
 is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per policy with it set
 and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``, ``HISTORY`` and
 ``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
@@ -49,6 +49,7 @@ from hobbit.sim.policies.compiled import (
     LAST_USE,
     LAYER,
     N_FIELDS,
+    NOW_REQUEST,
     NOW_STEP,
     PINNED,
     TOUCHED,
@@ -62,14 +63,16 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 
 # scalars of st
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
-N_ST = 13
-assert STEP == NOW_STEP  # a policy's compiled part reads the current step in ``st`` (``Space.now``) by that number
+REQUESTS = 13  # requests begun
+N_ST = 14
+# a policy's compiled part reads the current step and the requests in ``st`` (``Space.now``) by these numbers
+assert (STEP, REQUESTS) == (NOW_STEP, NOW_REQUEST)
 # the eviction policies whose compiled decisions live in this walk (their state is the walk's own: multidim's layer
-# lists, Belady's heaps, EAM's candidates), prefetchers, cpu_misses
-POLICIES = ("multidim", "belady", "eam_priority")
+# lists, Belady's heaps), prefetchers, cpu_misses
+POLICIES = ("multidim", "belady")
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-MULTIDIM, BELADY, EAM_PRIORITY = range(3)
+MULTIDIM, BELADY = range(2)
 # any other registered policy whose own file gives its compiled part (its class's ``compiled``, a
 # ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_overflow``
 OWN = len(POLICIES)
@@ -81,6 +84,7 @@ POLICY = -1
 OWN_HIT = False
 OWN_MISS = False
 OWN_INSERT = False
+OWN_UNPIN = False  # and an unpin hook
 # The run's settings a copy may be specialised for besides the policy (``sim.fast.special.Variant``): the prefetcher
 # (``PF_*``), cpu_misses (``CM_*``), the prefetcher's history fallback (0, 1) and whether a step's bound splits its
 # experts with the CPU (0, 1). -1 here and in a policy's general copy, which reads each from its inputs at run time; a
@@ -91,15 +95,12 @@ PREFETCHER = -1
 MISSES = -1
 HISTORY = -1
 BOUND_CPU = -1
-# policies whose victim ``_pre_admit`` picks (their miss hook runs there): those with state of their own or that
-# read ``rare`` (Belady, EAM's priority and its release's eviction)
-PICKS_VICTIM = POLICY in (BELADY, EAM_PRIORITY, OWN)
+# policies whose victim ``_pre_admit`` picks (their miss hook runs there): those with state of their own, and Belady,
+# which reads ``rare``
+PICKS_VICTIM = POLICY in (BELADY, OWN)
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
-# ``eam_match`` (the state's): [0] the prefetcher's match, then EAM's priority's candidates (``_eam_evict``): whether they
-# hold, for which pool, match and current layer, the last victim (-1: none) and its last touch, the bound (its score's
-# float bits and its touch), how many, then the slots
-EC_M, EC_VALID, EC_PR, EC_MATCH, EC_LAYER, EC_PREV, EC_PREV_T, EC_TH_V, EC_TH_T, EC_N, EC_SLOTS = range(11)
+EC_M = 0  # ``eam_match`` (the state's): [0] the EAM prefetcher's match (-1: none)
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
 NEVER = 1 << 62
 
@@ -225,224 +226,10 @@ def future_uses(ids, pass_start, pass_end, num_experts):
     return off, steps
 
 
-@njit(cache=True, _nrt=False)
-def _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, layer_now, per_layer, rare):
-    """``_to_evict`` for Belady and EAM's priority, which read ``rare`` (fut_off, fut_steps, eam_lib, eam_match, bel,
-    and EAM's buffers: the layers' decays, a scan's kept slots and touches, their scores): Belady's victim is the root
-    of its region's heap (``_bel_up``), EAM's priority's the lowest score (``_eam_evict``). Without reference counts
-    (``_nrt=False``, see ``_pruned_evict``): neither allocates."""
-    _, _, eam_lib, eam_match, bel, decay, scan_i, scan_v = rare
-    if POLICY == BELADY:
-        return bel[BH_HEAP, pr, r0] if bel[BH_N, pr, g] else -1
-    return _eam_evict(
-        pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, eam_match, decay, scan_i, scan_v
-    )
-
-
-@njit(cache=True, inline="always")
-def _eam_before(v, t, bv, bt):
-    """Whether (score ``v``, last touch ``t``) goes before (``bv``, ``bt``) in EAM's priority's order."""
-    return v < bv or (v == bv and t < bt)
-
-
-@njit(cache=True, inline="always")
-def _eam_free(pool, pr, s):
-    """Whether slot ``s`` holds a copy an eviction may take: occupied and not pinned."""
-    return pool[pr, s, LAYER] >= 0 and not pool[pr, s, PINNED]
-
-
-@njit(cache=True, inline="always")
-def _eam_score(pool, pr, s, decay, eam_lib, m):
-    """eviction.eam_priority's score of slot ``s``'s copy: decay x (probability + floor) x (1 + uses), where every
-    probability is 1 without a match (``m`` < 0)."""
-    lay = pool[pr, s, LAYER]
-    prob = 1.0 if m < 0 else eam_lib[m, lay, pool[pr, s, EXPERT]]
-    return decay[lay] * (prob + EAM_FLOOR) * (1 + pool[pr, s, USES])
-
-
-@njit(cache=True)
-def _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K):
-    """A copy the candidates have not seen (it entered the last victim's slot): it joins them when it is evictable
-    and goes before the bound; when they are ``K`` already, the one that goes last leaves, and the bound becomes the
-    lower of it and the bound (every copy that is no candidate goes after the bound)."""
-    if not _eam_free(pool, pr, s):
-        return
-    if not _eam_before(_eam_score(pool, pr, s, decay, eam_lib, m), pool[pr, s, TOUCHED], fv[EC_TH_V], ec[EC_TH_T]):
-        return
-    n = ec[EC_N]
-    if n < K:
-        ec[EC_SLOTS + n] = s
-        ec[EC_N] = n + 1
-        return
-    w, wv, wt = -1, 0.0, 0
-    for i in range(n):
-        c = ec[EC_SLOTS + i]
-        if not _eam_free(pool, pr, c):  # not evictable now: it bounds nothing
-            w = i
-            break
-        cv = _eam_score(pool, pr, c, decay, eam_lib, m)
-        if w < 0 or _eam_before(wv, wt, cv, pool[pr, c, TOUCHED]):
-            w, wv, wt = i, cv, pool[pr, c, TOUCHED]
-    if _eam_free(pool, pr, ec[EC_SLOTS + w]) and _eam_before(wv, wt, fv[EC_TH_V], ec[EC_TH_T]):
-        fv[EC_TH_V], ec[EC_TH_T] = wv, wt
-    ec[EC_SLOTS + w] = s
-
-
-@njit(cache=True)
-def _eam_pass(ec, fv, pool, g_slots, g_n, pr, first, passed, decay, eam_lib, m, K):
-    """The candidates carried past ``passed`` layers (``first`` the one they were kept at): those layers' copies now
-    score lower (their distance to the current layer grew past the others'), every other copy higher, so the bound still
-    holds for the others. The candidates of the passed layers leave, and every copy of those layers enters again
-    under the new scores (``_eam_enter``: it joins the candidates when it goes before the bound), but the one in the
-    last victim's slot, which enters as such."""
-    L = eam_lib.shape[1]
-    k = 0
-    for i in range(ec[EC_N]):
-        c = ec[EC_SLOTS + i]
-        if (pool[pr, c, LAYER] - first) % L >= passed:
-            ec[EC_SLOTS + k] = c
-            k += 1
-    ec[EC_N] = k
-    pv = ec[EC_PREV]
-    for d in range(passed):
-        x = (first + d) % L
-        for j in range(g_n[pr, x]):  # the layer's copies (its list)
-            s = g_slots[pr, x, j]
-            if s != pv:
-                _eam_enter(ec, fv, pool, pr, s, decay, eam_lib, m, K)
-
-
 @njit(cache=True, inline="always")
 def _eam_earlier(tl, te, props, x):
     """Whether expert ``te`` of layer ``tl`` has an earlier place (layer, then expert) than EAM's proposal ``x``."""
     return tl < props[x, 0] or (tl == props[x, 0] and te < props[x, 1])
-
-
-@njit(cache=True, inline="always")
-def _eam_decays(decay, layer_now):
-    """Each layer's decay in EAM's priority while ``layer_now`` is the current layer: 1 - distance / (L + 1), the
-    distance counted forward from it (``_eam_evict``, and ``_eam_let_go`` at the candidates' layer: the same floats)."""
-    L = decay.shape[0]
-    for x in range(L):
-        decay[x] = 1.0 - ((x - layer_now) % L) / (L + 1)
-
-
-@njit(cache=True, _nrt=False)
-def _eam_let_go(ec, pool, pr, s, eam_lib, decay):
-    """A pinned copy let go while its pool's candidates are kept (the walk's ``_drop_stale``): it enters them as it
-    scores at the layer they were kept at (``_eam_enter``); the one in the last victim's slot enters as such."""
-    _eam_decays(decay, ec[EC_LAYER])
-    _eam_enter(ec, ec.view(np.float64), pool, pr, s, decay, eam_lib, ec[EC_MATCH], ec.shape[0] - EC_SLOTS)
-
-
-@njit(cache=True, _nrt=False)
-def _eam_evict(pool, index, g_slots, g_n, pr, r0, r1, layer_now, per_layer, eam_lib, ec, decay, scan_i, scan_v):
-    """eviction.eam_priority's victim: the lowest decay x (probability + floor) x (1 + uses), then the least recently
-    touched (``ec[EC_M]``: the match, -1: none). The order is total (a touch is unique), so any search that finds
-    the least copy finds the reference scan's victim.
-
-    Without a match every probability is 1, so a layer's copies all score at least its decay x (1 + floor), and a
-    layer's decay grows as it nears the current one: a pool shared by the layers is then searched layer by layer from
-    the farthest, through each layer's list of its copies (``g_slots``, ``g_n``: kept for a shared pool, as multidim's),
-    until a layer's least score is above the best found (usually after a layer or two). (With a match the least
-    probability of a layer is 0 or near it, and bounds nothing.)
-
-    With a match, a scan of a shared pool keeps its lowest copies (``fast.EAM_CANDIDATES``) and the next one's (score,
-    touch) as a bound: every other copy then goes after the bound. Until the match or the request changes, or a
-    victim is found otherwise (without a match), no copy's score falls but those of the layers the current one
-    passes, which enter again (``_eam_pass``): a use raises its count and its touch, and a pinned copy let go enters
-    (``_eam_let_go``). The one copy that enters without being
-    seen, into the last victim's slot, is scored at the next eviction and joins the candidates when it goes before
-    the bound (``_eam_enter``). The least candidate is the victim when it goes before the bound; when none
-    is left that does, the pool is scanned again."""
-    L, E = eam_lib.shape[1], index.shape[2]
-    m = ec[EC_M]
-    _eam_decays(decay, layer_now)  # each layer's, the same floats as per slot, without a division and a modulo per slot
-    best, bv, bt = -1, 0.0, 0
-    if per_layer or m < 0:  # its victim's slot takes a copy the candidates do not see
-        ec[EC_VALID] = 0
-    if not per_layer and m < 0:
-        least = 1.0 + EAM_FLOOR
-        for dist in range(L - 1, -1, -1):
-            x = (layer_now + dist) % L
-            if best >= 0 and decay[x] * least > bv:  # so is every later layer's
-                return best
-            for j in range(g_n[pr, x]):
-                s = g_slots[pr, x, j]
-                if pool[pr, s, PINNED]:
-                    continue
-                v = decay[x] * least * (1 + pool[pr, s, USES])
-                if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
-                    best, bv, bt = s, v, pool[pr, s, TOUCHED]
-        return best
-    if per_layer or m < 0:
-        for s in range(r0, r1):
-            if not _eam_free(pool, pr, s):
-                continue
-            v = _eam_score(pool, pr, s, decay, eam_lib, m)
-            if best < 0 or _eam_before(v, pool[pr, s, TOUCHED], bv, bt):
-                best, bv, bt = s, v, pool[pr, s, TOUCHED]
-        return best
-    fv = ec.view(np.float64)
-    K = ec.shape[0] - EC_SLOTS
-    if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] != layer_now:
-        passed = (layer_now - ec[EC_LAYER]) % L
-        if passed * E <= r1 - r0:  # a few layers passed (as many copies as their experts, at most); past that, a scan
-            _eam_pass(ec, fv, pool, g_slots, g_n, pr, ec[EC_LAYER], passed, decay, eam_lib, m, K)
-            ec[EC_LAYER] = layer_now
-    if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
-        pv = ec[EC_PREV]
-        ec[EC_PREV] = -1
-        if pv >= 0 and pool[pr, pv, TOUCHED] <= ec[EC_PREV_T]:  # no copy entered the last victim's slot: start over
-            ec[EC_VALID] = 0
-        elif pv >= 0:
-            _eam_enter(ec, fv, pool, pr, pv, decay, eam_lib, m, K)
-    if ec[EC_VALID] and ec[EC_PR] == pr and ec[EC_MATCH] == m and ec[EC_LAYER] == layer_now:
-        bi = -1
-        for i in range(ec[EC_N]):
-            s = ec[EC_SLOTS + i]
-            if not _eam_free(pool, pr, s):
-                continue
-            v = _eam_score(pool, pr, s, decay, eam_lib, m)
-            if best < 0 or _eam_before(v, pool[pr, s, TOUCHED], bv, bt):
-                best, bv, bt, bi = s, v, pool[pr, s, TOUCHED], i
-        if best >= 0 and _eam_before(bv, bt, fv[EC_TH_V], ec[EC_TH_T]):
-            n = ec[EC_N] - 1
-            ec[EC_SLOTS + bi] = ec[EC_SLOTS + n]
-            ec[EC_N] = n
-            ec[EC_PREV], ec[EC_PREV_T] = best, bt
-            return best
-        best = -1
-    # the scan: its K + 1 lowest copies kept in order, the first K as the candidates, the next as the bound
-    ec[EC_VALID] = 0
-    cs, ct, cv = scan_i[0], scan_i[1], scan_v  # K + 1 each
-    nc = 0
-    for s in range(r0, r1):
-        if not _eam_free(pool, pr, s):
-            continue
-        v = _eam_score(pool, pr, s, decay, eam_lib, m)
-        t = pool[pr, s, TOUCHED]
-        if nc == K + 1 and not _eam_before(v, t, cv[K], ct[K]):
-            continue
-        x = min(nc, K)
-        while x > 0 and _eam_before(v, t, cv[x - 1], ct[x - 1]):
-            cs[x], cv[x], ct[x] = cs[x - 1], cv[x - 1], ct[x - 1]
-            x -= 1
-        cs[x], cv[x], ct[x] = s, v, t
-        nc = min(nc + 1, K + 1)
-    if nc == 0:
-        return -1
-    ec[EC_VALID], ec[EC_PR], ec[EC_MATCH], ec[EC_LAYER] = 1, pr, m, layer_now
-    if nc == K + 1:
-        fv[EC_TH_V], ec[EC_TH_T] = cv[K], ct[K]
-    else:  # every copy is a candidate: nothing else bounds
-        fv[EC_TH_V], ec[EC_TH_T] = np.inf, 0
-    n = min(nc, K)
-    for i in range(1, n):
-        ec[EC_SLOTS + i - 1] = cs[i]
-    ec[EC_N] = n - 1
-    ec[EC_PREV], ec[EC_PREV_T] = cs[0], ct[0]
-    return cs[0]
 
 
 # Belady (eviction.belady): each region's occupied, unpinned slots in a binary heap, the best victim at its root: the
@@ -580,8 +367,8 @@ def _bel_edge(bel, fut_off, fut_steps, cur, pool, index, sel, layer, roff, per_l
 def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
     """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
     regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it:
-    Belady and EAM's priority in ``_to_evict_rare``, a policy whose file gives its compiled part by its own function
-    (``_p_evict``, in ``_pre_admit``)."""
+    Belady at its heap's root and a policy whose file gives its compiled part by its own function (``_p_evict``), in
+    ``_pre_admit``."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     inv_t = 1.0 / max(tokens, 1)
@@ -824,10 +611,15 @@ def _p_overflow(state):
     return 0
 
 
+@njit(cache=True)
+def _p_unpin(state, pool, pr, g, slot):
+    pass
+
+
 @njit(cache=True, _nrt=False)
-def _pre_admit(own, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, pr, layer_now, per_layer):
+def _pre_admit(own, rare, pool, roff, nfree, index, layer, e, pr, per_layer):
     """What ``ExpertCache.admit`` asks of a policy with state of its own (``own``: the state its file builds, whose
-    hooks a copy of this module binds, ``_p_*``) or that reads ``rare`` (Belady, EAM's priority) before the copy
+    hooks a copy of this module binds, ``_p_*``) or that reads ``rare`` (Belady's heaps) before the copy
     takes a slot: its miss hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called
     from the walk's body before ``_admit``, so that the policy's state and ``rare`` never pass through the inlined
     admit path (each array an inlined call takes is counted up and down)."""
@@ -845,7 +637,7 @@ def _pre_admit(own, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, pr, 
         return -1
     if POLICY == OWN:
         return _p_evict(own, pool, pr, g, r0, r1)
-    return _to_evict_rare(pool, index, g_slots, g_n, pr, g, r0, r1, layer_now, per_layer, rare)
+    return rare.bel[BH_HEAP, pr, r0] if rare.bel[BH_N, pr, g] else -1  # Belady: the root of its region's heap
 
 
 @njit(cache=True, _nrt=False)
@@ -921,9 +713,7 @@ def _admit(
         vl, ve = pool[pr, slot, LAYER], pool[pr, slot, EXPERT]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
-    if (POLICY == MULTIDIM and g_on[pr]) or (
-        POLICY == EAM_PRIORITY and not per_layer
-    ):  # the layer lists multidim and EAM's priority read
+    if POLICY == MULTIDIM and g_on[pr]:  # the layer lists multidim reads
         _group_move(g_slots, g_n, g_pos, g_key, g_qlb, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
     pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = (
@@ -1249,7 +1039,6 @@ def walk_state(
     policy,
     staging,
     prune_min_slots,
-    eam_candidates,
     log_proto,
     own_state=None,
     own_knobs=None,
@@ -1274,20 +1063,21 @@ def walk_state(
     pool[:, :, EXPERT] = -1
     pool[:, :, TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
-    eam_match = np.full(EC_SLOTS + eam_candidates, -1, np.int64)  # EAMPrefetch.match (-1: none), then EC_*
-    eam_match[EC_VALID] = 0
+    eam_match = np.full(1, -1, np.int64)  # EAMPrefetch.match (-1: none)
     S = pool.shape[1]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
         g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
-    gS = S if g_on.any() or (policy == EAM_PRIORITY and not per_layer) else 1  # the layer lists (_group_move)
+    gS = S if g_on.any() else 1  # the layer lists (_group_move)
     cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots
     for pr in range(2):
         cap[pr] = roff[pr, 1:] - roff[pr, :L] if per_layer else size[pr]
     st = np.zeros(N_ST, np.int64)
     if library is None:
         library = np.zeros((0, L, E))
-    own = () if own_state is None else own_state(Space(L, E, S, cap, own_knobs, st, eam_match, library))
+    own = (
+        () if own_state is None else own_state(Space(L, E, S, cap, own_knobs, bool(per_layer), st, eam_match, library))
+    )
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
@@ -1523,7 +1313,7 @@ class Cache(NamedTuple):
     st: Any  # the scalars (CLOCK ..)
     served: Any  # [6]: uses by how they were served (HIGH_HIT ..)
     mass: Any  # [3]: gate mass served at each precision
-    eam_match: Any  # EAM's match, then its priority's candidates (EC_*)
+    eam_match: Any  # [1]: EAM's match (EC_M)
     g_on: Any  # multidim's layer lists (``_pruned_evict``): per pool, whether it keeps them
     g_slots: Any
     g_n: Any
@@ -1561,16 +1351,9 @@ class Belady(NamedTuple):
 
 
 class Rare(NamedTuple):
-    """What only Belady and EAM's priority read when they pick a victim (``_to_evict_rare``)."""
+    """What only Belady reads when it picks a victim (``_pre_admit``): its heaps."""
 
-    fut_off: Any
-    fut_steps: Any
-    eam_lib: Any
-    eam_match: Any
     bel: Any
-    decay: Any  # [L]: the layers' decays (``_eam_evict``, ``_eam_let_go``)
-    scan_i: Any  # a scan's kept slots and touches, and their scores (``_eam_evict``)
-    scan_v: Any
 
 
 class Scratch(NamedTuple):
@@ -1587,7 +1370,6 @@ class Scratch(NamedTuple):
     eam_v: Any  # the scores of EAM's proposals (negated: lowest first)
     eam_r: Any  # [M, L]: the cosines ``_best_match`` keeps, and which are fresh
     eam_fresh: Any
-    eam_d: Any  # [L]: the layers' decays (``Rare.decay``)
     m_e: Any  # [E]: FreeToken's misses, their classes and sort keys
     m_c: Any
     m_key: Any
@@ -1601,13 +1383,11 @@ class Scratch(NamedTuple):
     bm_cur: Any
     bm_todo: Any
     bm_sums: Any
-    scan_i: Any  # ``Rare``'s
-    scan_v: Any
 
 
 @njit(cache=True)
-def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts, n_ec):
-    """A walk's ``Scratch``: ``n_lib`` EAM matrices of ``lib_experts`` experts, ``n_ec`` copies an EAM scan keeps."""
+def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts):
+    """A walk's ``Scratch``: ``n_lib`` EAM matrices of ``lib_experts`` experts."""
     return Scratch(
         need_c=np.full(E, SKIP, np.int64),
         need_n=np.zeros(E, np.int64),
@@ -1620,7 +1400,6 @@ def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts, n_ec):
         eam_v=np.zeros(max(eam_per_step, 1)),
         eam_r=np.zeros((n_lib, L)),
         eam_fresh=np.zeros(L, np.bool_),
-        eam_d=np.zeros(L),
         m_e=np.zeros(E, np.int64),
         m_c=np.zeros(E, np.int64),
         m_key=np.zeros(E, np.int64),
@@ -1634,8 +1413,6 @@ def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts, n_ec):
         bm_cur=np.zeros(lib_experts),
         bm_todo=np.zeros((PW_STACK, 3), np.int64),
         bm_sums=np.zeros(PW_STACK),
-        scan_i=np.zeros((2, n_ec), np.int64),
-        scan_v=np.zeros(n_ec),
     )
 
 
@@ -1717,11 +1494,7 @@ def _copy_in(own_b, rare, pl, ev, ca, lg, bz, i, layer_now, layer, e, prec, pinn
     (``_copy_ahead``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
     pool, roff, index = ca.pool, ca.roff, ca.index
     per_layer = pl.per_layer
-    ch = (
-        _pre_admit(own_b, ca.g_slots, ca.g_n, rare, pool, roff, ca.nfree, index, layer, e, prec, layer_now, per_layer)
-        if PICKS_VICTIM
-        else -1
-    )
+    ch = _pre_admit(own_b, rare, pool, roff, ca.nfree, index, layer, e, prec, per_layer) if PICKS_VICTIM else -1
     slot, nl, nv, nk = _copy_ahead(
         ca,
         i,
@@ -1761,7 +1534,7 @@ def _new_request(pl, ca, sc, L):
         ca.g_qlb,
         ca.g_slots,
     )
-    nfree, pool, rec, roff = ca.nfree, ca.pool, ca.rec, ca.roff
+    nfree, pool, rec, roff, st = ca.nfree, ca.pool, ca.rec, ca.roff, ca.st
     eam_fresh = sc.eam_fresh
     rec[:] = 0
     for pr in range(2):  # the slots taken so far (the others hold no record)
@@ -1772,7 +1545,7 @@ def _new_request(pl, ca, sc, L):
     counts[:] = 0
     eam_fresh[:] = False
     eam_match[EC_M] = -1  # EAMPrefetch.end_request
-    eam_match[EC_VALID] = 0  # every use count is 0 again: scores fell
+    st[REQUESTS] += 1  # (a policy's state reads it: every use count is 0 again)
     g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
     _g_forget(g_qlb)
     for pr in range(2):
@@ -1918,15 +1691,7 @@ def _serve_one(
     staging = pf.staging
     cpu_faster, cpu_insert = cp.faster, cp.insert
     cpu_misses = MISSES if MISSES >= 0 else cp.misses
-    counts, g_key, g_n, g_on, g_pos, g_qlb, g_slots = (
-        ca.counts,
-        ca.g_key,
-        ca.g_n,
-        ca.g_on,
-        ca.g_pos,
-        ca.g_qlb,
-        ca.g_slots,
-    )
+    counts, g_key, g_on, g_pos, g_qlb = ca.counts, ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb
     index, mass, nfree, pool, prefetched, rec, roff = (
         ca.index,
         ca.mass,
@@ -2066,11 +1831,7 @@ def _serve_one(
             else:
                 a_tid = tid
     if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
-        ch = (
-            _pre_admit(own_b, g_slots, g_n, rare, pool, roff, nfree, index, layer, e, got, layer, per_layer)
-            if PICKS_VICTIM
-            else -1
-        )
+        ch = _pre_admit(own_b, rare, pool, roff, nfree, index, layer, e, got, per_layer) if PICKS_VICTIM else -1
         slot, nv, nk = _admit_used(
             ca,
             i,
@@ -2098,17 +1859,15 @@ def _serve_one(
 
 
 @njit(cache=True, inline="always")
-def _drop_stale(pl, ev, pf, ca, lg, sg, bz, sc, pins, i, layer, E, n_pins, n_stg, nx):
+def _drop_stale(pl, ev, ca, lg, sg, bz, own_b, pins, i, layer, E, n_pins, n_stg, nx):
     """``Decider._drop_stale``: the pins and staged copies of this layer leave their lists (kept in order)."""
     per_layer = pl.per_layer
     w = ev.w
-    eam_lib = pf.eam_lib
-    eam_match, g_key, g_on, g_pos, g_qlb, index = ca.eam_match, ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb, ca.index
+    g_key, g_on, g_pos, g_qlb, index = ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb, ca.index
     pool, prefetched, rec, roff = ca.pool, ca.prefetched, ca.rec, ca.roff
     cancel = lg.cancel
     stg_list, stg_tid = sg.stg_list, sg.stg_tid
     bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
-    eam_d = sc.eam_d
     kq = 0
     for q in range(n_pins):
         if pins[q, 0] == layer:
@@ -2116,13 +1875,8 @@ def _drop_stale(pl, ev, pf, ca, lg, sg, bz, sc, pins, i, layer, E, n_pins, n_stg
             s = index[pr, tl, te]
             if s >= 0:
                 pool[pr, s, PINNED] = 0
-                if (
-                    POLICY == EAM_PRIORITY
-                    and eam_match[EC_VALID]
-                    and eam_match[EC_PR] == pr
-                    and s != eam_match[EC_PREV]
-                ):  # it can be evicted again: the candidates see it
-                    _eam_let_go(eam_match, pool, pr, s, eam_lib, eam_d)
+                if OWN_UNPIN:  # it can be evicted again: the policy's state sees it
+                    _p_unpin(own_b, pool, pr, tl if per_layer else 0, s)
                 if POLICY == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
                     _bel_push(
                         bel_b,
@@ -2343,8 +2097,7 @@ def walk(state, inputs, p0, p1):
     misses = MISSES if MISSES >= 0 else cp.misses
     L, K, E = rt.ids.shape[1], rt.ids.shape[2], pl.resident.shape[1]
     D = min(rt.pred.shape[2], pf.max_depth)
-    n_ec = state.eam_match.shape[0] - EC_SLOTS + 1  # a scan's K + 1 lowest copies (_eam_evict)
-    scratch = _scratch(L, K, E, pf.max_depth, pf.eam_per_step, pf.eam_lib.shape[0], pf.eam_lib.shape[2], n_ec)
+    scratch = _scratch(L, K, E, pf.max_depth, pf.eam_per_step, pf.eam_lib.shape[0], pf.eam_lib.shape[2])
     sc, own, xs = _borrowed_all(scratch), _borrowed_all(state.own), state.xs
     ca = _borrowed_all(
         Cache(
@@ -2370,7 +2123,7 @@ def walk(state, inputs, p0, p1):
     st = ca.st  # the walk's own stores go through a name it keeps live (see ``tabs``)
     sg = _borrowed_all(Staged(state.stg_tid, state.stg_prec, state.stg_list))
     bz = _borrowed_all(Belady(state.bel, ev.fut_off, ev.fut_steps, state.bel_cur))
-    rare = Rare(ev.fut_off, ev.fut_steps, pf.eam_lib, ca.eam_match, bz.bel_b, sc.eam_d, sc.scan_i, sc.scan_v)
+    rare = Rare(bz.bel_b)
     if POLICY == BELADY and (state.bel_cur[0] < 0 or p0 == rt.first_pass):  # each key's first use (of the trace,
         state.bel_cur[:] = ev.fut_off[:-1]  # or the window)
     n_stg, n_pins = state.counts[0], state.counts[1]
@@ -2435,7 +2188,7 @@ def walk(state, inputs, p0, p1):
                     by_l, L, E, nl, ng, nc, nx, nv, nk, n_stg,
                 )  # fmt: skip
             _forget_need(sc, n_need, layer)
-            n_pins, n_stg, nx = _drop_stale(pl, ev, pf, ca, lg, sg, bz, sc, pins, i, layer, E, n_pins, n_stg, nx)
+            n_pins, n_stg, nx = _drop_stale(pl, ev, ca, lg, sg, bz, own, pins, i, layer, E, n_pins, n_stg, nx)
             if not pf.prefetching or prefetcher == PF_NONE:
                 continue
             n_props = _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E)

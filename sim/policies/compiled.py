@@ -15,7 +15,9 @@ slots:
 - ``miss(state, pool, pr, g, r0, r1, key)``: ``key`` (layer * experts + expert) missed and is about to be admitted;
 - ``insert(state, pool, pr, g, r0, r1, slot)``: a copy entered ``slot``;
 - ``hit(state, pool, pr, g, slot)``: the copy in ``slot`` served a use (its TOUCHED and ALL_USES already count it);
-- ``overflow(state) -> int``: nonzero when its state ran out of room, and the reference walk must decide the run.
+- ``overflow(state) -> int``: nonzero when its state ran out of room, and the reference walk must decide the run;
+- ``unpin(state, pool, pr, g, slot)``: the copy in ``slot``, a prefetch pinned until its layer ran, is let go (an
+  eviction may take it again).
 
 Each but ``evict`` is optional, as are the policy's hooks in ``base.Hooked``. What a hook may read of the walk besides
 the pool (the current step; MoE-Infinity's prefetcher's match and library) comes in ``Space``, for its state to keep.
@@ -46,8 +48,9 @@ def kernel(fn: F) -> F:
     return fn
 
 
-# ``Space.now``'s item that holds the current step: pass * L + layer (its layer: ``now[NOW_STEP] % L``)
-NOW_STEP = 3
+# ``Space.now``'s items: the current step, pass * L + layer (its layer: ``now[NOW_STEP] % L``), and the requests
+# begun (a new request resets the records: ``LAST_USE`` .. ``HIGH_USES`` of every copy)
+NOW_STEP, NOW_REQUEST = 3, 13
 
 
 class Space(NamedTuple):
@@ -60,9 +63,10 @@ class Space(NamedTuple):
     rows: int  # the pools' rows: slots are 0 .. rows - 1 in each pool
     capacity: np.ndarray  # [2, regions] int64: each region's slots per pool (one region unless cache.per_layer)
     knobs: Any  # the policy's knobs (its ``Knobs``), or None: its defaults
-    now: Any = (
-        None  # the walk's counters (int64; read only): ``now[NOW_STEP]`` is the current step (``CacheView.layer``)
-    )
+    per_layer: bool = False  # a region per layer (cache.per_layer), else one for every layer
+    # the walk's counters (int64; read only): ``now[NOW_STEP]`` is the current step (``CacheView.layer``),
+    # ``now[NOW_REQUEST]`` the requests begun
+    now: Any = None
     # MoE-Infinity's prefetcher (``prefetch.kind=eam``; ``PolicyInputs.prefetcher``): ``match[0]`` is the row of
     # ``library`` its current request matched (-1: none yet, or another prefetcher), ``library`` [M, L, E] float64 its
     # activation matrices, each normalised (``EAMPrefetch._lib_norm``; no rows without EAM). Read only.
@@ -80,3 +84,4 @@ class Compiled(NamedTuple):
     miss: Callable[..., Any] | None = None
     overflow: Callable[..., int] | None = None
     state: Callable[[Space], tuple] | None = None
+    unpin: Callable[..., Any] | None = None
