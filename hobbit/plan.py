@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from hobbit.api import configure, read_trace, simulate_config, synthetic_file
+from hobbit.api import configure, read_trace, simulate_config, simulate_file_config, synthetic_file
 from hobbit.sim.config import HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.machine import hardware_config
 
@@ -104,11 +104,14 @@ def predict_config(
     locality: str | dict[str, float] | None = None,
     trace: str | Path | None = None,
 ) -> Prediction:
-    """``predict`` for a composed ``SimConfig`` (its context and seed are the run's)."""
+    """``predict`` for a composed ``SimConfig`` (its context and seed are the run's; with ``window_tokens``, the trace
+    file is read that many tokens at a time)."""
     seed, context = cfg.seed, cfg.context
     path = trace if trace is not None else synthetic_trace(cfg.model, prompt, decode, locality_knobs(locality), seed)
-    tr = read_trace(path)
-    s = simulate_config(tr, cfg, keep_decisions=False).summary
+    if cfg.window_tokens:
+        s = simulate_file_config(path, cfg).summary
+    else:
+        s = simulate_config(read_trace(path), cfg, keep_decisions=False).summary
     prefill_ms = s["prefill_ms_per_request"]["mean"]
     prompt_tokens = s["tokens"]["prefill"] / max(s["requests"], 1)
     decode_ms = s["decode_ms_per_token"]["mean"]

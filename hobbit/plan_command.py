@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from tqdm import tqdm
 
 from hobbit.analysis.plots import pyplot, save
-from hobbit.api import configure, read_trace
+from hobbit.api import configure, trace_of
 from hobbit.glue import CONF, compose, hydra_command, load_hardware
 from hobbit.phases import require
 from hobbit.plan import DECODE_TOKENS, Prediction, locality_knobs, predict_config, synthetic_trace
@@ -85,6 +85,7 @@ class PlanConfig:
         "points": ">=2",
         "tune_trials": ">=0",
         "quality_budget": "[0,1]",
+        "window_tokens": ">=0",
     }
 
     # path knobs and their roles (hobbit/guard.py)
@@ -143,6 +144,9 @@ class PlanConfig:
     """Seed of the synthetic routing and of the tuning's sampler."""
     out_dir: str = "."
     """Where plan.md, plan.json and plan.png go (the command's run directory)."""
+    window_tokens: int = 0
+    """With ``trace``: 0 reads it whole, once; N: each prediction (and each tuning trial) reads the trace file N
+    tokens at a time (``sim.windowed``: the same results, the memory a window's, for traces longer than memory)."""
 
 
 MACHINE_KEYS = ("gpu", "vram", "pcie", "ram", "ram_gbps", "ssd", "cpu")
@@ -418,7 +422,7 @@ def _tuned(trace_path: Path, base: SystemConfig, cfg: PlanConfig, model: ModelCo
         study=str(out / "tune" / "study.db"),
         out_dir=str(out / "tune"),
     )
-    summary = tune(read_trace(trace_path), tcfg)
+    summary = tune(trace_of(trace_path, cfg.window_tokens if cfg.trace else 0), tcfg)
     best = best_trials(open_study(tcfg, out / "tune" / "study.db"), tcfg)
     if not best:
         return base, f"HOBBIT: no trial of {summary['trials']} met the quality budget; its preset's T1/T2 kept"
@@ -483,7 +487,7 @@ def plan(
         raise ConfigError(f"weights={cfg.weights}: {exc} (fix: {hint}a GGUF type such as q4_k_m, or bpw<N>)") from None
     if cfg.trace is not None:
         trace_path = Path(cfg.trace)
-        trace = read_trace(trace_path)
+        trace = trace_of(trace_path, cfg.window_tokens)
         require(trace, "plan", "it ranks runtimes by decode speed", decode=True)
         check_topology(trace, model)
         notes.append(f"routing from {trace_path}")
@@ -511,7 +515,8 @@ def plan(
             if name == "hobbit" and cfg.tune_trials > 0:  # it fits (checked above) before it is tuned
                 base, note = _tuned(trace_path, base, cfg, model, hw, work)
                 notes.append(note)
-            bases[name] = dataclasses.replace(sim, system=base)
+            # a user's trace file is read a window at a time when asked; the synthetic routing is short
+            bases[name] = dataclasses.replace(sim, system=base, window_tokens=cfg.window_tokens if cfg.trace else 0)
             todo += [(name, p) for p in settings(rt, base, model, hw, cfg)]
         except ConfigError as exc:
             failed[name] = str(exc)

@@ -122,6 +122,27 @@ def test_plan_with_a_trace_uses_it_and_gives_no_locality_range(tmp_path):
         assert r["decode_range"] == [r["decode_tok_s"], r["decode_tok_s"]]
 
 
+def test_plan_reads_a_trace_a_window_at_a_time(tmp_path):
+    """trace= with window_tokens=N: every prediction and HOBBIT's tuning trials read the file a window at a time, and
+    the plan is the one over the trace read whole; the trace is never read whole."""
+    from unittest import mock
+
+    from hobbit.traces import io as trace_io
+    from hobbit.traces.tiny import bundled_trace
+
+    more = [f"trace={bundled_trace()}", "runtimes=[llama.cpp,hobbit]", "tune_trials=2", "points=2"]
+    whole = plan(_cfg("mixtral-8x7b", "rtx4090", tmp_path / "a", *more), tmp_path / "a", progress=False)
+    with mock.patch.object(trace_io, "read_trace", side_effect=AssertionError("read whole")):
+        cfg = _cfg("mixtral-8x7b", "rtx4090", tmp_path / "b", *more, "window_tokens=300")
+        win = plan(cfg, tmp_path / "b", progress=False)
+    assert sorted(r["runtime"] for r in win.rows) == ["hobbit", "llama.cpp"] and all(r["fits"] for r in win.rows)
+    assert [(r["runtime"], r["decode_tok_s"], r["prefill_tok_s"]) for r in win.rows] == [
+        (r["runtime"], r["decode_tok_s"], r["prefill_tok_s"]) for r in whole.rows
+    ]
+    chosen = win.chosen["hobbit"].prediction
+    assert chosen is not None and chosen.summary["windows"]["tokens"] == 300
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
