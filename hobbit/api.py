@@ -37,7 +37,7 @@ from hobbit.sim.results import Results
 from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
 from hobbit.sim.run import simulate as simulate_configs
 from hobbit.sim.walk_copies import general_walks
-from hobbit.sim.windowed import check_whole_read, refused, simulate_file
+from hobbit.sim.windowed import check_whole_read, check_windowed, simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
@@ -253,12 +253,7 @@ def check(
     check_weights(trace, system)
     check_profile(model, hardware)
     if isinstance(trace, TraceFile):
-        why = refused(system)
-        if why is not None:
-            raise ConfigError(
-                f"system={system.name} cannot run on trace {trace.path} read a window at a time: {why} (fix: "
-                f"window_tokens=0, which reads the trace whole)"
-            )
+        check_windowed(system, trace.path)
         held = 0 if profile is not None else held_apart(len(trace.scan.requests), profile_share)
         context += int(trace.scan.request_context[held:].max())
     else:

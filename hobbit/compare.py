@@ -185,7 +185,14 @@ def compare(trace: Trace | TraceFile, cfg: CompareConfig, out: Path) -> dict[str
         def run(system: SystemConfig) -> Results:  # its run holds apart the same requests (``simulate_file``)
             rng = np.random.default_rng(cfg.seed)
             return simulate_file(
-                tf.path, cfg.model, hw, system, rng, profile_share=cfg.profile_share, window_tokens=tf.window_tokens
+                tf.path,
+                cfg.model,
+                hw,
+                system,
+                rng,
+                profile_share=cfg.profile_share,
+                window_tokens=tf.window_tokens,
+                scan=tf.scan,
             )
     else:
         profile, timed = split_requests(trace, cfg.profile_share)

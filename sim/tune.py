@@ -104,6 +104,7 @@ def evaluate(trace: Trace | TraceFile, cfg: TuneConfig, system: SystemConfig) ->
             rng,
             window_tokens=trace.window_tokens,
             stop_tokens=trace.stop_tokens,
+            scan=trace.scan,
         )
     else:
         res = simulate(trace, cfg.model, cfg.hardware, system, rng, engine="fast", keep_decisions=False)

@@ -143,12 +143,16 @@ def uses_profile(system: SystemConfig) -> bool:
     )
 
 
-def refused(system: SystemConfig) -> str | None:
-    """Why a windowed run cannot run ``system`` (None: it can)."""
+def check_windowed(system: SystemConfig, path: str | os.PathLike) -> None:
+    """Refuse ``system`` on the trace at ``path`` read a window at a time where the compiled walk cannot decide for it
+    (the reference walk reads the whole trace), with the fix."""
     why = fast.unsupported(system)
     if why is not None:
-        return f"the compiled walk does not implement {why}, and the reference walk reads the whole trace"
-    return None
+        raise ConfigError(
+            f"system={system.name} cannot run on trace {path} read a window at a time: the compiled walk does not "
+            f"implement {why}, and the reference walk reads the whole trace (fix: window_tokens=0, which reads the "
+            f"trace whole)"
+        )
 
 
 def log_records(scan: window.Scan, system: SystemConfig, ubatch: int) -> int:
@@ -181,24 +185,21 @@ def simulate_file(
     progress: Callable[[int, int], None] | None = None,
     context: int = 0,
     stop_tokens: int | None = None,
+    scan: window.Scan | None = None,
 ) -> Results:
     """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
     at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk.
-    ``stop_tokens``: the trace's first tokens alone (a request's edge, ``traces.window.TraceFile.head``)."""
+    ``stop_tokens``: the trace's first tokens alone (a request's edge, ``traces.window.TraceFile.head``); ``scan``:
+    the file's scan of them where the caller has it (a ``TraceFile``'s: its runs read the key columns once)."""
     t_wall = time.perf_counter()
     flags = checked(model, hw, system)
     system = flags.system
     check_profile(model, hw)
-    why = refused(system)
-    if why is not None:
-        raise ConfigError(
-            f"system={system.name} cannot run on a trace read a window at a time: {why} (fix: window_tokens=0, "
-            f"which reads the trace whole)"
-        )
+    check_windowed(system, path)
     if window_tokens < 1:
         raise ConfigError(f"sim.window_tokens={window_tokens} must be >= 1 for a windowed run (0 reads it whole)")
     file = str(path)
-    scan = window.scan(file, stop_tokens)
+    scan = scan if scan is not None else window.scan(file, stop_tokens)
     meta, stop = scan.meta, stop_tokens
     rng = rng if rng is not None else np.random.default_rng(0)
     p = system.prefetch

@@ -373,8 +373,12 @@ def test_compare_reads_its_trace_a_window_at_a_time(tmp_path):
         out = tmp_path / name
         cfg = compose("compare", CompareConfig, [f"out_dir={out}", f"window_tokens={tokens}", *over])
         if tokens:
-            with mock.patch.object(trace_io, "read_trace", side_effect=AssertionError("read whole")):
+            with (
+                mock.patch.object(trace_io, "read_trace", side_effect=AssertionError("read whole")),
+                mock.patch.object(window, "scan", wraps=window.scan) as scans,
+            ):
                 runs[name] = compare(api.trace_of(path, tokens), cfg, out)
+            assert scans.call_count == 2  # the file's and its profiling requests': each run reuses one of them
         else:
             runs[name] = compare(api.trace_of(path, tokens), cfg, out)
     whole, win = (json.loads((tmp_path / n / "compare.json").read_text()) for n in ("whole", "win"))

@@ -490,14 +490,15 @@ def _walk_inputs(
         "own_knobs": policy_knobs(ev, ev.policy),
         "library": eam_lib,  # what a policy's compiled part may read of the EAM prefetcher (``Space.library``)
     }
+    pa = wl.pass_arrays()
     routing = walk.Routing(
         ids=narrow(wl.ids, "expert_ids"),
         weights=frozen(wl.weights),
         pred=pred,
         pred_w=pred_w,
-        pass_start=wl.pass_arrays().start,
-        pass_end=wl.pass_arrays().end,
-        pass_request=wl.pass_arrays().request,
+        pass_start=pa.start,
+        pass_end=pa.end,
+        pass_request=pa.request,
         token_in_request=np.asarray(wl.token_in_request, np.int64),
         top_k=wl.top_k,
         first_pass=int(window[0]),
