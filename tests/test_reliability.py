@@ -224,6 +224,59 @@ def test_results_json_is_strict_json(tmp_path):
     }
 
 
+KILLED_MID_WRITE = """
+import os, signal, sys, time
+from pathlib import Path
+from hobbit.traces.io import file_writer, write_together
+
+def slow(f):
+    f.write("half")
+    f.flush()
+    os.write(1, b"writing\\n")
+    time.sleep(60)
+
+out = Path(sys.argv[1])
+try:
+    write_together([(out / "a.json", file_writer(lambda f: f.write("{}"))), (out / "b.json", file_writer(slow))])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("handler", ["default", "ignored"])
+def test_a_write_killed_part_way_leaves_no_temporary_file(tmp_path, handler):
+    """``kill`` of a process that left SIGTERM at its default action (a sweep's worker between two jobs) in the
+    middle of a write: the write unwinds, neither final name appears and no hidden temporary file is left. A process
+    that ignores SIGTERM keeps ignoring it; ``kill -9`` then leaves the temporary files, which the next write of the
+    same names removes."""
+    import signal
+    import subprocess
+    import sys
+
+    from hobbit.traces.io import atomic_write_text
+
+    before = signal.getsignal(signal.SIGTERM)
+    ignore = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if handler == "ignored" else ""
+    proc = subprocess.Popen([sys.executable, "-c", ignore + KILLED_MID_WRITE, str(tmp_path)], stdout=subprocess.PIPE)
+    tmps = [f".a.json.{proc.pid}.tmp", f".b.json.{proc.pid}.tmp"]
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == tmps
+        proc.send_signal(signal.SIGTERM)
+        if handler == "ignored":
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=1)
+            proc.kill()
+        assert proc.wait(timeout=30) == (130 if handler == "default" else -signal.SIGKILL)
+    finally:
+        proc.kill()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if handler == "default" else tmps)
+    atomic_write_text(tmp_path / "a.json", "{}")
+    atomic_write_text(tmp_path / "b.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+    assert signal.getsignal(signal.SIGTERM) == before  # this process's own: restored after each write
+
+
 # ---------------------------------------------------------------- paths resolve where the user stands
 
 

@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import re
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -360,19 +362,59 @@ def write_together(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> li
     was, complete or absent, and no temporary file. A set of files a reader takes together (a run's tables and its
     results.json) is then never a mix of two runs; the last one named is the one a reader looks for."""
     tmps: list[Path] = []
-    try:
-        for path, write in files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmps.append(tmp_path(path))
-            with naming(path):
-                write(tmps[-1])
-        for (path, _), tmp in zip(files, tmps, strict=True):
-            with naming(path):
-                os.replace(tmp, path)
-    finally:
-        for tmp in tmps:
-            tmp.unlink(missing_ok=True)
+    with _kill_unwinds():
+        try:
+            for path, write in files:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmps.append(tmp_path(path))
+                with naming(path):
+                    write(tmps[-1])
+            for (path, _), tmp in zip(files, tmps, strict=True):
+                with naming(path):
+                    os.replace(tmp, path)
+        finally:
+            with _stops_held():  # a stop arriving now waits until every temporary file is gone
+                for tmp in tmps:
+                    tmp.unlink(missing_ok=True)
     return [path for path, _ in files]
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _kill_unwinds() -> Iterator[None]:
+    """A context in which ``kill`` (SIGTERM) raises KeyboardInterrupt where the process had left it at its default
+    action, which ends the process on the spot and would leave a temporary file behind (a sweep's worker between
+    two jobs, a library user's script); a handler of the process's own is left as it is. Signal handlers belong to
+    the main thread: in another, nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """A context in which Ctrl-C and ``kill`` are held back (blocked), delivered as it ends: clean-up that a handler
+    raising part way through would leave half done. Only the main thread receives Python's signals; elsewhere it
+    holds nothing."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def file_writer(write: Callable[[IO], object], binary: bool = False) -> Callable[[Path], None]:
