@@ -206,7 +206,7 @@ def simulate_file(
     # as ``split_requests``: the first requests profile, the rest are timed
     n_prof = window.held_apart(len(scan.requests), profile_share) if profile is None else 0
     skip = int(scan.request_tokens[:n_prof].sum())
-    after = _after(file, meta, window_tokens, skip, stop, system.ubatch) if system.cache.policy == "belady" else None
+    after = _after(file, meta, window_tokens, skip, stop, system.ubatch) if "future_uses" in needs(system) else None
     timed = _windows(file, scan.meta, window_tokens, skip, stop, p, rng, system.ubatch, context, after)
     first = next(timed)
     stand_in = Trace(meta, first[1], file)  # the topology's and the weights' checks read the metadata

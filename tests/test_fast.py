@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hobbit.sim import fast
 from hobbit.sim.config import ConfigError, ModelConfig, check_system, policy_knobs
 from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, DecisionTables, tables_from_steps
-from hobbit.sim.policies.eviction import eam_priority
+from hobbit.sim.policies.eviction import belady, eam_priority
 from hobbit.sim.policies.registry import EVICTION, PREFETCH
 from hobbit.sim.run import simulate
 from hobbit.traces.io import Trace
@@ -172,9 +172,22 @@ def test_what_the_compiled_walk_leaves_to_the_reference():
         if fast.unsupported(dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, policy=p)))
     }
     assert left == {p for p in EVICTION if not fast.special.compiled(p)}
-    own = {"lru", "lfu", "fifo", "mru", "sieve", "lfru", "s3fifo", "arc", "lirs", "eam_release", "eam_priority"}
+    own = {
+        "lru",
+        "lfu",
+        "fifo",
+        "mru",
+        "sieve",
+        "lfru",
+        "s3fifo",
+        "arc",
+        "lirs",
+        "eam_release",
+        "eam_priority",
+        "belady",
+    }
     assert {p for p in EVICTION if fast.special.own_part(p) is not None} == own  # compiled from their own files
-    assert set(fast.walk.POLICIES) == set(EVICTION) - own == {"multidim", "belady"}
+    assert set(fast.walk.POLICIES) == set(EVICTION) - own == {"multidim"}
     assert left == set()
     kinds = {
         k
@@ -358,7 +371,9 @@ def test_a_streamed_run_carries_the_copies_still_running_into_its_next_chunk():
     assert_streamed(streamed(tr, model, hw, system, 1), whole)
 
 
-POLICIES = [p for p in fast.walk.POLICIES]
+# the walk's own policy, and Belady, the one whose copies the walk renews as each key's next use moves on (``_passed``,
+# ``_edge``): the others, compiled from their own files, have a test each below
+POLICIES = [*fast.walk.POLICIES, "belady"]
 
 
 @settings(
@@ -627,6 +642,71 @@ def test_eam_prioritys_candidates_do_not_outlive_their_request(monkeypatch):
     pool[0, :, USES] = 0
     assert scanned() == 11
     assert eam_priority.priority_evict(state, pool, 0, 0, 0, rows) == 11
+
+
+def test_beladys_heaps_give_the_scans_victim_whatever_their_events():
+    """Belady's compiled part, its kernels as plain Python, under random events on per-layer regions of different
+    sizes (their heaps side by side in its arrays): copies enter (pinned or not), are used, pinned ones let go, keys'
+    next uses move later (``Space.next_use``, each copy renewed), and each eviction's victim is the reference's scan:
+    the unpinned copy of the region needed last, then touched first. The victim leaves its heap; the slot it frees
+    is taken again."""
+    from hobbit.sim.policies.compiled import EXPERT, LAYER, N_FIELDS, NEVER, PINNED, TOUCHED, Space
+
+    rng = np.random.default_rng(7)
+    L, E, cap = 2, 6, np.array([[3, 5], [0, 0]])
+    rows = int(cap[0].sum())
+    next_use = rng.integers(0, 40, L * E)
+    space = Space(L, E, rows, cap, None, True, np.zeros(14, np.int64), np.zeros(1, np.int64), None, next_use)
+    state = belady.belady_state(space)
+    pool = np.zeros((2, rows, N_FIELDS), np.int64)
+    pool[:, :, LAYER] = pool[:, :, EXPERT] = -1
+    clock, evictions = 0, 0
+    for _ in range(3000):
+        g = int(rng.integers(L))
+        r0, r1 = int(cap[0, :g].sum()), int(cap[0, : g + 1].sum())
+        slots = range(r0, r1)
+        held = [s for s in slots if pool[0, s, LAYER] >= 0]
+        op = rng.integers(5)
+        if op == 0:  # a copy enters: a free slot, else the policy's victim
+            free = [s for s in slots if pool[0, s, LAYER] < 0]
+            if free:
+                slot = free[0]
+            else:
+                want = max(
+                    (s for s in held if not pool[0, s, PINNED]),
+                    key=lambda s: (next_use[g * E + pool[0, s, EXPERT]], -pool[0, s, TOUCHED]),
+                    default=-1,
+                )
+                slot = belady.belady_evict(state, pool, 0, g, r0, r1)
+                assert slot == want
+                evictions += slot >= 0
+                if slot < 0:
+                    continue
+                assert state.pos[0, slot] == -1
+            clock += 1
+            pool[0, slot, LAYER], pool[0, slot, EXPERT] = g, rng.integers(E)
+            pool[0, slot, TOUCHED], pool[0, slot, PINNED] = clock, rng.random() < 0.3
+            belady.belady_insert(state, pool, 0, g, r0, r1, slot)
+        elif op == 1 and held:  # a use
+            slot = int(rng.choice(held))
+            clock += 1
+            pool[0, slot, TOUCHED] = clock
+            belady.belady_hit(state, pool, 0, g, slot)
+        elif op == 2 and held:  # a pin let go
+            slot = int(rng.choice(held))
+            if pool[0, slot, PINNED]:
+                pool[0, slot, PINNED] = 0
+                belady.belady_unpin(state, pool, 0, g, slot)
+        elif op == 3:  # a key's next use moves on
+            key = g * E + int(rng.integers(E))
+            later = NEVER if rng.random() < 0.2 else next_use[key] + rng.integers(1, 30)
+            next_use[key] = min(later, NEVER)  # later, or none: a next use never moves earlier
+            for s in held:
+                if g * E + pool[0, s, EXPERT] == key:
+                    belady.belady_renew(state, pool, 0, g, s)
+        in_heap = sorted(state.heap[0, r0 : r0 + state.n[0, g]])  # the region's unpinned copies, each once
+        assert in_heap == [s for s in slots if pool[0, s, LAYER] >= 0 and not pool[0, s, PINNED]]
+    assert evictions > 300
 
 
 def test_a_uniform_precision_serves_prefill_at_its_precision_whatever_multi_token_says():

@@ -21,9 +21,8 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
     assert not {"walk_state", "_grow", "_pruned_evict", "_to_evict", "_best_match", "_split_makespan"} & set(dep)
     for policy in ("lru", "belady", "lirs"):
         mod = special.core(policy)
-        number = special.number(policy)
-        assert number == (walk.POLICIES.index(policy) if policy == "belady" else walk.OWN)
-        assert mod.POLICY == number and mod.OWN_HIT == (policy != "belady") and mod.PICKS_VICTIM
+        assert special.number(policy) == walk.OWN and mod.POLICY == walk.OWN and mod.OWN_HIT and mod.PICKS_VICTIM
+        assert mod.FUTURE == mod.OWN_RENEW == (policy == "belady")  # the walk moves next uses on for Belady alone
         assert mod.__name__ == f"hobbit.sim.fast.walk_{policy}_general"
         for name in dep:  # its own, compiled for it
             assert (
@@ -42,7 +41,9 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
 
 
 def test_an_unknown_policy_is_named_with_those_there_are():
-    with pytest.raises(ValueError, match=r"no eviction policy 'mru2': one of multidim, belady, .*Compiled"):
+    with pytest.raises(
+        ValueError, match=r"no eviction policy 'mru2': multidim \(the walk's own\), or a registered .*Compiled"
+    ):
         special.text("mru2")
 
 
@@ -66,7 +67,7 @@ def test_every_policy_with_state_of_its_own_keeps_it_in_its_own_file():
     from hobbit.sim.policies.registry import eviction_class
 
     text = Path(walk.__file__).read_text().lower()
-    for policy in ("lru", "lfu", "fifo", "sieve", "lfru", "s3fifo", "arc", "lirs"):
+    for policy in ("lru", "lfu", "fifo", "sieve", "lfru", "s3fifo", "arc", "lirs", "belady"):
         part = special.own_part(policy)
         assert part is not None and part is eviction_class(policy).compiled and part.state, policy
         mod = special.core(policy)
@@ -76,8 +77,8 @@ def test_every_policy_with_state_of_its_own_keeps_it_in_its_own_file():
             "hobbit.sim.policies.eviction.lru",
         }
         assert mod.OWN_HIT == (part.hit is not None) and mod.OWN_MISS == (part.miss is not None)
-        assert mod.OWN_INSERT == (part.insert is not None)
-    named = re.findall(r"\b(?:lru|lfu|fifo|sieve|lfru|s3fifo|s3-fifo|arc|lirs)\b", text)
+        assert mod.OWN_INSERT == (part.insert is not None) and mod.OWN_RENEW == (part.renew is not None)
+    named = re.findall(r"\b(?:lru|lfu|fifo|sieve|lfru|s3fifo|s3-fifo|arc|lirs|belady)\b", text)
     assert named == [], named
 
 

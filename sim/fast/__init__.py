@@ -442,7 +442,8 @@ def _walk_inputs(
         pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
         wts = np.array(pol.w, np.float64)
         fw = fld_table(pol.w[3], L)
-    if ev.policy != "belady":
+    future_uses = "future_uses" in ev_cls.needs  # Belady's: the walk moves each key's next use on (``Space.next_use``)
+    if not future_uses:
         fut_off, fut_steps = np.zeros(1, np.int64), np.zeros(1, np.int64)
     elif future is not None:
         fut_off, fut_steps = future
@@ -489,6 +490,7 @@ def _walk_inputs(
         "own_state": own.state if (own := special.own_part(ev.policy)) is not None else None,
         "own_knobs": policy_knobs(ev, ev.policy),
         "library": eam_lib,  # what a policy's compiled part may read of the EAM prefetcher (``Space.library``)
+        "future": future_uses,
     }
     pa = wl.pass_arrays()
     routing = walk.Routing(
@@ -926,8 +928,11 @@ def stream_windows(
     for window in windows:
         wl, first = window.wl, window.first_pass
         L, P = wl.num_layers, len(wl.pass_start)
-        if system.cache.policy == "belady" and first > 0 and window.future is None:
-            raise ValueError("Belady's policy over a window needs the window's lists of next uses (Window.future)")
+        if first > 0 and window.future is None and "future_uses" in eviction_class(system.cache.policy).needs:
+            raise ValueError(
+                f"eviction policy {system.cache.policy} over a window needs the window's lists of next uses "
+                "(Window.future)"
+            )
         max_t, _ = _tables(wl)
         inputs = _timing_inputs(wl, cost, expert_bytes, max_t)
         state_args, walk_in = _walk_inputs(

@@ -53,16 +53,18 @@ FLAGS = (
     "OWN_MISS",
     "OWN_INSERT",
     "OWN_UNPIN",
+    "OWN_RENEW",
+    "FUTURE",
     "PREFETCHER",
     "MISSES",
     "HISTORY",
     "BOUND_CPU",
     "PICKS_VICTIM",
 )
-SET = FLAGS[:9]
+SET = FLAGS[:11]
 # the names a copy binds to the compiled part of a policy whose file gives one (``policies.compiled.Compiled``)
-HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow", "_p_unpin")
-PARTS = ("evict", "hit", "insert", "miss", "overflow", "unpin")  # their fields of ``Compiled``
+HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow", "_p_unpin", "_p_renew")
+PARTS = ("evict", "hit", "insert", "miss", "overflow", "unpin", "renew")  # their fields of ``Compiled``
 
 
 class Variant(NamedTuple):
@@ -219,8 +221,8 @@ def text(policy: str, variant: Variant | None = None) -> str:
     part = own_part(policy)
     if policy not in template.POLICIES and part is None:
         raise ValueError(
-            f"the compiled walk has no eviction policy {policy!r}: one of {', '.join(template.POLICIES)}, or a "
-            f"registered policy whose class gives its compiled part (compiled = policies.compiled.Compiled(...))"
+            f"the compiled walk has no eviction policy {policy!r}: {', '.join(template.POLICIES)} (the walk's own), "
+            f"or a registered policy whose class gives its compiled part (compiled = policies.compiled.Compiled(...))"
         )
     src, tree = _template()
     dep = set(dependent())
@@ -233,7 +235,8 @@ def text(policy: str, variant: Variant | None = None) -> str:
         raise RuntimeError(f"{template.__file__} must assign {', '.join(FLAGS)} once each, in that order")
     taken = dep | set(FLAGS) | (set(HOOKS) if part else set())
     own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"] if part else []
-    given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert", "unpin")]
+    given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert", "unpin", "renew")]
+    given.append("future_uses" in eviction_class(policy).needs)  # FUTURE
     settings = variant.values() if variant is not None else (-1, -1, -1, -1)
     out = [
         f'"""The compiled walk for eviction policy {policy} ({_tag(variant)}): written by sim.fast.special from walk.py (the template;',

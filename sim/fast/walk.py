@@ -6,8 +6,9 @@ slots, per-layer pools (regions of any sizes, ``roff``; wide steps kept or bypas
 resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert.
 
 An eviction policy's compiled decisions live in its own file (``policies.compiled``: its state and hooks, which the
-walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``), except those of ``POLICIES``, whose state is the
-walk's own (multidim's layer lists, Belady's heaps). This file is a template: the eviction policy
+walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``, ``_p_overflow``, ``_p_unpin``, ``_p_renew``),
+except those of ``POLICIES``, whose state is the walk's own (multidim's layer lists). This file is a template: the
+eviction policy
 is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per policy with it set
 and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``, ``HISTORY`` and
 ``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
@@ -26,7 +27,7 @@ run (``sim.fast.stream``) walks a chunk of passes at a time, timing and dropping
 ``walk`` is the reference's ``Decider.run``: per step, its phases are functions named as the reference's methods
 (``_needed``, ``_split``, ``_serve_one``, ``_drop_stale``, ``_propose`` and ``_issue`` for ``_prefetch``), inlined
 (``inline="always"``: one compiled loop, as before they were split), which read the walk's named records of
-borrowed arrays (``Cache``, ``Staged``, ``Logs``, ``Belady``, ``Rare``, ``Scratch`` and the inputs'), unpack the
+borrowed arrays (``Cache``, ``Staged``, ``Logs``, ``Future``, ``Scratch`` and the inputs'), unpack the
 fields they use, and return the log's counters they move.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
@@ -49,6 +50,7 @@ from hobbit.sim.policies.compiled import (
     LAST_USE,
     LAYER,
     N_FIELDS,
+    NEVER,
     NOW_REQUEST,
     NOW_STEP,
     PINNED,
@@ -68,13 +70,13 @@ N_ST = 14
 # a policy's compiled part reads the current step and the requests in ``st`` (``Space.now``) by these numbers
 assert (STEP, REQUESTS) == (NOW_STEP, NOW_REQUEST)
 # the eviction policies whose compiled decisions live in this walk (their state is the walk's own: multidim's layer
-# lists, Belady's heaps), prefetchers, cpu_misses
-POLICIES = ("multidim", "belady")
+# lists), prefetchers, cpu_misses
+POLICIES = ("multidim",)
 PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
-MULTIDIM, BELADY = range(2)
+MULTIDIM = 0
 # any other registered policy whose own file gives its compiled part (its class's ``compiled``, a
-# ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_overflow``
+# ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_renew``
 OWN = len(POLICIES)
 # The eviction policy this copy of the module decides for (``sim.fast.special.core``): -1 in this file, the template,
 # whose ``walk`` refuses to run; each generated copy sets it to one of the above. Numba reads a global as a constant
@@ -85,6 +87,10 @@ OWN_HIT = False
 OWN_MISS = False
 OWN_INSERT = False
 OWN_UNPIN = False  # and an unpin hook
+OWN_RENEW = False  # and a renew hook
+# whether the policy reads each key's next use (``"future_uses"`` in its ``needs``: ``Space.next_use``, which the walk
+# moves on at each step, ``_next_uses``)
+FUTURE = False
 # The run's settings a copy may be specialised for besides the policy (``sim.fast.special.Variant``): the prefetcher
 # (``PF_*``), cpu_misses (``CM_*``), the prefetcher's history fallback (0, 1) and whether a step's bound splits its
 # experts with the CPU (0, 1). -1 here and in a policy's general copy, which reads each from its inputs at run time; a
@@ -95,14 +101,12 @@ PREFETCHER = -1
 MISSES = -1
 HISTORY = -1
 BOUND_CPU = -1
-# policies whose victim ``_pre_admit`` picks (their miss hook runs there): those with state of their own, and Belady,
-# which reads ``rare``
-PICKS_VICTIM = POLICY in (BELADY, OWN)
+# policies whose victim ``_pre_admit`` picks (their miss hook runs there): those whose file gives their compiled part
+PICKS_VICTIM = POLICY == OWN
 PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
 EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
 EC_M = 0  # ``eam_match`` (the state's): [0] the EAM prefetcher's match (-1: none)
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
-NEVER = 1 << 62
 
 
 @intrinsic
@@ -232,103 +236,16 @@ def _eam_earlier(tl, te, props, x):
     return tl < props[x, 0] or (tl == props[x, 0] and te < props[x, 1])
 
 
-# Belady (eviction.belady): each region's occupied, unpinned slots in a binary heap, the best victim at its root: the
-# copy whose next use (the first step at or after the current one that selects its key; NEVER: none) is latest, then
-# the least recently touched (TOUCHED is unique, so the order is total and the root is the scan's victim). ``bel``
-# rows: the heap (region g's at r0 .. r0 + n, r0 its first slot), each slot's place in it (-1: not in it), its next
-# use, and each region's n. ``bel_cur`` holds each key's place in ``future_uses``' list of its steps: its next use, moved
-# on at the start of each step for the keys of the step before (``_bel_passed``), whose copies then move up (they
-# are needed later than they were). A use moves the copy down (its TOUCHED is the newest), a pin takes it out, the
-# end of the pin puts it back.
-BH_HEAP, BH_POS, BH_NU, BH_N = 0, 1, 2, 3
-
-
-@njit(cache=True, inline="always")
-def _bel_nu(fut_off, fut_steps, cur, key):
-    """The next use of ``key`` (its cursor's step, or NEVER past its last)."""
-    c = cur[key]
-    return fut_steps[c] if c < fut_off[key + 1] else NEVER
-
-
-@njit(cache=True, inline="always")
-def _bel_before(bel, pool, pr, s, t):
-    """Whether slot ``s`` goes before slot ``t`` in Belady's order: needed later, or as late and touched earlier."""
-    a, b = bel[BH_NU, pr, s], bel[BH_NU, pr, t]
-    return a > b or (a == b and pool[pr, s, TOUCHED] < pool[pr, t, TOUCHED])
-
-
-@njit(cache=True)
-def _bel_up(bel, pool, pr, r0, i):
-    """The slot at place ``i`` of the heap that starts at ``r0`` moved up to where its order puts it."""
-    s = bel[BH_HEAP, pr, r0 + i]
-    while i > 0:
-        j = (i - 1) // 2
-        t = bel[BH_HEAP, pr, r0 + j]
-        if not _bel_before(bel, pool, pr, s, t):
-            break
-        bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, t] = t, i
-        i = j
-    bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, s] = s, i
+# each key's next use (``Space.next_use``, for a policy that needs the future): ``fut_cur`` holds each key's place in
+# its list of steps (``future_uses``; a window's lists end with the key's first use after the window) and ``fut_nu``
+# the step there (NEVER past the list's end). At the start of each step the keys of the step before move on
+# (``_passed``), and the policy renews its copies of them (``_p_renew``).
 
 
 @njit(cache=True, _nrt=False)
-def _bel_down(bel, pool, pr, r0, n, i):
-    """The slot at place ``i`` of the heap of ``n`` slots that starts at ``r0`` moved down to where its order puts it."""
-    s = bel[BH_HEAP, pr, r0 + i]
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        t = bel[BH_HEAP, pr, r0 + c]
-        if c + 1 < n:
-            u = bel[BH_HEAP, pr, r0 + c + 1]
-            if _bel_before(bel, pool, pr, u, t):
-                c, t = c + 1, u
-        if not _bel_before(bel, pool, pr, t, s):
-            break
-        bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, t] = t, i
-        i = c
-    bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, s] = s, i
-
-
-@njit(cache=True, _nrt=False)
-def _bel_push(bel, fut_off, fut_steps, cur, pool, pr, g, r0, slot, key):
-    """``slot`` (holding ``key``, unpinned) enters its region's heap."""
-    bel[BH_NU, pr, slot] = _bel_nu(fut_off, fut_steps, cur, key)
-    n = bel[BH_N, pr, g]
-    bel[BH_HEAP, pr, r0 + n], bel[BH_POS, pr, slot] = slot, n
-    bel[BH_N, pr, g] = n + 1
-    _bel_up(bel, pool, pr, r0, n)
-
-
-@njit(cache=True, _nrt=False)
-def _bel_admit(bel, fut_off, fut_steps, cur, pool, roff, per_layer, pr, layer, e, slot, num_layers, num_experts):
-    """A copy of expert ``e`` of ``layer`` took ``slot`` (a free slot, or its region's heap root, the victim): its next
-    use and its place in the heap, or out of it while it is pinned."""
-    g, r0 = layer if per_layer else 0, _region(roff, pr, per_layer, layer)[0]
-    i, n = bel[BH_POS, pr, slot], bel[BH_N, pr, g]
-    if i < 0:
-        if not pool[pr, slot, PINNED]:
-            _bel_push(bel, fut_off, fut_steps, cur, pool, pr, g, r0, slot, layer * num_experts + e)
-        return
-    bel[BH_NU, pr, slot] = _bel_nu(fut_off, fut_steps, cur, layer * num_experts + e)
-    if pool[pr, slot, PINNED]:  # out of the heap: its last slot takes the place
-        n -= 1
-        bel[BH_N, pr, g] = n
-        bel[BH_POS, pr, slot] = -1
-        if i == n:
-            return
-        last = bel[BH_HEAP, pr, r0 + n]
-        bel[BH_HEAP, pr, r0 + i], bel[BH_POS, pr, last] = last, i
-        slot = last
-    _bel_up(bel, pool, pr, r0, i)
-    _bel_down(bel, pool, pr, r0, n, bel[BH_POS, pr, slot])
-
-
-@njit(cache=True, _nrt=False)
-def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, roff, per_layer, step):
+def _passed(own, fut_off, fut_steps, cur, nu, pool, index, ids, t0, t1, layer, per_layer, step):
     """At the start of ``step``: the keys the step before selected (its tokens ``t0:t1`` at ``layer``) move their
-    cursors to their next use; each copy of one in a heap moves up (it is needed later than it was)."""
+    cursors past it, to their next use; the policy renews each copy of one."""
     E = index.shape[2]
     for t in range(t0, t1):
         for k in range(ids.shape[2]):
@@ -337,38 +254,45 @@ def _bel_passed(bel, fut_off, fut_steps, cur, pool, index, ids, t0, t1, layer, r
             c = cur[key]
             if c >= fut_off[key + 1] or fut_steps[c] >= step:  # moved on already (a key selected twice)
                 continue
-            cur[key] = c + 1
-            nu = _bel_nu(fut_off, fut_steps, cur, key)
-            for pr in range(2):
-                s = index[pr, layer, e]
-                if s >= 0 and bel[BH_POS, pr, s] >= 0:
-                    bel[BH_NU, pr, s] = nu
-                    _bel_up(bel, pool, pr, _region(roff, pr, per_layer, layer)[0], bel[BH_POS, pr, s])
+            cur[key] = c = c + 1
+            nu[key] = fut_steps[c] if c < fut_off[key + 1] else NEVER
+            if OWN_RENEW:
+                for pr in range(2):
+                    s = index[pr, layer, e]
+                    if s >= 0:
+                        _p_renew(own, pool, pr, layer if per_layer else 0, s)
 
 
 @njit(cache=True, _nrt=False)
-def _bel_edge(bel, fut_off, fut_steps, cur, pool, index, sel, layer, roff, per_layer):
-    """``_bel_passed`` at a window's first step (``fast.stream_windows``): the keys the last step of the window before
-    selected (``sel`` [T, K], at ``layer``) take their next use from this window's lists, whose cursors start at the
-    window (each key's uses in it, then its first use after it); each copy of one in a heap moves up."""
-    E = index.shape[2]
+def _edge(own, pool, index, sel, layer, per_layer):
+    """``_passed`` at a window's first step (``fast.stream_windows``): the keys the last step of the window before
+    selected (``sel`` [T, K], at ``layer``) have their next use from this window's lists, whose cursors start at the
+    window (each key's uses in it, then its first use after it); the policy renews each copy of one."""
+    if not OWN_RENEW:
+        return
     for t in range(sel.shape[0]):
         for k in range(sel.shape[1]):
             e = sel[t, k]
-            nu = _bel_nu(fut_off, fut_steps, cur, layer * E + e)
             for pr in range(2):
                 s = index[pr, layer, e]
-                if s >= 0 and bel[BH_POS, pr, s] >= 0 and bel[BH_NU, pr, s] != nu:  # once per key
-                    bel[BH_NU, pr, s] = nu
-                    _bel_up(bel, pool, pr, _region(roff, pr, per_layer, layer)[0], bel[BH_POS, pr, s])
+                if s >= 0:
+                    _p_renew(own, pool, pr, layer if per_layer else 0, s)
+
+
+@njit(cache=True, _nrt=False)
+def _future_start(fut_off, fut_steps, cur, nu):
+    """Each key's cursor at the first of its lists' steps, and its next use there (a run's, or a window's, first
+    step)."""
+    for key in range(cur.shape[0]):
+        c = cur[key] = fut_off[key]
+        nu[key] = fut_steps[c] if c < fut_off[key + 1] else NEVER
 
 
 @njit(cache=True)
 def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
     """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
-    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). The other policies find theirs without it:
-    Belady at its heap's root and a policy whose file gives its compiled part by its own function (``_p_evict``), in
-    ``_pre_admit``."""
+    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). A policy whose file gives its compiled
+    part finds its own (``_p_evict``), in ``_pre_admit``."""
     lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
     best = -1
     inv_t = 1.0 / max(tokens, 1)
@@ -494,7 +418,7 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
 
 # ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
 # nothing: the multidim eviction's (``_pruned_evict``, ``_beaten``, ``_pairwise_block``), the calls of the policies'
-# hooks, which take a policy's state or ``rare`` and many arrays besides (``_pre_admit``, ``_post_admit``, ``_use``),
+# hooks, which take a policy's state and many arrays besides (``_pre_admit``, ``_post_admit``, ``_passed``, ``_use``),
 # and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
 # argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
 # numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
@@ -616,13 +540,18 @@ def _p_unpin(state, pool, pr, g, slot):
     pass
 
 
+@njit(cache=True)
+def _p_renew(state, pool, pr, g, slot):
+    pass
+
+
 @njit(cache=True, _nrt=False)
-def _pre_admit(own, rare, pool, roff, nfree, index, layer, e, pr, per_layer):
-    """What ``ExpertCache.admit`` asks of a policy with state of its own (``own``: the state its file builds, whose
-    hooks a copy of this module binds, ``_p_*``) or that reads ``rare`` (Belady's heaps) before the copy
-    takes a slot: its miss hook, then, when the region has no free slot, its victim (-1: none or a free slot). Called
-    from the walk's body before ``_admit``, so that the policy's state and ``rare`` never pass through the inlined
-    admit path (each array an inlined call takes is counted up and down)."""
+def _pre_admit(own, pool, roff, nfree, index, layer, e, pr, per_layer):
+    """What ``ExpertCache.admit`` asks of a policy whose file gives its compiled part (``own``: the state its file
+    builds, whose hooks a copy of this module binds, ``_p_*``) before the copy takes a slot: its miss hook, then,
+    when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before
+    ``_admit``, so that the policy's state never passes through the inlined admit path (each array an inlined call
+    takes is counted up and down)."""
     r0, r1 = _region(roff, pr, per_layer, layer)
     if r1 == r0:  # no slot at all (the pool, or the layer's region): the policy hears nothing
         return -1
@@ -635,9 +564,7 @@ def _pre_admit(own, rare, pool, roff, nfree, index, layer, e, pr, per_layer):
                 return -1
     elif nfree[pr] < r1:
         return -1
-    if POLICY == OWN:
-        return _p_evict(own, pool, pr, g, r0, r1)
-    return rare.bel[BH_HEAP, pr, r0] if rare.bel[BH_N, pr, g] else -1  # Belady: the root of its region's heap
+    return _p_evict(own, pool, pr, g, r0, r1)
 
 
 @njit(cache=True, _nrt=False)
@@ -1043,6 +970,7 @@ def walk_state(
     own_state=None,
     own_knobs=None,
     library=None,
+    future=False,
 ):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
@@ -1050,8 +978,9 @@ def walk_state(
     ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``. Plain Python: it runs once
     per run and allocates, so compiling it (8 s) would buy nothing. ``own_state``: the state builder of a policy whose
     file gives its compiled part (``Compiled.state``; None: it keeps none), called with the space it sizes by and its
-    knobs ``own_knobs``, and what it may read of the walk as it goes (``Space``: the counters ``st``, and the EAM
-    prefetcher's match and ``library``, its normalised activation matrices)."""
+    knobs ``own_knobs``, and what it may read of the walk as it goes (``Space``: the counters ``st``, the EAM
+    prefetcher's match and ``library``, its normalised activation matrices, and, where ``future`` (the policy needs
+    the future), each key's next use)."""
     L, E = num_layers, num_experts
     roff = roff.copy()  # the walk's own (``walk`` reads the state's)
     size = roff[:, L].copy()
@@ -1075,9 +1004,10 @@ def walk_state(
     st = np.zeros(N_ST, np.int64)
     if library is None:
         library = np.zeros((0, L, E))
-    own = (
-        () if own_state is None else own_state(Space(L, E, S, cap, own_knobs, bool(per_layer), st, eam_match, library))
-    )
+    fut_cur = np.full(L * E if future else 1, -1, np.int64)  # each key's next use (``_passed``; -1: the walk sets it)
+    fut_nu = np.full(L * E if future else 0, NEVER, np.int64)
+    space = Space(L, E, S, cap, own_knobs, bool(per_layer), st, eam_match, library, fut_nu)
+    own = () if own_state is None else own_state(space)
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
@@ -1098,9 +1028,6 @@ def walk_state(
     stg_list = np.zeros((max(staging, 1), 3), np.int64)  # layer, expert, target; in insertion order
     pins = np.zeros((16, 4), np.int64)
     counts = np.zeros(2, np.int64)  # staged copies (stg_list's rows) and pins (pins' rows)
-    bel = np.full((4, 2, max(S, L) if policy == BELADY else 1), -1, np.int64)  # Belady's heaps (``_bel_up``)
-    bel[BH_N] = 0
-    bel_cur = np.full(L * E if policy == BELADY else 1, -1, np.int64)  # each key's next use (-1: the walk sets it)
     dt = log_proto.dtype  # the log tables' buffers (``walk``'s ``tabs``): the walk grows them, a streamed run keeps
     # them from one chunk to the next (its later chunks write into memory the first has mapped, not into new pages)
     logs = Logs(
@@ -1136,8 +1063,8 @@ def walk_state(
         stg_list=stg_list,
         pins=pins,
         counts=counts,
-        bel=bel,
-        bel_cur=bel_cur,
+        fut_cur=fut_cur,
+        fut_nu=fut_nu,
         logs=logs,
     )
 
@@ -1167,8 +1094,8 @@ class State(NamedTuple):
     stg_list: Any
     pins: Any
     counts: Any
-    bel: Any
-    bel_cur: Any
+    fut_cur: Any  # [L * E] each key's place in its list of next uses (``_passed``; -1: the walk sets it)
+    fut_nu: Any  # [L * E] the step there (``Space.next_use``)
     logs: Any
 
 
@@ -1191,7 +1118,7 @@ class Routing(NamedTuple):
     # whose predecessor ran request ``prev_request`` (-1: none); a whole trace is the window from pass 0
     first_pass: int = 0
     prev_request: int = -1
-    prev_ids: Any = None  # [T, K] int16: the selections of the last layer of the pass before (Belady's edge)
+    prev_ids: Any = None  # [T, K] int16: the selections of the last layer of the pass before (``_edge``)
 
 
 class Rule(NamedTuple):
@@ -1223,7 +1150,7 @@ class Evict(NamedTuple):
 
     w: Any  # [4]: multidim's weights
     fw: Any  # [L, L]: multidim's FLD term (``fld_table``)
-    fut_off: Any  # Belady's future uses (``future_csr``): offsets per (layer, expert)
+    fut_off: Any  # the future uses (``future_csr``) of a policy that needs them (``FUTURE``): offsets per key
     fut_steps: Any  # and the steps
 
 
@@ -1341,19 +1268,14 @@ class Logs(NamedTuple):
     kept: Any
 
 
-class Belady(NamedTuple):
-    """Belady's heaps per region and its future uses (``_bel_*``)."""
+class Future(NamedTuple):
+    """Each key's next use (``FUTURE``): the lists of its steps (``Evict.fut_off``, ``Evict.fut_steps``), its cursor
+    in them and the step there (``State.fut_cur``, ``State.fut_nu``)."""
 
-    bel_b: Any
     fo_b: Any
     fs_b: Any
-    bc_b: Any
-
-
-class Rare(NamedTuple):
-    """What only Belady reads when it picks a victim (``_pre_admit``): its heaps."""
-
-    bel: Any
+    cur_b: Any
+    nu_b: Any
 
 
 class Scratch(NamedTuple):
@@ -1417,28 +1339,28 @@ def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts):
 
 
 @njit(cache=True, inline="always")
-def _belady_step(rt, pl, ca, bz, i, L):
-    """Belady's keys of the step before have passed their next use (``_bel_passed``); at a window's first step, those
-    of the window before's last (``_bel_edge``), whose uses this window's lists start after."""
+def _next_uses(rt, pl, ca, fu, own_b, i, L):
+    """The keys of the step before have passed their next use (``_passed``); at a window's first step, those of the
+    window before's last (``_edge``), whose uses this window's lists start after."""
     q = (i - 1) // L
     if q >= rt.first_pass:
-        _bel_passed(
-            bz.bel_b,
-            bz.fo_b,
-            bz.fs_b,
-            bz.bc_b,
+        _passed(
+            own_b,
+            fu.fo_b,
+            fu.fs_b,
+            fu.cur_b,
+            fu.nu_b,
             ca.pool,
             ca.index,
             rt.ids,
             rt.pass_start[q - rt.first_pass],
             rt.pass_end[q - rt.first_pass],
             (i - 1) % L,
-            ca.roff,
             pl.per_layer,
             i,
         )
     else:
-        _bel_edge(bz.bel_b, bz.fo_b, bz.fs_b, bz.bc_b, ca.pool, ca.index, rt.prev_ids, L - 1, ca.roff, pl.per_layer)
+        _edge(own_b, ca.pool, ca.index, rt.prev_ids, L - 1, pl.per_layer)
 
 
 @njit(cache=True, inline="always")
@@ -1488,13 +1410,13 @@ def _present(resident, cpu_layer, index, staging, stg_tid, layer, e):
 
 
 @njit(cache=True, inline="always")
-def _copy_in(own_b, rare, pl, ev, ca, lg, bz, i, layer_now, layer, e, prec, pinned, L, E, nl, nv, nk):
+def _copy_in(own_b, pl, ev, ca, lg, i, layer_now, layer, e, prec, pinned, nl, nv, nk):
     """A copy of ``(layer, e)`` at ``prec`` into the cache ahead of its use (``Decider._copy_ahead``; ``pinned``: a
     prefetch, held until its layer): the policy's miss hook and victim (``_pre_admit``), the slot and the copy
     (``_copy_ahead``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
     pool, roff, index = ca.pool, ca.roff, ca.index
     per_layer = pl.per_layer
-    ch = _pre_admit(own_b, rare, pool, roff, ca.nfree, index, layer, e, prec, per_layer) if PICKS_VICTIM else -1
+    ch = _pre_admit(own_b, pool, roff, ca.nfree, index, layer, e, prec, per_layer) if PICKS_VICTIM else -1
     slot, nl, nv, nk = _copy_ahead(
         ca,
         i,
@@ -1516,8 +1438,6 @@ def _copy_in(own_b, rare, pl, ev, ca, lg, bz, i, layer_now, layer, e, prec, pinn
     )
     if slot >= 0 and OWN_INSERT:
         _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
-    elif slot >= 0 and POLICY == BELADY:
-        _bel_admit(bz.bel_b, bz.fo_b, bz.fs_b, bz.bc_b, pool, roff, per_layer, prec, layer, e, slot, L, E)
     return slot, nl, nv, nk
 
 
@@ -1662,10 +1582,8 @@ def _serve_one(
     ca,
     lg,
     sg,
-    bz,
     sc,
     own_b,
-    rare,
     i,
     layer,
     e,
@@ -1704,7 +1622,6 @@ def _serve_one(
     served, st = ca.served, ca.st
     cancel, cpu, evicted, gpu, kept, loads = lg.cancel, lg.cpu, lg.evicted, lg.gpu, lg.kept, lg.loads
     stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
-    bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
     need_c, need_m, need_n, on_cpu = sc.need_c, sc.need_m, sc.need_n, sc.on_cpu
     c, n = need_c[e], need_n[e]
     got, a_tid = -1, -1
@@ -1740,15 +1657,6 @@ def _serve_one(
             _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
             if OWN_HIT:
                 _p_hit(own_b, pool, hp, layer if per_layer else 0, slot)
-            elif POLICY == BELADY and bel_b[BH_POS, hp, slot] >= 0:  # touched last: it moves down
-                _bel_down(
-                    bel_b,
-                    pool,
-                    hp,
-                    _region(roff, hp, per_layer, layer)[0],
-                    bel_b[BH_N, hp, layer if per_layer else 0],
-                    bel_b[BH_POS, hp, slot],
-                )
             if prefetched[layer, e]:
                 prefetched[layer, e] = False
                 st[USED] += 1
@@ -1806,7 +1714,7 @@ def _serve_one(
                 mode = 0
             if mode:  # _copy_ahead, not pinned
                 slot, nl, nv, nk = _copy_in(
-                    own_b, rare, pl, ev, ca, lg, bz, i, layer, layer, e, prec, False, L, E, nl, nv, nk
+                    own_b, pl, ev, ca, lg, i, layer, layer, e, prec, False, nl, nv, nk
                 )  # fmt: skip
                 if slot >= 0:
                     st[BYTES] += expert_bytes[layer, prec]
@@ -1831,7 +1739,7 @@ def _serve_one(
             else:
                 a_tid = tid
     if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
-        ch = _pre_admit(own_b, rare, pool, roff, nfree, index, layer, e, got, per_layer) if PICKS_VICTIM else -1
+        ch = _pre_admit(own_b, pool, roff, nfree, index, layer, e, got, per_layer) if PICKS_VICTIM else -1
         slot, nv, nk = _admit_used(
             ca,
             i,
@@ -1851,23 +1759,20 @@ def _serve_one(
         )
         if slot >= 0 and OWN_INSERT:
             _post_admit(own_b, pool, roff, got, layer, slot, per_layer)
-        elif slot >= 0 and POLICY == BELADY:
-            _bel_admit(bel_b, fo_b, fs_b, bc_b, pool, roff, per_layer, got, layer, e, slot, L, E)
     mass[got] += need_m[e]
     counts[layer, e] += n
     return nl, ng, nc, nx, nv, nk, n_stg
 
 
 @njit(cache=True, inline="always")
-def _drop_stale(pl, ev, ca, lg, sg, bz, own_b, pins, i, layer, E, n_pins, n_stg, nx):
+def _drop_stale(pl, ev, ca, lg, sg, own_b, pins, i, layer, E, n_pins, n_stg, nx):
     """``Decider._drop_stale``: the pins and staged copies of this layer leave their lists (kept in order)."""
     per_layer = pl.per_layer
     w = ev.w
     g_key, g_on, g_pos, g_qlb, index = ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb, ca.index
-    pool, prefetched, rec, roff = ca.pool, ca.prefetched, ca.rec, ca.roff
+    pool, prefetched, rec = ca.pool, ca.prefetched, ca.rec
     cancel = lg.cancel
     stg_list, stg_tid = sg.stg_list, sg.stg_tid
-    bc_b, bel_b, fo_b, fs_b = bz.bc_b, bz.bel_b, bz.fo_b, bz.fs_b
     kq = 0
     for q in range(n_pins):
         if pins[q, 0] == layer:
@@ -1877,19 +1782,6 @@ def _drop_stale(pl, ev, ca, lg, sg, bz, own_b, pins, i, layer, E, n_pins, n_stg,
                 pool[pr, s, PINNED] = 0
                 if OWN_UNPIN:  # it can be evicted again: the policy's state sees it
                     _p_unpin(own_b, pool, pr, tl if per_layer else 0, s)
-                if POLICY == BELADY and bel_b[BH_POS, pr, s] < 0:  # back in its region's heap
-                    _bel_push(
-                        bel_b,
-                        fo_b,
-                        fs_b,
-                        bc_b,
-                        pool,
-                        pr,
-                        tl if per_layer else 0,
-                        _region(roff, pr, per_layer, tl)[0],
-                        s,
-                        tl * E + te,
-                    )
                 if POLICY == MULTIDIM and g_on[pr]:  # its record part enters its layer's list and bound
                     _g_changed(g_qlb, pr, tl)
                     part = _q_key(rec, tl, te, w)
@@ -2014,9 +1906,7 @@ def _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E):
 
 
 @njit(cache=True, inline="always")
-def _issue(
-    pl, ev, pf, cp, ca, lg, sg, bz, sc, own_b, rare, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg
-):
+def _issue(pl, ev, pf, cp, ca, lg, sg, sc, own_b, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg):
     """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_ahead``); the log's counters after them."""
     cpu_layer, expert_bytes, per_expert, resident = pl.cpu_layer, pl.expert_bytes, pl.per_expert, pl.resident
     prefetch_prec, staging = pf.prefetch_prec, pf.staging
@@ -2046,7 +1936,7 @@ def _issue(
             stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
             n_stg += 1
         else:
-            slot, nl, nv, nk = _copy_in(own_b, rare, pl, ev, ca, lg, bz, i, layer, tl, te, prec, True, L, E, nl, nv, nk)
+            slot, nl, nv, nk = _copy_in(own_b, pl, ev, ca, lg, i, layer, tl, te, prec, True, nl, nv, nk)
             if slot < 0:
                 st[DROPPED] += 1
                 continue
@@ -2122,10 +2012,9 @@ def walk(state, inputs, p0, p1):
     )
     st = ca.st  # the walk's own stores go through a name it keeps live (see ``tabs``)
     sg = _borrowed_all(Staged(state.stg_tid, state.stg_prec, state.stg_list))
-    bz = _borrowed_all(Belady(state.bel, ev.fut_off, ev.fut_steps, state.bel_cur))
-    rare = Rare(bz.bel_b)
-    if POLICY == BELADY and (state.bel_cur[0] < 0 or p0 == rt.first_pass):  # each key's first use (of the trace,
-        state.bel_cur[:] = ev.fut_off[:-1]  # or the window)
+    fu = _borrowed_all(Future(ev.fut_off, ev.fut_steps, state.fut_cur, state.fut_nu))
+    if FUTURE and (fu.cur_b[0] < 0 or p0 == rt.first_pass):  # each key's first use (of the trace, or the window)
+        _future_start(fu.fo_b, fu.fs_b, fu.cur_b, fu.nu_b)
     n_stg, n_pins = state.counts[0], state.counts[1]
     n_high = n_low = n_sel = 0  # the selections of the rule's classes HIGH and LOW, and all
     # log tables (``state``'s buffers, written from their first row), each with room for one token's selections per
@@ -2157,8 +2046,8 @@ def walk(state, inputs, p0, p1):
         for layer in range(L):
             i = p * L + layer
             st[STEP] = i
-            if POLICY == BELADY and i > 0:
-                _belady_step(rt, pl, ca, bz, i, L)
+            if FUTURE and i > 0:
+                _next_uses(rt, pl, ca, fu, own, i, L)
             room = (3 + pf.max_depth) * min(E, T * K) + pf.staging + pf.eam_per_step + 2  # this step's records, at most
             if room > _least_room(lg, nl, ng, nc, nx, nv, nk):
                 for x, n_x in enumerate((nl, ng, nc, nx, nv, nk)):
@@ -2184,11 +2073,11 @@ def walk(state, inputs, p0, p1):
             for j in range(n_need):
                 e = sc.order[j]
                 nl, ng, nc, nx, nv, nk, n_stg = _serve_one(
-                    rl, pl, ev, pf, cp, ca, lg, sg, bz, sc, own, rare, i, layer, e, token, offload, off_miss, by_h,
+                    rl, pl, ev, pf, cp, ca, lg, sg, sc, own, i, layer, e, token, offload, off_miss, by_h,
                     by_l, L, E, nl, ng, nc, nx, nv, nk, n_stg,
                 )  # fmt: skip
             _forget_need(sc, n_need, layer)
-            n_pins, n_stg, nx = _drop_stale(pl, ev, ca, lg, sg, bz, own, pins, i, layer, E, n_pins, n_stg, nx)
+            n_pins, n_stg, nx = _drop_stale(pl, ev, ca, lg, sg, own, pins, i, layer, E, n_pins, n_stg, nx)
             if not pf.prefetching or prefetcher == PF_NONE:
                 continue
             n_props = _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E)
@@ -2197,7 +2086,7 @@ def walk(state, inputs, p0, p1):
                 pins_own[0] = _grow(pins_own[0], n_pins + n_props)
                 pins = _borrowed(pins_own[0])
             nl, nv, nk, n_pins, n_stg = _issue(
-                pl, ev, pf, cp, ca, lg, sg, bz, sc, own, rare, pins, i, layer, pw, n_props, L, E, nl, nv, nk,
+                pl, ev, pf, cp, ca, lg, sg, sc, own, pins, i, layer, pw, n_props, L, E, nl, nv, nk,
                 n_pins, n_stg,
             )  # fmt: skip
     if POLICY == OWN:

@@ -17,10 +17,14 @@ slots:
 - ``hit(state, pool, pr, g, slot)``: the copy in ``slot`` served a use (its TOUCHED and ALL_USES already count it);
 - ``overflow(state) -> int``: nonzero when its state ran out of room, and the reference walk must decide the run;
 - ``unpin(state, pool, pr, g, slot)``: the copy in ``slot``, a prefetch pinned until its layer ran, is let go (an
-  eviction may take it again).
+  eviction may take it again);
+- ``renew(state, pool, pr, g, slot)``: for a policy that needs the future (``"future_uses"`` in its ``needs``): the
+  key of the copy in ``slot`` may have a new next use (``Space.next_use``), at the start of the step after one that
+  selected it.
 
 Each but ``evict`` is optional, as are the policy's hooks in ``base.Hooked``. What a hook may read of the walk besides
-the pool (the current step; MoE-Infinity's prefetcher's match and library) comes in ``Space``, for its state to keep.
+the pool (the current step; each key's next use; MoE-Infinity's prefetcher's match and library) comes in ``Space``, for
+its state to keep.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def kernel(fn: F) -> F:
     return fn
 
 
+NEVER = 1 << 62  # ``Space.next_use`` of a key no later step selects
+
 # ``Space.now``'s items: the current step, pass * L + layer (its layer: ``now[NOW_STEP] % L``), and the requests
 # begun (a new request resets the records: ``LAST_USE`` .. ``HIGH_USES`` of every copy)
 NOW_STEP, NOW_REQUEST = 3, 13
@@ -72,6 +78,10 @@ class Space(NamedTuple):
     # activation matrices, each normalised (``EAMPrefetch._lib_norm``; no rows without EAM). Read only.
     match: Any = None
     library: Any = None
+    # each key's next use (``PolicyInputs.future_uses``, for a policy that needs them): ``next_use[key]`` is the first
+    # step at or after the current one that selects ``key`` (the walk's cursors in the run's lists of uses; ``NEVER``:
+    # none), [L * E] int64 (empty for a policy that does not need them). Read only; moved on as the walk goes.
+    next_use: Any = None
 
 
 class Compiled(NamedTuple):
@@ -85,3 +95,4 @@ class Compiled(NamedTuple):
     overflow: Callable[..., int] | None = None
     state: Callable[[Space], tuple] | None = None
     unpin: Callable[..., Any] | None = None
+    renew: Callable[..., Any] | None = None
