@@ -116,26 +116,33 @@ def _push(state, pool, pr, g, slot):
 
 @kernel
 def belady_evict(state, pool, pr, g, r0, r1):
-    """``Belady.to_evict``: the root of the region's heap, which leaves it (its last slot takes the root's place)."""
-    n = state.n[pr, g]
-    if n == 0:
-        return -1
-    b = state.start[pr, g]
-    s = state.heap[pr, b]
-    state.pos[pr, s] = -1
-    n -= 1
-    state.n[pr, g] = n
-    if n > 0:
-        _place(state, pr, b, 0, state.heap[pr, b + n])
-        _down(state, pool, pr, g, 0)
-    return s
+    """``Belady.to_evict``: the root of the region's heap. It keeps its place there for the copy that takes its slot
+    at once (the walk fills a victim's slot with the copy it evicted for, then calls ``insert``), which moves it down
+    from the root: one pass down the heap, not a removal and an insertion."""
+    return state.heap[pr, state.start[pr, g]] if state.n[pr, g] else -1
 
 
 @kernel
 def belady_insert(state, pool, pr, g, r0, r1, slot):
-    """A copy took ``slot``: into the heap at its next use, unless it is pinned (a prefetch, out until its layer)."""
-    if not pool[pr, slot, PINNED] and state.pos[pr, slot] < 0:
-        _push(state, pool, pr, g, slot)
+    """A copy took ``slot``: into the heap at its next use, unless it is pinned (a prefetch, out until its layer). In
+    a victim's slot, still in the heap (``evict``), the copy takes the victim's place and moves to where its next use
+    and touch put it, or, pinned, leaves the heap (its last slot takes the place)."""
+    i = state.pos[pr, slot]
+    if i < 0:
+        if not pool[pr, slot, PINNED]:
+            _push(state, pool, pr, g, slot)
+        return
+    state.nu[pr, slot] = state.next_use[_key(state, pool, pr, slot)]
+    if pool[pr, slot, PINNED]:
+        n = state.n[pr, g] - 1
+        state.n[pr, g] = n
+        state.pos[pr, slot] = -1
+        if i == n:
+            return
+        slot = state.heap[pr, state.start[pr, g] + n]
+        _place(state, pr, state.start[pr, g], i, slot)
+    _up(state, pool, pr, g, i)
+    _down(state, pool, pr, g, state.pos[pr, slot])
 
 
 @kernel
