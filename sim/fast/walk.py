@@ -418,7 +418,7 @@ def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
 
 # ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
 # nothing: the multidim eviction's (``_pruned_evict``, ``_beaten``, ``_pairwise_block``), the calls of the policies'
-# hooks, which take a policy's state and many arrays besides (``_pre_admit``, ``_post_admit``, ``_passed``, ``_use``),
+# hooks, which take a policy's state and many arrays besides (``_passed``, ``_edge``, ``_use``),
 # and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
 # argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
 # numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
@@ -545,13 +545,15 @@ def _p_renew(state, pool, pr, g, slot):
     pass
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def _pre_admit(own, pool, roff, nfree, index, layer, e, pr, per_layer):
     """What ``ExpertCache.admit`` asks of a policy whose file gives its compiled part (``own``: the state its file
     builds, whose hooks a copy of this module binds, ``_p_*``) before the copy takes a slot: its miss hook, then,
     when the region has no free slot, its victim (-1: none or a free slot). Called from the walk's body before
-    ``_admit``, so that the policy's state never passes through the inlined admit path (each array an inlined call
-    takes is counted up and down)."""
+    ``_admit``, so that the policy's state never passes through the admit path (each array an inlined call takes is
+    counted up and down). Inlined where it is called: as a call of its own, the state's arrays, each passed as
+    several arguments, and the pools' cost about 20 ns an eviction (a plain cache, ``benchmarks/vs_libcachesim.py``:
+    1.7x the walk's time where LLVM chose not to inline it, as it may for one signature and not another)."""
     r0, r1 = _region(roff, pr, per_layer, layer)
     if r1 == r0:  # no slot at all (the pool, or the layer's region): the policy hears nothing
         return -1
@@ -567,9 +569,10 @@ def _pre_admit(own, pool, roff, nfree, index, layer, e, pr, per_layer):
     return _p_evict(own, pool, pr, g, r0, r1)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def _post_admit(own, pool, roff, pr, layer, slot, per_layer):
-    """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit)."""
+    """A policy's insert hook, once the copy took ``slot`` (the rest of ``_pre_admit``'s part of the admit; inlined
+    as it is)."""
     r0, r1 = _region(roff, pr, per_layer, layer)
     _p_insert(own, pool, pr, layer if per_layer else 0, r0, r1, slot)
 
