@@ -8,10 +8,9 @@ resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_i
 An eviction policy's compiled decisions live in its own file (``policies.compiled``: its state and hooks, which the
 walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``, ``_p_overflow``, ``_p_unpin``, ``_p_renew``),
 except those of ``POLICIES``, whose state is the walk's own (multidim's layer lists). This file is a template: the
-eviction policy
-is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per policy with it set
-and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``, ``HISTORY`` and
-``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
+eviction policy is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per
+policy with it set and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``,
+``HISTORY`` and ``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
 (``walk_state``, which takes the policy as an argument, runs from this module).
 
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
