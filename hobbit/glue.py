@@ -27,7 +27,6 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar, cast
 
 import hydra
@@ -52,7 +51,7 @@ from hobbit.knob_docs import knobs, render_help
 from hobbit.overrides import overrides_problem
 from hobbit.sim.config import ConfigError, HardwareConfig, ProfileConfig
 from hobbit.traces.inputs import reading
-from hobbit.traces.io import atomic_write_text, os_error_message
+from hobbit.traces.io import atomic_write_text, os_error_message, raise_interrupt
 from hobbit.traces.knobs import KnobError, check_knobs
 from hobbit.traces.schema import InputError, use_jemalloc_pool
 
@@ -91,10 +90,6 @@ def pipe_closed() -> None:
     would flush the rest into the closed pipe again at exit; it goes to /dev/null instead."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(PIPE_CLOSED)
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def fail(message: str) -> None:
@@ -206,7 +201,7 @@ def hydra_command(config_path: str, config_name: str, schema: type) -> Callable:
             STATE.started = True
             quick_exit()  # here, so that a launcher's worker processes exit quickly too
             use_jemalloc_pool()  # here too: a launcher's workers started afresh (joblib, Ray) read traces as well
-            signal.signal(signal.SIGTERM, _raise_interrupt)  # so writers clean up on `kill`
+            signal.signal(signal.SIGTERM, raise_interrupt)  # so writers clean up on `kill`
             try:
                 obj = OmegaConf.to_object(cfg)
             except (OmegaConfBaseException, dataclasses.FrozenInstanceError) as exc:

@@ -50,12 +50,12 @@ from omegaconf import open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from hobbit.sim.walk_copies import general_walks
+from hobbit.traces.io import STOPS, raise_interrupt  # STOPS: blocked across each fork (fork_pool)
 
 log = logging.getLogger(__name__)
 TARGET = "hydra_plugins.hobbit_launcher.HobbitLauncher"
 FRAME = struct.Struct("<Q")  # a result's length, then its pickle
 EXIT_BAD_INPUT = 2  # as hobbit.glue's
-STOPS = {signal.SIGINT, signal.SIGTERM}  # blocked across each fork (fork_pool)
 COUNTER = struct.Struct("<q")  # the next job number, in the workers' token pipe
 
 
@@ -214,7 +214,7 @@ def fork_pool(n: int, count: int, run: Callable[[int], Any]) -> list[Any]:
         kids[r] = pid
     results: dict[int, Any] = {}
     live = set(kids.values())
-    term = signal.signal(signal.SIGTERM, _interrupted)  # `kill` of this process: its workers go too (finally)
+    term = signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` of this process: its workers go too (finally)
     try:
         for pid in _collect(kids, results):
             live.discard(pid)
@@ -254,10 +254,6 @@ def _die_with(parent: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
-
-
-def _interrupted(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _collect(kids: dict[int, int], results: dict[int, Any]) -> Iterator[int]:

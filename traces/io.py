@@ -379,10 +379,12 @@ def write_together(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> li
     return [path for path, _ in files]
 
 
-STOPS = (signal.SIGINT, signal.SIGTERM)
+STOPS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and ``kill``
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
+def raise_interrupt(signum: int, frame: Any) -> None:
+    """A handler that makes a signal (``kill``'s SIGTERM) an interrupt, as Ctrl-C is: what is being written unwinds
+    through its clean-up."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -395,7 +397,7 @@ def _kill_unwinds() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         yield
     finally:
