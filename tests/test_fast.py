@@ -194,7 +194,7 @@ def test_what_the_compiled_walk_leaves_to_the_reference():
         for k in PREFETCH
         if fast.unsupported(dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch, kind=k)))
     }
-    assert kinds == set(PREFETCH) - set(fast.walk.PREFETCHERS) == set()
+    assert kinds == set(PREFETCH) - set(fast.special.prefetchers()) == set()
     assert fast.unsupported(cfg.system, keep_log=True)
 
 
@@ -392,7 +392,7 @@ POLICIES = [*fast.walk.POLICIES, "belady"]
     decode=st.integers(0, 8),
     requests=st.integers(1, 3),
     policy=st.sampled_from(POLICIES),
-    kind=st.sampled_from(fast.walk.PREFETCHERS),
+    kind=st.sampled_from(fast.special.prefetchers()),
     mode=st.sampled_from(["hobbit", "high", "low"]),
     t=st.tuples(st.floats(0, 1), st.floats(0, 1)),
     high=st.sampled_from([0, 1, 2, 5, 17, 1000]),

@@ -18,7 +18,7 @@ from hobbit.sim.fast import special, walk
 def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_template():
     dep = special.dependent()
     assert {"walk", "_pre_admit", "_post_admit", "_admit", "_note_use"} <= set(dep)
-    assert not {"walk_state", "_grow", "_pruned_evict", "_to_evict", "_best_match", "_split_makespan"} & set(dep)
+    assert not {"walk_state", "_grow", "_pruned_evict", "_to_evict", "_split_makespan"} & set(dep)
     for policy in ("lru", "belady", "lirs"):
         mod = special.core(policy)
         assert special.number(policy) == walk.OWN and mod.POLICY == walk.OWN and mod.OWN_HIT and mod.PICKS_VICTIM
@@ -50,10 +50,11 @@ def test_an_unknown_policy_is_named_with_those_there_are():
 def test_a_plain_policy_runs_compiled_from_its_own_file():
     """MRU, the worked example, gives its victim compiled beside its class: its walk binds that function, and no
     line of the template names it."""
+    from hobbit.sim.policies.compiled import Compiled
     from hobbit.sim.policies.eviction import mru
 
     part = mru.MRU.compiled
-    assert part is not None and "mru" not in walk.POLICIES and special.own_part("mru") == part
+    assert isinstance(part, Compiled) and "mru" not in walk.POLICIES and special.own_part("mru") == part
     mod = special.core("mru")
     assert mod.POLICY == walk.OWN and mod.PICKS_VICTIM and not (mod.OWN_HIT or mod.OWN_MISS or mod.OWN_INSERT)
     assert mod._p_evict.py_func is part.evict and walk._p_evict.py_func is not part.evict
@@ -110,6 +111,39 @@ def test_a_newly_registered_policy_takes_the_compiled_path():
         assert got.summary["evictions"] == ref.summary["evictions"] > 0
         lru = simulate(tr, cfg.model, cfg.hardware, cfg.system, engine="fast")  # LRU by its list: the same victims
         assert lru.decisions.steps == got.decisions.steps
+
+
+def test_a_newly_registered_prefetcher_takes_the_compiled_path():
+    """A prefetcher registered by one line (here, for this test: ``tests/plain_prefetcher.py``) with its compiled
+    ``propose``: the compiled walk decides it, general or specialised (nothing is left to the reference), with the
+    reference walk's decisions and times, and each copy calls the prefetcher's own function."""
+    import dataclasses
+    from unittest import mock
+
+    import plain_prefetcher
+
+    from hobbit.sim import fast
+    from hobbit.sim.policies import registry
+    from hobbit.sim.run import simulate
+
+    from sim_helpers import bundled, compose_sim
+
+    cfg = compose_sim("system=hobbit-lru", "system.prefetch.max_depth=2")
+    with mock.patch.dict(registry.PREFETCH, {"two_ahead": "plain_prefetcher:TwoAhead"}):
+        system = dataclasses.replace(cfg.system, prefetch=dataclasses.replace(cfg.system.prefetch, kind="two_ahead"))
+        assert fast.unsupported(system) is None and special.prefetchers()[-1] == "two_ahead"
+        k = len(special.prefetchers()) - 1
+        tr = bundled(3)
+        ref = simulate(tr, cfg.model, cfg.hardware, system, engine="plain")
+        for mode in ("general", "specialised"):
+            with mock.patch.dict(os.environ, {"HOBBIT_WALK": mode}):
+                got = simulate(tr, cfg.model, cfg.hardware, system, engine="fast")
+            assert got.decisions.steps == ref.decisions.steps, mode
+            assert got.summary["decode_ms_per_token"] == pytest.approx(ref.summary["decode_ms_per_token"], rel=1e-9)
+            assert got.decisions.prefetch_issued == ref.decisions.prefetch_issued > 0
+        variant = special.Variant("two_ahead", "never", False, False)
+        for mod in (special.core("lru"), special.core("lru", variant)):
+            assert getattr(mod, f"_pf{k}_propose") is plain_prefetcher.two_ahead  # compiled in place
 
 
 def test_the_template_refuses_to_walk():
@@ -182,7 +216,7 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
     assert {f"{own}.walk", "lru.list_evict", "lru.list_insert"} <= seen
     assert {"lists.push", "lists.unlink"} <= seen, seen
     assert not {x for x in seen if x.startswith("walk_lru_general.")}
-    others = {"walk._wanted", "walk._best_match", "walk._split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
+    others = {"compiled.wanted", "eam.best_match", "walk._split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
     others |= {"eam_priority.victim", "eam_release.release_evict", "walk._pruned_evict"}
     others |= {
         f"{own}._passed",
@@ -238,7 +272,7 @@ def test_a_copy_specialised_for_a_runs_settings_decides_as_the_general_copy(
         monkeypatch.setenv("HOBBIT_WALK", mode)
         got[mode] = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
     mod = special.core(cfg.system.cache.policy, variant)  # the copy the run took: compiled for its settings
-    assert mod.walk.signatures and mod.PREFETCHER == walk.PREFETCHERS.index(prefetcher)
+    assert mod.walk.signatures and mod.PREFETCHER == special.prefetchers().index(prefetcher)
     assert (mod.MISSES, mod.HISTORY, mod.BOUND_CPU) == (walk.CPU_MISSES.index(misses), int(history), int(bound_cpu))
     a, b = got["general"], got["specialised"]
     assert a.summary.keys() == b.summary.keys()

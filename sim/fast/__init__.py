@@ -254,7 +254,7 @@ def unsupported(system: SystemConfig, keep_log: bool = False) -> str | None:
         return "a kept decision log (keep_log)"
     if not special.compiled(system.cache.policy):
         return f"cache policy {system.cache.policy}"
-    if system.prefetch.kind not in walk.PREFETCHERS:
+    if special.prefetch_part(system.prefetch.kind) is None:
         return f"prefetcher {system.prefetch.kind}"
     return None
 
@@ -449,15 +449,19 @@ def _walk_inputs(
         fut_off, fut_steps = future
     else:
         fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl))
-    eam_lib, eam_norms, per_step = np.zeros((0, L, E)), np.zeros((0, L)), 0
-    eam_order = np.zeros((0, L, E), np.int32)  # each entry's experts of each layer by probability, highest first
-    if pf.kind == "eam":  # the profiling requests' matrices, normalised per layer, as the reference prefetcher has them
-        eam = pf_cls(policy_knobs(pf, pf.kind), PolicyInputs(num_layers=L, depth=depth, profile=profile))
-        per_step = eam.per_step
-        if eam.library is not None:
-            eam_lib = np.ascontiguousarray(eam._lib_norm)
-            eam_norms = np.ascontiguousarray(np.linalg.norm(eam_lib, axis=2))
-            eam_order = np.argsort(-eam_lib, axis=2, kind="stable").astype(np.int32)
+    # the prefetchers' compiled parts build their state from the reference prefetchers: the run's as it runs, each
+    # other with its defaults (``walk.walk_state``)
+    prefetcher = pf_cls(policy_knobs(pf, pf.kind), PolicyInputs(num_layers=L, depth=depth, profile=profile))
+    pf_part = special.prefetch_part(pf.kind)
+    most = pf_part.most(prefetcher, E) if pf_part is not None and pf_part.most is not None else 0
+    prefetchers = []
+    for name in special.prefetchers():
+        part = special.prefetch_part(name)
+        ref = prefetcher if name == pf.kind else prefetcher_class(name)(None, PolicyInputs(num_layers=L, depth=depth))
+        prefetchers.append((part.state if part is not None else None, ref))
+    eam_lib = np.zeros((0, L, E))  # MoE-Infinity's library, normalised per layer, as ``Space.library``
+    if pf.kind == "eam" and getattr(prefetcher, "library", None) is not None:
+        eam_lib = np.ascontiguousarray(prefetcher._lib_norm)  # pyright: ignore[reportAttributeAccessIssue]
     mixed = p.mode == "hobbit"
     uniform = LOW if p.mode == "low" else HIGH
     prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if mixed else uniform
@@ -473,7 +477,7 @@ def _walk_inputs(
         copy_s = np.array([miss_costs(prec, 1)[0] for prec in (HIGH, LOW)])
         cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
     per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
-    room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + per_step + 2))
+    room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + most + 2))
     # the log tables' type: int32 when it numbers all
     log = np.zeros(0, log_dtype(records if records is not None else max(room, len(wl.pass_start) * L)))
     roff = region_offsets(slots, L, bool(ev.per_layer))
@@ -491,6 +495,7 @@ def _walk_inputs(
         "own_knobs": policy_knobs(ev, ev.policy),
         "library": eam_lib,  # what a policy's compiled part may read of the EAM prefetcher (``Space.library``)
         "future": future_uses,
+        "prefetchers": prefetchers,
     }
     pa = wl.pass_arrays()
     routing = walk.Routing(
@@ -529,16 +534,13 @@ def _walk_inputs(
     )
     evict = walk.Evict(w=wts, fw=fw, fut_off=fut_off, fut_steps=fut_steps)
     prefetch = walk.Prefetch(
-        kind=walk.PREFETCHERS.index(pf.kind),
+        kind=special.prefetchers().index(pf.kind),
         max_depth=depth,
         history=pf.fallback == "history",
         prefetch_prec=int(prefetch_prec),
         prefetching=bool(prefetching),
         staging=int(pf.staging_slots),
-        eam_lib=eam_lib,
-        eam_norms=eam_norms,
-        eam_order=eam_order,
-        eam_per_step=int(per_step),
+        most=int(most),
     )
     cpu = walk.Cpu(
         misses=walk.CPU_MISSES.index(system.cpu_misses),

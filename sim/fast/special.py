@@ -39,11 +39,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from numba import njit
-
 from hobbit.sim.fast import walk as template
-from hobbit.sim.policies.compiled import KERNEL, Compiled
-from hobbit.sim.policies.registry import EVICTION, eviction_class
+from hobbit.sim.fast.jit import in_place, is_kernel, jit
+from hobbit.sim.policies.compiled import Compiled, CompiledPrefetch
+from hobbit.sim.policies.registry import EVICTION, PREFETCH, eviction_class, prefetcher_class
 
 # the template's globals a copy sets anew: the policy, its hooks' flags and the variant's settings, then those made of
 # them (evaluated again)
@@ -65,13 +64,29 @@ SET = FLAGS[:11]
 # the names a copy binds to the compiled part of a policy whose file gives one (``policies.compiled.Compiled``)
 HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow", "_p_unpin", "_p_renew")
 PARTS = ("evict", "hit", "insert", "miss", "overflow", "unpin", "renew")  # their fields of ``Compiled``
+# the template's functions a copy defines anew to call the prefetchers' compiled parts (``CompiledPrefetch``)
+PF_HOOKS = ("_f_propose", "_f_begin")
+
+
+def prefetch_part(name: str) -> CompiledPrefetch | None:
+    """The compiled part prefetcher ``name``'s file gives (its class's ``compiled``); None for any other."""
+    if name not in PREFETCH:
+        return None
+    part = getattr(prefetcher_class(name), "compiled", None)
+    return part if isinstance(part, CompiledPrefetch) else None
+
+
+def prefetchers() -> tuple[str, ...]:
+    """The registered prefetchers whose files give their compiled part, in the registry's order: a prefetcher's
+    number in the compiled walk (``walk.Prefetch.kind``, ``PREFETCHER``) is its place here."""
+    return tuple(n for n in PREFETCH if prefetch_part(n) is not None)
 
 
 class Variant(NamedTuple):
     """The settings a specialised copy fixes besides the policy (the template's ``PREFETCHER``, ``MISSES``,
     ``HISTORY`` and ``BOUND_CPU``), read off a walk's inputs (``of``)."""
 
-    prefetcher: str  # system.prefetch.kind (one of the template's PREFETCHERS)
+    prefetcher: str  # system.prefetch.kind (one of ``prefetchers``)
     cpu_misses: str  # system.cpu_misses (CPU_MISSES)
     history: bool  # prefetch.fallback == history
     bound_cpu: bool  # the bound may put a step's experts on the CPU
@@ -80,7 +95,7 @@ class Variant(NamedTuple):
     def of(cls, inputs: Any) -> Variant:
         """The variant of ``inputs`` (``walk.Inputs``, as ``fast._walk_inputs`` builds them)."""
         return cls(
-            template.PREFETCHERS[inputs.prefetch.kind],
+            prefetchers()[inputs.prefetch.kind],
             template.CPU_MISSES[inputs.cpu.misses],
             bool(inputs.prefetch.history),
             bool(inputs.bound.uses_cpu),
@@ -94,7 +109,7 @@ class Variant(NamedTuple):
     def values(self) -> tuple[int, int, int, int]:
         """The template's ``PREFETCHER``, ``MISSES``, ``HISTORY`` and ``BOUND_CPU`` in this variant's copy."""
         return (
-            template.PREFETCHERS.index(self.prefetcher),
+            prefetchers().index(self.prefetcher),
             template.CPU_MISSES.index(self.cpu_misses),
             int(self.history),
             int(self.bound_cpu),
@@ -127,10 +142,6 @@ def number(policy: str) -> int:
     return template.POLICIES.index(policy) if policy in template.POLICIES else template.OWN
 
 
-def _is_kernel(v: object) -> bool:
-    return inspect.isfunction(v) and bool(getattr(v, KERNEL, False))
-
-
 def _kernel_modules(module: ModuleType, seen: dict[str, ModuleType]) -> None:
     """``module`` and every module whose kernels it uses (a kernel it imported, or a module of kernels it holds),
     into ``seen`` by name."""
@@ -139,17 +150,15 @@ def _kernel_modules(module: ModuleType, seen: dict[str, ModuleType]) -> None:
     seen[module.__name__] = module
     for v in list(vars(module).values()):
         fn = getattr(v, "py_func", v)
-        if _is_kernel(fn) and fn.__module__ in sys.modules:
+        if is_kernel(fn) and fn.__module__ in sys.modules:
             _kernel_modules(sys.modules[fn.__module__], seen)
-        elif isinstance(v, ModuleType) and any(_is_kernel(getattr(x, "py_func", x)) for x in vars(v).values()):
+        elif isinstance(v, ModuleType) and any(is_kernel(getattr(x, "py_func", x)) for x in vars(v).values()):
             _kernel_modules(v, seen)
 
 
-@cache
-def kernel_modules(policy: str) -> tuple[ModuleType, ...]:
-    """The modules of ``policy``'s compiled part: its hooks' and those whose kernels they call (their text is part of
-    its copy's digest: its compiled walk holds their code)."""
-    part = own_part(policy)
+def _part_modules(part: tuple[Any, ...] | None) -> tuple[ModuleType, ...]:
+    """The modules of a compiled part: its functions' and those whose kernels they call (their text is part of a
+    copy's digest: its compiled walk holds their code)."""
     seen: dict[str, ModuleType] = {}
     for fn in part or ():
         fn = getattr(fn, "py_func", fn)
@@ -158,18 +167,16 @@ def kernel_modules(policy: str) -> tuple[ModuleType, ...]:
     return tuple(seen[k] for k in sorted(seen))
 
 
-_DISPATCHERS: dict[Any, Any] = {}  # a kernel -> its numba function, one per process
+@cache
+def kernel_modules(policy: str) -> tuple[ModuleType, ...]:
+    """The modules of ``policy``'s compiled part (``_part_modules``)."""
+    return _part_modules(own_part(policy))
 
 
-def _jit(fn: Any) -> Any:
-    """A kernel's numba function (made once; a hook given already compiled, as it is). Compiled without numba's
-    reference counts (``_nrt=False``, as the walk's own hooks: counting each array of a policy's state up and down on
-    every hit was most of a walk's time), so a kernel allocates nothing: its state is built beforehand."""
-    if not _is_kernel(fn):
-        return fn
-    if fn not in _DISPATCHERS:
-        _DISPATCHERS[fn] = njit(cache=True, _nrt=False)(fn)
-    return _DISPATCHERS[fn]
+@cache
+def prefetch_modules(name: str) -> tuple[ModuleType, ...]:
+    """The modules of prefetcher ``name``'s compiled part (``_part_modules``)."""
+    return _part_modules(prefetch_part(name))
 
 
 @cache
@@ -181,12 +188,46 @@ def hooks(policy: str) -> tuple[Any, ...]:
     if part is None:
         raise ValueError(f"eviction policy {policy!r} gives no compiled part of its own")
     for mod in kernel_modules(policy):
-        for name, v in list(vars(mod).items()):
-            if _is_kernel(v):
-                setattr(mod, name, _jit(v))
+        in_place(mod)
     return tuple(
-        _jit(getattr(part, f)) if getattr(part, f) is not None else getattr(template, h) for f, h in zip(PARTS, HOOKS)
+        jit(getattr(part, f)) if getattr(part, f) is not None else getattr(template, h) for f, h in zip(PARTS, HOOKS)
     )
+
+
+@cache
+def prefetch_hooks(name: str) -> tuple[Any, Any]:
+    """Prefetcher ``name``'s ``propose`` and ``begin`` (None where it has none), compiled, as a copy calls them (its
+    modules' kernels compiled in place first, as ``hooks``)."""
+    part = prefetch_part(name)
+    if part is None:
+        raise ValueError(f"prefetcher {name!r} gives no compiled part")
+    for mod in prefetch_modules(name):
+        in_place(mod)
+    return jit(part.propose), (jit(part.begin) if part.begin is not None else None)
+
+
+def _calls(variant: Variant | None) -> list[str]:
+    """The text of a copy's ``_f_propose`` and ``_f_begin`` (the template's ``PF_HOOKS``): calls of the prefetchers'
+    compiled parts, bound by name, each with its state (``State.pf``'s item at its place): in a variant's copy its
+    prefetcher's alone, in a general copy each, chosen by ``kind``."""
+    names = prefetchers()
+    chosen = range(len(names)) if variant is None else [names.index(variant.prefetcher)]
+    out: list[str] = []
+    for k in chosen:
+        out.append(f"_pf{k}_propose, _pf{k}_begin = _prefetch_hooks({names[k]!r})")
+    propose = ["", "", '@njit(cache=True, inline="always")', "def _f_propose(pfs, fs, layer, a, b, kind):"]
+    begin = ["", "", '@njit(cache=True, inline="always")', "def _f_begin(pfs, kind):"]
+    for k in chosen:
+        if variant is None:
+            propose += [f"    if kind == {k}:", f"        return _pf{k}_propose(pfs[{k}], fs, layer, a, b)"]
+        else:
+            propose += [f"    return _pf{k}_propose(pfs[{k}], fs, layer, a, b)"]
+        if (part := prefetch_part(names[k])) is not None and part.begin is not None:
+            call = f"_pf{k}_begin(pfs[{k}])"
+            begin += [f"    if kind == {k}:", f"        {call}"] if variant is None else [f"    {call}"]
+    propose += ["    return 0"] if variant is None else []
+    begin += ["    return None"]
+    return out + propose + begin
 
 
 @cache
@@ -203,7 +244,7 @@ def dependent() -> tuple[str, ...]:
     _, tree = _template()
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     names = {f.name: {x.id for x in ast.walk(f) if isinstance(x, ast.Name)} for f in funcs}
-    dep = {f for f, used in names.items() if used & (set(FLAGS) | set(HOOKS))}
+    dep = {f for f, used in names.items() if used & (set(FLAGS) | set(HOOKS) | set(PF_HOOKS))}
     grew = True
     while grew:
         more = {f for f, used in names.items() if f not in dep and used & dep}
@@ -233,7 +274,7 @@ def text(policy: str, variant: Variant | None = None) -> str:
     ]
     if [t.id for n in flags for t in n.targets if isinstance(t, ast.Name)] != list(FLAGS):
         raise RuntimeError(f"{template.__file__} must assign {', '.join(FLAGS)} once each, in that order")
-    taken = dep | set(FLAGS) | (set(HOOKS) if part else set())
+    taken = dep | set(FLAGS) | set(PF_HOOKS) | (set(HOOKS) if part else set())
     own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"] if part else []
     given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert", "unpin", "renew")]
     given.append("future_uses" in eviction_class(policy).needs)  # FUTURE
@@ -245,6 +286,7 @@ def text(policy: str, variant: Variant | None = None) -> str:
         "",
         *[ast.get_source_segment(src, n) or "" for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
         "from hobbit.sim.fast import walk as _template",
+        "from hobbit.sim.fast.special import prefetch_hooks as _prefetch_hooks",
         *(["from hobbit.sim.fast.special import hooks as _hooks"] if part else []),
         "",
         f"globals().update((k, v) for k, v in vars(_template).items() if not k.startswith('__') and k not in {sorted(taken)!r})",
@@ -252,6 +294,7 @@ def text(policy: str, variant: Variant | None = None) -> str:
         f"POLICY = {number(policy)}  # {policy}",
         *[f"{name} = {value}" for name, value in zip(SET[1:], (*given, *settings))],
         *[ast.get_source_segment(src, n) or "" for n in flags[len(SET) :]],
+        *_calls(variant),
     ]
     lines = src.splitlines()
     for f in tree.body:
@@ -304,7 +347,9 @@ def source(policy: str, variant: Variant | None = None) -> Path:
     # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls,
     # and of the files of the policy's own compiled part, whose code it holds too (numba checks a cache against its
     # own file only)
-    own = "".join(Path(m.__file__ or "").read_text(encoding="utf-8") for m in kernel_modules(policy))
+    names = prefetchers() if variant is None else (variant.prefetcher,)
+    mods = {m.__name__: m for m in (*kernel_modules(policy), *(m for n in names for m in prefetch_modules(n)))}
+    own = "".join(Path(mods[k].__file__ or "").read_text(encoding="utf-8") for k in sorted(mods))
     digest = hashlib.sha256((_template()[0] + body + own).encode()).hexdigest()[:16]
     d = home()
     stem = f"walk_{policy}_{_tag(variant)}"
@@ -339,11 +384,16 @@ def source(policy: str, variant: Variant | None = None) -> Path:
     return path
 
 
-@cache
 def core(policy: str, variant: Variant | None = None) -> ModuleType:
     """The module of ``policy``'s walk for ``variant`` (None: its general copy), imported once per process as
     ``hobbit.sim.fast.walk_<policy>_<tag>``: its ``walk`` compiles for that policy (and variant) alone
-    (``walk_state``, which takes the policy as an argument, is the template's)."""
+    (``walk_state``, which takes the policy as an argument, is the template's). Imported again where the compiled
+    prefetchers changed since (a prefetcher registered at run time): a general copy calls each of them."""
+    return _core(policy, variant, prefetchers())
+
+
+@cache
+def _core(policy: str, variant: Variant | None, names: tuple[str, ...]) -> ModuleType:
     path = source(policy, variant)
     name = f"{__package__}.walk_{policy}_{_tag(variant)}"
     spec = importlib.util.spec_from_file_location(name, path)

@@ -1,13 +1,15 @@
 """The decision walk of ``sim.decide`` compiled with numba: the same rules, step for step.
 
 ``sim.decide.Decider`` is the reference; this module makes exactly its decisions (the
-differential tests in tests/test_fast.py hold it to that) for every registered eviction policy, and every prefetcher (``PREFETCHERS``: hobbit, next_layer, oracle, MoE-Infinity's matrices, none), with every knob of the walk: mixed precision, skips, staging
+differential tests in tests/test_fast.py hold it to that) for every registered eviction policy and prefetcher whose
+file gives its compiled part, with every knob of the walk: mixed precision, skips, staging
 slots, per-layer pools (regions of any sizes, ``roff``; wide steps kept or bypassed, ``cache.wide_step``),
 resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert.
 
 An eviction policy's compiled decisions live in its own file (``policies.compiled``: its state and hooks, which the
 walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``, ``_p_overflow``, ``_p_unpin``, ``_p_renew``),
-except those of ``POLICIES``, whose state is the walk's own (multidim's layer lists). This file is a template: the
+except those of ``POLICIES``, whose state is the walk's own (multidim's layer lists); a prefetcher's likewise
+(``policies.compiled.CompiledPrefetch``, called as ``_f_propose`` and ``_f_begin``). This file is a template: the
 eviction policy is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per
 policy with it set and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``,
 ``HISTORY`` and ``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
@@ -16,7 +18,8 @@ policy with it set and the policy's hooks bound (and, in a copy for a run's sett
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]`` (both views of one row per (layer, expert), ``xs``), scalars in ``st`` (``CLOCK`` ..),
-multidim's layer lists and bounds in ``g_*``, a policy's own state in ``own`` (what its file builds). The log is
+multidim's layer lists and bounds in ``g_*``, a policy's own state in ``own`` and the prefetchers' in ``pf`` (what
+their files build). The log is
 appended to ``out.*`` tables, one row per record, in the order the reference appends them. All the state a pass
 leaves to the next is made by ``walk_state`` (``State``, a named tuple) and passed to ``walk`` with what it reads and
 does not carry (``Inputs``: named records of the routing, the rule, the placement, the eviction's and the
@@ -24,9 +27,11 @@ prefetcher's inputs, the CPU's and the bound's), which walks a range of passes: 
 run (``sim.fast.stream``) walks a chunk of passes at a time, timing and dropping each chunk's log before the next.
 
 ``walk`` is the reference's ``Decider.run``: per step, its phases are functions named as the reference's methods
-(``_needed``, ``_split``, ``_serve_one``, ``_drop_stale``, ``_propose`` and ``_issue`` for ``_prefetch``), inlined
+(``_needed``, ``_split``, ``_serve_one``, ``_drop_stale``, the prefetcher's ``_f_propose`` and ``_issue`` for
+``_prefetch``), inlined
 (``inline="always"``: one compiled loop, as before they were split), which read the walk's named records of
-borrowed arrays (``Cache``, ``Staged``, ``Logs``, ``Future``, ``Scratch`` and the inputs'), unpack the
+borrowed arrays (``Cache``, ``Staged``, ``Logs``, ``Future``, ``Scratch``, the prefetcher's ``Sight`` and the
+inputs'), unpack the
 fields they use, and return the log's counters they move.
 Legend: N tokens, L layers, K top-k, D lookahead depth, E experts, P passes.
 """
@@ -39,7 +44,9 @@ import numpy as np
 from numba import config, njit, types
 from numba.extending import intrinsic
 
+from hobbit.sim.fast.jit import in_place
 from hobbit.sim.fast.order import stable_order
+from hobbit.sim.policies import compiled as _parts
 
 # pool fields: ``policies.compiled``, where a policy's own compiled part reads them
 from hobbit.sim.policies.compiled import (
@@ -56,7 +63,19 @@ from hobbit.sim.policies.compiled import (
     TOUCHED,
     TRANSFER,
     USES,
+    PrefetchSpace,
+    Sight,
     Space,
+)
+
+# the sums and the rule the walk shares with the compiled parts, compiled in place (``policies.compiled``)
+in_place(_parts)
+_pairwise_block, _pairwise_in, _pairwise, _rule_row, _present = (
+    _parts.pairwise_block,
+    _parts.pairwise_in,
+    _parts.pairwise,
+    _parts.rule_row,
+    _parts.present,
 )
 
 HIGH, LOW, SKIP = 0, 1, 2
@@ -69,9 +88,8 @@ N_ST = 14
 # a policy's compiled part reads the current step and the requests in ``st`` (``Space.now``) by these numbers
 assert (STEP, REQUESTS) == (NOW_STEP, NOW_REQUEST)
 # the eviction policies whose compiled decisions live in this walk (their state is the walk's own: multidim's layer
-# lists), prefetchers, cpu_misses
+# lists), cpu_misses
 POLICIES = ("multidim",)
-PREFETCHERS = ("none", "hobbit", "next_layer", "oracle", "eam")
 CPU_MISSES = ("never", "always", "faster", "split")
 MULTIDIM = 0
 # any other registered policy whose own file gives its compiled part (its class's ``compiled``, a
@@ -91,7 +109,7 @@ OWN_RENEW = False  # and a renew hook
 # moves on at each step, ``_next_uses``)
 FUTURE = False
 # The run's settings a copy may be specialised for besides the policy (``sim.fast.special.Variant``): the prefetcher
-# (``PF_*``), cpu_misses (``CM_*``), the prefetcher's history fallback (0, 1) and whether a step's bound splits its
+# (its place in ``special.prefetchers``), cpu_misses (``CM_*``), the prefetcher's history fallback (0, 1) and whether a step's bound splits its
 # experts with the CPU (0, 1). -1 here and in a policy's general copy, which reads each from its inputs at run time; a
 # specialised copy reads the constant (each phase reads a setting as ``X if X >= 0 else record.field``, which numba's
 # branch pruning reduces to the one it keeps), so that it types and compiles none of the code other settings need, and
@@ -102,9 +120,6 @@ HISTORY = -1
 BOUND_CPU = -1
 # policies whose victim ``_pre_admit`` picks (their miss hook runs there): those whose file gives their compiled part
 PICKS_VICTIM = POLICY == OWN
-PF_NONE, PF_HOBBIT, PF_NEXT, PF_ORACLE, PF_EAM = range(5)
-EAM_FLOOR = 1e-8  # policies.prefetch.eam and eviction.eam_priority: the floor on a probability
-EC_M = 0  # ``eam_match`` (the state's): [0] the EAM prefetcher's match (-1: none)
 CM_NEVER, CM_ALWAYS, CM_FASTER, CM_SPLIT = range(4)
 
 
@@ -128,32 +143,40 @@ def _borrowed(typingctx, a):
     return a(a), codegen
 
 
+def _borrow_items(context, builder, ty, value):
+    """``_borrowed_all``'s code for one tuple: each array borrowed, each tuple in it likewise, the rest as it is."""
+    items = []
+    for i, item in enumerate(ty):
+        v = builder.extract_value(value, i)
+        if isinstance(item, types.Array):
+            src = context.make_array(item)(context, builder, value=v)
+            out = context.make_array(item)(context, builder)
+            context.populate_array(
+                out,
+                data=src.data,
+                shape=src.shape,
+                strides=src.strides,
+                itemsize=src.itemsize,
+                meminfo=None,
+                parent=None,
+            )
+            v = out._getvalue()
+        elif isinstance(item, types.BaseTuple):
+            v = _borrow_items(context, builder, item, v)
+        items.append(v)
+    return context.make_tuple(builder, ty, items)
+
+
 @intrinsic
 def _borrowed_all(typingctx, t):
-    """The tuple (or named tuple) ``t`` with each of its arrays borrowed (``_borrowed``), its other items as they
-    are: a policy's state, which its hooks take on every step."""
+    """The tuple (or named tuple) ``t`` with each of its arrays borrowed (``_borrowed``), and those of the tuples it
+    holds, its other items as they are: a policy's state, which its hooks take on every step. (An item that holds an
+    array some other way would be counted down without having been counted up: there is none.)"""
     if not isinstance(t, types.BaseTuple):
         return None
 
     def codegen(context, builder, sig, args):
-        items = []
-        for i, ty in enumerate(sig.args[0]):
-            v = builder.extract_value(args[0], i)
-            if isinstance(ty, types.Array):
-                src = context.make_array(ty)(context, builder, value=v)
-                out = context.make_array(ty)(context, builder)
-                context.populate_array(
-                    out,
-                    data=src.data,
-                    shape=src.shape,
-                    strides=src.strides,
-                    itemsize=src.itemsize,
-                    meminfo=None,
-                    parent=None,
-                )
-                v = out._getvalue()
-            items.append(v)
-        return context.make_tuple(builder, sig.return_type, items)
+        return _borrow_items(context, builder, sig.args[0], args[0])
 
     return t(t), codegen
 
@@ -227,12 +250,6 @@ def future_uses(ids, pass_start, pass_end, num_experts):
                             steps[at[key]] = step
                             at[key] += 1
     return off, steps
-
-
-@njit(cache=True, inline="always")
-def _eam_earlier(tl, te, props, x):
-    """Whether expert ``te`` of layer ``tl`` has an earlier place (layer, then expert) than EAM's proposal ``x``."""
-    return tl < props[x, 0] or (tl == props[x, 0] and te < props[x, 1])
 
 
 # each key's next use (``Space.next_use``, for a policy that needs the future): ``fut_cur`` holds each key's place in
@@ -776,156 +793,6 @@ def _copy_ahead(
     return slot, nl, nv, nk
 
 
-@njit(cache=True, _nrt=False)
-def _pairwise_block(a, lo, n):
-    """numpy's pairwise sum of a block of at most 128 (PW_BLOCKSIZE): eight running sums, then the rest."""
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-PW_STACK = 128  # ``_pairwise_in``'s stack: two more entries a halving, at most
-# 1 + 2 x 56 for 2^63 elements
-
-
-@njit(cache=True, _nrt=False)
-def _pairwise_in(a, lo, n, todo, sums):
-    """``_pairwise`` with its stack given (``todo``: PW_STACK x 3 int64, lo, n and whether its halves are pushed;
-    ``sums``: PW_STACK floats), so that a caller without reference counts may call it (``_best_match``)."""
-    if n <= 128:
-        return _pairwise_block(a, lo, n)
-    nt, ns = 1, 0
-    todo[0, 0], todo[0, 1], todo[0, 2] = lo, n, 0
-    while nt:
-        nt -= 1
-        tlo, tn, split = todo[nt, 0], todo[nt, 1], todo[nt, 2]
-        if tn <= 128:
-            sums[ns] = _pairwise_block(a, tlo, tn)
-            ns += 1
-        elif split:
-            sums[ns - 2] = sums[ns - 2] + sums[ns - 1]  # left + right
-            ns -= 1
-        else:
-            n2 = tn // 2
-            n2 -= n2 % 8
-            todo[nt, 0], todo[nt, 1], todo[nt, 2] = tlo, tn, 1
-            todo[nt + 1, 0], todo[nt + 1, 1], todo[nt + 1, 2] = tlo + n2, tn - n2, 0  # right, after the left
-            todo[nt + 2, 0], todo[nt + 2, 1], todo[nt + 2, 2] = tlo, n2, 0
-            nt += 3
-    return sums[0]
-
-
-@njit(cache=True)
-def _pairwise(a, lo, n):
-    """numpy's pairwise sum of ``a[lo:lo + n]`` (its add.reduce over a contiguous axis), for the same floats: blocks
-    of at most 128, halves (cut to a multiple of 8) added as numpy's recursion adds them; here with a stack
-    (``_pairwise_in``)."""
-    if n <= 128:
-        return _pairwise_block(a, lo, n)
-    return _pairwise_in(a, lo, n, np.empty((PW_STACK, 3), np.int64), np.empty(PW_STACK))
-
-
-@njit(cache=True, _nrt=False)
-def _best_match(counts, layer, lib, lib_norms, ratios, fresh, row, cur, todo, sums):
-    """``EAMPrefetch._best_match``: the profiling request whose matrix, normalised per layer, is the closest by
-    cosine (averaged over the layers after ``layer``) to the request's so far; -1: none. Each layer's cosines with
-    every profile (``ratios[h, g]``) depend on that layer's counts alone; they are kept while ``fresh[g]`` (the
-    walk clears it where the counts change: at the layer's step, and at a new request), so that a step works out
-    the cosines of the layers whose counts changed since, usually none, not of every later layer. ``row`` and
-    ``cur`` (E floats each), ``todo`` and ``sums`` (``_pairwise_in``'s stack) are the walk's buffers, so that it
-    runs without reference counts (``_nrt=False``): a step takes 2 + 2 H sums, and each had counted its array."""
-    H, L, E = lib.shape
-    if H == 0 or layer + 1 >= L:
-        return -1
-    Lp = L - layer - 1
-    for g in range(layer + 1, L):
-        if fresh[g]:
-            continue
-        for e in range(E):
-            row[e] = counts[g, e]
-        total = max(_pairwise_in(row, 0, E, todo, sums), 1e-12)
-        for e in range(E):
-            cur[e] = row[e] / total
-            row[e] = cur[e] * cur[e]
-        cur_norm = np.sqrt(_pairwise_in(row, 0, E, todo, sums))
-        for h in range(H):
-            for e in range(E):
-                row[e] = lib[h, g, e] * cur[e]
-            ratios[h, g] = _pairwise_in(row, 0, E, todo, sums) / (lib_norms[h, g] * cur_norm + 1e-12)
-        fresh[g] = True
-    best, best_score = -1, 0.0
-    for h in range(H):
-        score = _pairwise_in(ratios[h], layer + 1, Lp, todo, sums) / Lp
-        if best < 0 or score > best_score:
-            best, best_score = h, score
-    return best
-
-
-@njit(cache=True, inline="always")
-def _rule_row(w, nan_zero, hobbit, uniform, hi, lo, row, cls_out, wn_out):
-    """One token's K selections: the gate mass normalised (``Decider``'s, numpy's pairwise sum) into ``wn_out`` and
-    the class into ``cls_out``: HOBBIT's rule (``policies.precision.hobbit_classes``, ``hi`` / ``lo`` = T1 / T2 +
-    EPS) or ``uniform``. ``nan_zero``: NaN weights count as 0 (predictions, as the workload's fill leaves them)."""
-    K = w.shape[0]
-    small = 0.0  # numpy's pairwise sum below 8 values is this running sum (``_pairwise_block``), kept here: no call
-    for k in range(K):
-        x = w[k]
-        row[k] = 0.0 if nan_zero and np.isnan(x) else x
-        small += row[k]
-    total = max(small if K < 8 else (_pairwise_block(row, 0, K) if K <= 128 else _pairwise(row, 0, K)), 1e-30)
-    c = 0.0
-    for k in range(K):
-        x = row[k] / total
-        wn_out[k] = x
-        if hobbit:
-            c += x
-            above = 0.0 if k == 0 else c - x
-            cls_out[k] = HIGH if above <= hi else (LOW if above <= lo else SKIP)
-        else:
-            cls_out[k] = uniform
-    if hobbit:
-        cls_out[0] = HIGH
-
-
-@njit(cache=True)
-def _wanted(ids, w, nan_zero, rl, sc, rows, want, order):
-    """``policies.prefetch.wanted`` over ``rows`` ([T, K] ids and weights, classed by the rule ``rl``, with
-    ``_rule_row``'s buffers of ``sc``): experts in first-appearance order into ``order``, their best class into
-    ``want`` (reset to SKIP by the caller); the count."""
-    hobbit, uniform, hi, lo, row, rc, rm = rl.hobbit_rule, rl.uniform, rl.rule_hi, rl.rule_lo, sc.row, sc.rc, sc.rm
-    n = 0
-    for t in range(rows):
-        _rule_row(w[t], nan_zero, hobbit, uniform, hi, lo, row, rc, rm)
-        for k in range(ids.shape[1]):
-            e, c = ids[t, k], rc[k]
-            if e >= 0 and c != SKIP and c < want[e]:
-                if want[e] == SKIP:
-                    order[n] = e
-                    n += 1
-                want[e] = c
-    return n
-
-
 @njit(cache=True)
 def _split_makespan(device, cpu, n, use_cpu):
     """The shortest time to compute ``n`` experts split between the device (``device`` seconds each) and the CPU
@@ -973,6 +840,7 @@ def walk_state(
     own_knobs=None,
     library=None,
     future=False,
+    prefetchers=(),
 ):
     """What the walk carries from one pass to the next (``walk``'s ``state``; ``STATE`` names its items): the pools,
     the policies' and the prefetcher's state, the records, the counters. A walk over passes ``p0:p1`` continues the
@@ -982,7 +850,10 @@ def walk_state(
     file gives its compiled part (``Compiled.state``; None: it keeps none), called with the space it sizes by and its
     knobs ``own_knobs``, and what it may read of the walk as it goes (``Space``: the counters ``st``, the EAM
     prefetcher's match and ``library``, its normalised activation matrices, and, where ``future`` (the policy needs
-    the future), each key's next use)."""
+    the future), each key's next use). ``prefetchers``: each compiled prefetcher's state builder
+    (``CompiledPrefetch.state``; None: it keeps none) and its reference prefetcher, in ``special.prefetchers``' order:
+    the run's prefetcher's state, as the others' (built with their defaults: a general copy of the walk types every
+    prefetcher's code), is ``State.pf``'s item at its place."""
     L, E = num_layers, num_experts
     roff = roff.copy()  # the walk's own (``walk`` reads the state's)
     size = roff[:, L].copy()
@@ -994,7 +865,7 @@ def walk_state(
     pool[:, :, EXPERT] = -1
     pool[:, :, TRANSFER] = -1
     nfree = np.zeros(2, np.int64)
-    eam_match = np.full(1, -1, np.int64)  # EAMPrefetch.match (-1: none)
+    match = np.full(1, -1, np.int64)  # a prefetcher's match (``Space.match``, ``PrefetchSpace.match``; -1: none)
     S = pool.shape[1]
     g_on = np.zeros(2, np.bool_)
     for pr in range(2):
@@ -1008,8 +879,11 @@ def walk_state(
         library = np.zeros((0, L, E))
     fut_cur = np.full(L * E if future else 1, -1, np.int64)  # each key's next use (``_passed``; -1: the walk sets it)
     fut_nu = np.full(L * E if future else 0, NEVER, np.int64)
-    space = Space(L, E, S, cap, own_knobs, bool(per_layer), st, eam_match, library, fut_nu)
+    space = Space(L, E, S, cap, own_knobs, bool(per_layer), st, match, library, fut_nu)
     own = () if own_state is None else own_state(space)
+    pf = tuple(
+        () if build is None else build(PrefetchSpace(L, E, prefetcher, st, match)) for build, prefetcher in prefetchers
+    )
     # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
     # costs two atomic reference counts each time
     # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
@@ -1044,7 +918,7 @@ def walk_state(
         pool=pool,
         roff=roff,
         nfree=nfree,
-        eam_match=eam_match,
+        match=match,
         g_on=g_on,
         g_slots=g_slots,
         g_n=g_n,
@@ -1052,6 +926,7 @@ def walk_state(
         g_qlb=g_qlb,
         g_key=g_key,
         own=own,
+        pf=pf,
         xs=xs,
         # its slot per pool, [2, L, E], a view of ``xs`` made here: a transpose in the walk compiles numba's
         # permutation of shapes and strides, which checks its axes with a set and builds an error message (about
@@ -1078,7 +953,7 @@ class State(NamedTuple):
     pool: Any
     roff: Any
     nfree: Any
-    eam_match: Any
+    match: Any  # [1]: a prefetcher's match (``Space.match``)
     g_on: Any
     g_slots: Any
     g_n: Any
@@ -1086,6 +961,7 @@ class State(NamedTuple):
     g_qlb: Any
     g_key: Any
     own: Any  # the state of a policy whose file gives its compiled part (``policies.compiled``; () for the others)
+    pf: Any  # each compiled prefetcher's state (``special.prefetchers``' order; () for one that keeps none)
     xs: Any
     index: Any  # [2, L, E]: a view of xs (the slot per pool)
     st: Any
@@ -1159,16 +1035,13 @@ class Evict(NamedTuple):
 class Prefetch(NamedTuple):
     """The prefetcher and its inputs."""
 
-    kind: int  # PF_*
+    kind: int  # the prefetcher: its place in ``special.prefetchers``
     max_depth: int  # prefetch.max_depth
     history: bool  # the history fallback predicts from the request's counts
     prefetch_prec: int  # the precision of a prefetch (-1: the rule's)
     prefetching: bool  # the prefetcher loads ahead (and misses are not all computed on the CPU)
     staging: int  # prefetch.staging_slots
-    eam_lib: Any  # [M, L, E]: MoE-Infinity's activation matrices, normalised per layer
-    eam_norms: Any  # [M, L]: their norms
-    eam_order: Any  # [M, L, E] int32: each matrix's experts per layer by probability, highest first
-    eam_per_step: int  # experts EAM proposes per step
+    most: int  # the proposals a step may make beyond max_depth layers' experts (``CompiledPrefetch.most``)
 
 
 class Cpu(NamedTuple):
@@ -1242,7 +1115,6 @@ class Cache(NamedTuple):
     st: Any  # the scalars (CLOCK ..)
     served: Any  # [6]: uses by how they were served (HIGH_HIT ..)
     mass: Any  # [3]: gate mass served at each precision
-    eam_match: Any  # [1]: EAM's match (EC_M)
     g_on: Any  # multidim's layer lists (``_pruned_evict``): per pool, whether it keeps them
     g_slots: Any
     g_n: Any
@@ -1288,12 +1160,10 @@ class Scratch(NamedTuple):
     need_m: Any
     order: Any  # [E]: the experts it needs, in first-appearance order
     on_cpu: Any  # [E]: FreeToken's split sends it to the CPU
-    want: Any  # [E]: a prefetcher's wanted precision per expert, and the wanted in order
+    want: Any  # [E]: a prefetcher's wanted precision per expert, and the wanted in order (``Sight``)
     worder: Any
     props: Any  # [.., 3]: proposals: layer, expert, precision
-    eam_v: Any  # the scores of EAM's proposals (negated: lowest first)
-    eam_r: Any  # [M, L]: the cosines ``_best_match`` keeps, and which are fresh
-    eam_fresh: Any
+    sink: Any  # [1]: ``Sight.sink``
     m_e: Any  # [E]: FreeToken's misses, their classes and sort keys
     m_c: Any
     m_key: Any
@@ -1303,15 +1173,11 @@ class Scratch(NamedTuple):
     row: Any  # [K]: the rule's buffers (``_rule_row``)
     rc: Any
     rm: Any
-    bm_row: Any  # ``_best_match``'s buffers
-    bm_cur: Any
-    bm_todo: Any
-    bm_sums: Any
 
 
 @njit(cache=True)
-def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts):
-    """A walk's ``Scratch``: ``n_lib`` EAM matrices of ``lib_experts`` experts."""
+def _scratch(L, K, E, max_depth, most):
+    """A walk's ``Scratch``: room for ``max_depth`` layers' proposals, or ``most``."""
     return Scratch(
         need_c=np.full(E, SKIP, np.int64),
         need_n=np.zeros(E, np.int64),
@@ -1320,10 +1186,8 @@ def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts):
         on_cpu=np.zeros(E, np.bool_),
         want=np.full(E, SKIP, np.int64),
         worder=np.zeros(E, np.int64),
-        props=np.zeros((max(max_depth * E, eam_per_step) + 1, 3), np.int64),
-        eam_v=np.zeros(max(eam_per_step, 1)),
-        eam_r=np.zeros((n_lib, L)),
-        eam_fresh=np.zeros(L, np.bool_),
+        props=np.zeros((max(max_depth * E, most) + 1, 3), np.int64),
+        sink=np.zeros(1, np.int64),
         m_e=np.zeros(E, np.int64),
         m_c=np.zeros(E, np.int64),
         m_key=np.zeros(E, np.int64),
@@ -1333,10 +1197,6 @@ def _scratch(L, K, E, max_depth, eam_per_step, n_lib, lib_experts):
         row=np.zeros(K),
         rc=np.zeros(K, np.int64),
         rm=np.zeros(K),
-        bm_row=np.zeros(lib_experts),
-        bm_cur=np.zeros(lib_experts),
-        bm_todo=np.zeros((PW_STACK, 3), np.int64),
-        bm_sums=np.zeros(PW_STACK),
     )
 
 
@@ -1389,26 +1249,12 @@ def _all_high(sc, n_need):
 
 @njit(cache=True, inline="always")
 def _forget_need(sc, n_need, layer):
-    """The step's need reset for the next; the layer's counts changed, so ``_best_match`` works its cosines out
-    again."""
-    sc.eam_fresh[layer] = False
+    """The step's need reset for the next."""
     for j in range(n_need):
         e = sc.order[j]
         sc.need_n[e] = 0
         sc.need_c[e] = SKIP
         sc.on_cpu[e] = False
-
-
-@njit(cache=True, inline="always")
-def _present(resident, cpu_layer, index, staging, stg_tid, layer, e):
-    """``Decider._present``: ``(layer, e)`` needs no copy (resident, on the CPU, cached or staged)."""
-    return (
-        (staging and stg_tid[layer, e] >= 0)
-        or resident[layer, e]
-        or cpu_layer[layer]
-        or index[HIGH, layer, e] >= 0
-        or index[LOW, layer, e] >= 0
-    )
 
 
 @njit(cache=True, inline="always")
@@ -1444,12 +1290,12 @@ def _copy_in(own_b, pl, ev, ca, lg, i, layer_now, layer, e, prec, pinned, nl, nv
 
 
 @njit(cache=True, inline="always")
-def _new_request(pl, ca, sc, L):
-    """A new request (``Decider.run``): the records, the pools' records, the counts and EAM's match start again."""
+def _new_request(pl, ca, pfs, kind, L):
+    """A new request (``Decider.run``): the records, the pools' records and the counts start again, and the
+    prefetcher's ``begin`` runs (``end_request``)."""
     per_layer = pl.per_layer
-    counts, eam_match, g_key, g_n, g_on, g_qlb, g_slots = (
+    counts, g_key, g_n, g_on, g_qlb, g_slots = (
         ca.counts,
-        ca.eam_match,
         ca.g_key,
         ca.g_n,
         ca.g_on,
@@ -1457,7 +1303,6 @@ def _new_request(pl, ca, sc, L):
         ca.g_slots,
     )
     nfree, pool, rec, roff, st = ca.nfree, ca.pool, ca.rec, ca.roff, ca.st
-    eam_fresh = sc.eam_fresh
     rec[:] = 0
     for pr in range(2):  # the slots taken so far (the others hold no record)
         for s in range(roff[pr, L] if per_layer else nfree[pr]):
@@ -1465,8 +1310,7 @@ def _new_request(pl, ca, sc, L):
             pool[pr, s, USES] = 0
             pool[pr, s, HIGH_USES] = 0
     counts[:] = 0
-    eam_fresh[:] = False
-    eam_match[EC_M] = -1  # EAMPrefetch.end_request
+    _f_begin(pfs, kind)
     st[REQUESTS] += 1  # (a policy's state reads it: every use count is 0 again)
     g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
     _g_forget(g_qlb)
@@ -1811,116 +1655,33 @@ def _drop_stale(pl, ev, ca, lg, sg, own_b, pins, i, layer, E, n_pins, n_stg, nx)
 
 
 @njit(cache=True, inline="always")
-def _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E):
-    """``Decider._prefetch``'s proposals: EAM's best uncached experts of the later layers, or each prefetcher's wanted experts of the next layers not present (layer, expert, precision in ``props``); how many."""
-    ids, pred, pred_w, top_k, weights = rt.ids, rt.pred, rt.pred_w, rt.top_k, rt.weights
-    uniform = rl.uniform
-    cpu_layer, resident = pl.cpu_layer, pl.resident
-    eam_lib, eam_norms, eam_order, eam_per_step = pf.eam_lib, pf.eam_norms, pf.eam_order, pf.eam_per_step
-    history = HISTORY if HISTORY >= 0 else pf.history
-    prefetcher = PREFETCHER if PREFETCHER >= 0 else pf.kind
-    max_depth, staging = pf.max_depth, pf.staging
-    counts, eam_match, index, st = ca.counts, ca.eam_match, ca.index, ca.st
-    stg_tid = sg.stg_tid
-    eam_fresh, eam_r, eam_v, hist, props, want, worder = (
-        sc.eam_fresh,
-        sc.eam_r,
-        sc.eam_v,
-        sc.hist,
-        sc.props,
-        sc.want,
-        sc.worder,
-    )
-    bm_row, bm_cur, bm_todo, bm_sums = sc.bm_row, sc.bm_cur, sc.bm_todo, sc.bm_sums
-    n_props = 0
-    if prefetcher == PF_EAM:  # EAMPrefetch.propose: the best uncached of every later layer's experts
-        m = eam_match[EC_M] = _best_match(
-            counts, layer, eam_lib, eam_norms, eam_r, eam_fresh, bm_row, bm_cur, bm_todo, bm_sums
-        )
-        if m >= 0:  # the first eam_per_step uncached by score, highest first, then by place (a stable sort's
-            # order), kept sorted in props; each later layer's experts visited by probability, highest first
-            # (eam_order), up to the first that scores below the last kept one: no sort of them all
-            for j in range(L - layer - 1):
-                decay = 1.0 - (j + 1) / (L + 1)
-                tl = layer + 1 + j
-                for r in range(E):
-                    te = eam_order[m, tl, r]
-                    v = -((eam_lib[m, tl, te] + EAM_FLOOR) * decay)
-                    if n_props == eam_per_step:
-                        if v > eam_v[n_props - 1]:  # and so does every later one of the layer
-                            break
-                        if v == eam_v[n_props - 1] and not _eam_earlier(tl, te, props, n_props - 1):
-                            continue
-                    if _present(resident, cpu_layer, index, staging, stg_tid, tl, te):
-                        continue
-                    x = min(n_props, eam_per_step - 1)  # its place: after every kept one as high or higher,
-                    # and after each as high whose place is earlier
-                    while x > 0 and (v < eam_v[x - 1] or (v == eam_v[x - 1] and _eam_earlier(tl, te, props, x - 1))):
-                        eam_v[x] = eam_v[x - 1]
-                        props[x, 0], props[x, 1], props[x, 2] = (
-                            props[x - 1, 0],
-                            props[x - 1, 1],
-                            props[x - 1, 2],
-                        )
-                        x -= 1
-                    eam_v[x] = v
-                    props[x, 0], props[x, 1], props[x, 2] = tl, te, uniform
-                    n_props = min(n_props + 1, eam_per_step)
-    last_d = 0 if prefetcher == PF_EAM else (max_depth if prefetcher != PF_NEXT else 1)
-    for d in range(1, last_d + 1):
-        target = layer + d
-        if target >= L:
-            break
-        nw = 0
-        if prefetcher == PF_ORACLE:
-            nw = _wanted(ids[a:b, target], weights[a:b, target], False, rl, sc, T, want, worder)
-        elif d <= D:
-            nw = _wanted(pred[a:b, layer, d - 1], pred_w[a:b, layer, d - 1], True, rl, sc, T, want, worder)
-        elif history and counts[target].max() > 0:
-            hist[:] = counts[target]
-            for k in range(min(top_k, E)):  # argsort(-counts, stable)[:top_k]
-                best = 0
-                for x in range(1, E):
-                    if hist[x] > hist[best]:
-                        best = x
-                if uniform < want[best]:
-                    if want[best] == SKIP:
-                        worder[nw] = best
-                        nw += 1
-                    want[best] = uniform
-                hist[best] = -1
-        warm = 0
-        for q in range(nw):  # the rows the check below reads, loaded side by side (as before serving)
-            warm += index[HIGH, target, worder[q]]
-        st[WARM] = warm
-        found = 0
-        for q in range(nw):
-            e = worder[q]
-            present = _present(resident, cpu_layer, index, staging, stg_tid, target, e)
-            if not present:
-                props[n_props, 0], props[n_props, 1], props[n_props, 2] = target, e, want[e]
-                n_props += 1
-                found += 1
-            want[e] = SKIP
-        if found and prefetcher != PF_ORACLE:
-            break
-    return n_props
+def _f_propose(pfs, fs, layer, a, b, kind):
+    """``Decider._prefetch``'s proposals: the prefetcher's compiled ``propose`` (``policies.compiled.CompiledPrefetch``:
+    ``fs`` is its ``Sight``), that of prefetcher ``kind`` of ``pfs`` (``State.pf``). The template's proposes nothing:
+    each copy defines this anew (``sim.fast.special``), calling the prefetchers its own (one, in a copy of a run's
+    variant)."""
+    return 0
 
 
 @njit(cache=True, inline="always")
-def _issue(pl, ev, pf, cp, ca, lg, sg, sc, own_b, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg):
+def _f_begin(pfs, kind):
+    """The prefetcher's ``begin`` at a new request (``_f_propose``'s, defined anew likewise)."""
+
+
+@njit(cache=True, inline="always")
+def _issue(pl, ev, pf, cp, ca, lg, sg, sc, fs, own_b, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg):
     """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_ahead``); the log's counters after them."""
-    cpu_layer, expert_bytes, per_expert, resident = pl.cpu_layer, pl.expert_bytes, pl.per_expert, pl.resident
+    expert_bytes, per_expert = pl.expert_bytes, pl.per_expert
     prefetch_prec, staging = pf.prefetch_prec, pf.staging
     cpu_faster = cp.faster
     cpu_misses = MISSES if MISSES >= 0 else cp.misses
-    index, prefetched, st = ca.index, ca.prefetched, ca.st
+    prefetched, st = ca.prefetched, ca.st
     loads = lg.loads
     stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
     props = sc.props
     for q in range(n_props):
         tl, te = props[q, 0], props[q, 1]
-        if _present(resident, cpu_layer, index, staging, stg_tid, tl, te):
+        if _present(fs, tl, te):
             continue
         prec = props[q, 2] if prefetch_prec < 0 else prefetch_prec
         if cpu_misses == CM_FASTER and cpu_faster[prec, per_expert[pw]]:
@@ -1985,12 +1746,11 @@ def walk(state, inputs, p0, p1):
         _borrowed_all(inputs.cpu),
         _borrowed_all(inputs.bound),
     )
-    prefetcher = PREFETCHER if PREFETCHER >= 0 else pf.kind
+    kind = PREFETCHER if PREFETCHER >= 0 else pf.kind
     misses = MISSES if MISSES >= 0 else cp.misses
     L, K, E = rt.ids.shape[1], rt.ids.shape[2], pl.resident.shape[1]
-    D = min(rt.pred.shape[2], pf.max_depth)
-    scratch = _scratch(L, K, E, pf.max_depth, pf.eam_per_step, pf.eam_lib.shape[0], pf.eam_lib.shape[2])
-    sc, own, xs = _borrowed_all(scratch), _borrowed_all(state.own), state.xs
+    scratch = _scratch(L, K, E, pf.max_depth, pf.most)
+    sc, own, pfs, xs = _borrowed_all(scratch), _borrowed_all(state.own), _borrowed_all(state.pf), state.xs
     ca = _borrowed_all(
         Cache(
             state.pool,
@@ -2003,7 +1763,6 @@ def walk(state, inputs, p0, p1):
             state.st,
             state.served,
             state.mass,
-            state.eam_match,
             state.g_on,
             state.g_slots,
             state.g_n,
@@ -2014,6 +1773,14 @@ def walk(state, inputs, p0, p1):
     )
     st = ca.st  # the walk's own stores go through a name it keeps live (see ``tabs``)
     sg = _borrowed_all(Staged(state.stg_tid, state.stg_prec, state.stg_list))
+    fs = _borrowed_all(  # what the prefetcher reads (``policies.compiled.Sight``)
+        Sight(
+            rt.ids, rt.weights, rt.pred, rt.pred_w, rt.top_k, min(rt.pred.shape[2], pf.max_depth), pf.max_depth,
+            HISTORY > 0 if HISTORY >= 0 else pf.history, rl.hobbit_rule, rl.uniform, rl.rule_hi, rl.rule_lo,
+            pl.resident, pl.cpu_layer, ca.index, pf.staging, sg.stg_tid, ca.counts, st, sc.want, sc.worder, sc.hist,
+            sc.row, sc.rc, sc.rm, sc.props, sc.sink,
+        )
+    )  # fmt: skip
     fu = _borrowed_all(Future(ev.fut_off, ev.fut_steps, state.fut_cur, state.fut_nu))
     if FUTURE and (fu.cur_b[0] < 0 or p0 == rt.first_pass):  # each key's first use (of the trace, or the window)
         _future_start(fu.fo_b, fu.fs_b, fu.cur_b, fu.nu_b)
@@ -2039,7 +1806,7 @@ def walk(state, inputs, p0, p1):
         pw = p - rt.first_pass  # the pass's row of the window's per-pass arrays
         a, b = rt.pass_start[pw], rt.pass_end[pw]
         if p > 0 and rt.pass_request[pw] != (rt.pass_request[pw - 1] if pw > 0 else rt.prev_request):
-            _new_request(pl, ca, sc, L)
+            _new_request(pl, ca, pfs, kind, L)
         token = rt.token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a
@@ -2050,7 +1817,7 @@ def walk(state, inputs, p0, p1):
             st[STEP] = i
             if FUTURE and i > 0:
                 _next_uses(rt, pl, ca, fu, own, i, L)
-            room = (3 + pf.max_depth) * min(E, T * K) + pf.staging + pf.eam_per_step + 2  # this step's records, at most
+            room = (3 + pf.max_depth) * min(E, T * K) + pf.staging + pf.most + 2  # this step's records, at most
             if room > _least_room(lg, nl, ng, nc, nx, nv, nk):
                 for x, n_x in enumerate((nl, ng, nc, nx, nv, nk)):
                     if n_x + room > tabs[x].shape[0]:  # only then: a list's item set to itself would be freed first
@@ -2080,15 +1847,15 @@ def walk(state, inputs, p0, p1):
                 )  # fmt: skip
             _forget_need(sc, n_need, layer)
             n_pins, n_stg, nx = _drop_stale(pl, ev, ca, lg, sg, own, pins, i, layer, E, n_pins, n_stg, nx)
-            if not pf.prefetching or prefetcher == PF_NONE:
+            if not pf.prefetching:
                 continue
-            n_props = _propose(rt, rl, pl, pf, ca, sg, sc, a, b, T, D, layer, L, E)
+            n_props = _f_propose(pfs, fs, layer, a, b, kind)
             if n_pins + n_props > pins.shape[0]:  # room for a pin per proposal, here: a check (and the owner's
                 # reference count, atomic) once a step, not once a copy
                 pins_own[0] = _grow(pins_own[0], n_pins + n_props)
                 pins = _borrowed(pins_own[0])
             nl, nv, nk, n_pins, n_stg = _issue(
-                pl, ev, pf, cp, ca, lg, sg, sc, own, pins, i, layer, pw, n_props, L, E, nl, nv, nk,
+                pl, ev, pf, cp, ca, lg, sg, sc, fs, own, pins, i, layer, pw, n_props, L, E, nl, nv, nk,
                 n_pins, n_stg,
             )  # fmt: skip
     if POLICY == OWN:

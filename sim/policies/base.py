@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from hobbit.sim.policies.compiled import Compiled
+from hobbit.sim.policies.compiled import Compiled, CompiledPrefetch
 
 
 class Precision(IntEnum):
@@ -152,7 +152,7 @@ class Plain:
 
     Knobs = None
     needs: frozenset[str] = frozenset()
-    compiled: ClassVar[Compiled | None] = None
+    compiled: ClassVar[Compiled | CompiledPrefetch | None] = None
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         pass

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from hobbit.sim.policies.base import Plain, PrefetchContext, PrefetchRequest
+from hobbit.sim.policies.compiled import CompiledPrefetch, kernel
+
+
+@kernel(inline=True)
+def nothing(state, s, layer, a, b):
+    """``NoPrefetch.propose``, compiled."""
+    return 0
 
 
 class NoPrefetch(Plain):
@@ -10,6 +17,7 @@ class NoPrefetch(Plain):
 
     name = "none"
     loads_ahead = False  # no staging slots are set aside for it
+    compiled = CompiledPrefetch(propose=nothing)
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         return []

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from hobbit.sim.policies import compiled as c
 from hobbit.sim.policies.base import PolicyInputs, PrefetchContext, PrefetchRequest
+from hobbit.sim.policies.compiled import CompiledPrefetch, kernel
 from hobbit.sim.policies.prefetch import misses, wanted
+
+
+@kernel(inline=True)
+def perfect(state, s, layer, a, b):
+    """``OraclePrefetch.propose``, compiled."""
+    n = 0
+    for d in range(1, s.max_depth + 1):
+        if layer + d < s.ids.shape[1]:
+            n = c.misses(s, layer + d, c.truth(s, layer + d, a, b), n)
+    return n
 
 
 class OraclePrefetch:
@@ -13,6 +25,7 @@ class OraclePrefetch:
     Knobs = None
     loads_ahead = True
     needs: frozenset[str] = frozenset()  # ctx.future: the trace itself
+    compiled = CompiledPrefetch(propose=perfect)
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         self.max_depth = (inputs or PolicyInputs()).depth
