@@ -14,7 +14,6 @@ only the results), in the trace's memory plus per-pass results and O(cache + chu
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 import tempfile
@@ -366,22 +365,6 @@ def whole_layers(cost: CostModel, num_layers: int) -> np.ndarray:
     return whole
 
 
-PRUNE_MIN_SLOTS = 512  # multidim: pools of at least this many slots evict layer by layer (walk._pruned_evict)
-
-
-def fld_table(w_fld: float, num_layers: int) -> np.ndarray:
-    """``[current, layer] -> w_fld * multidim.fld(layer, current, L)``, the reference's ``_fld_weights`` for every
-    layer being filled, with the same operations (so the same bits), as a writable copy (numba compiles a read-only
-    array apart)."""
-    return _fld_table(w_fld, num_layers).copy()
-
-
-@functools.lru_cache(maxsize=8)
-def _fld_table(w_fld: float, num_layers: int) -> np.ndarray:
-    x = np.arange(num_layers)
-    return w_fld * (1.0 - ((x[None, :] - x[:, None] + num_layers) % num_layers) / num_layers)
-
-
 def region_offsets(slots: Any, num_layers: int, per_layer: bool) -> np.ndarray:
     """The pools' regions as the compiled walk takes them (``walk._region``), [2, L + 1] int64: with ``per_layer``,
     layer l's region of pool p is slots ``roff[p, l]`` .. ``roff[p, l + 1]`` - 1 (``decide.layer_regions``); without,
@@ -436,12 +419,6 @@ def _walk_inputs(
         pred, pred_w = narrow(wl.pred_ids, "pred_ids"), frozen(wl.pred_weights)
     else:
         pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
-    policy = special.number(ev.policy)
-    wts, fw = np.zeros(4), np.zeros((1, 1))
-    if ev.policy == "multidim":
-        pol = ev_cls(policy_knobs(ev, ev.policy), PolicyInputs(num_layers=L, depth=depth))
-        wts = np.array(pol.w, np.float64)
-        fw = fld_table(pol.w[3], L)
     future_uses = "future_uses" in ev_cls.needs  # Belady's: the walk moves each key's next use on (``Space.next_use``)
     if not future_uses:
         fut_off, fut_steps = np.zeros(1, np.int64), np.zeros(1, np.int64)
@@ -486,9 +463,7 @@ def _walk_inputs(
         "num_experts": E,
         "roff": roff,
         "per_layer": bool(ev.per_layer),
-        "policy": policy,
         "staging": int(pf.staging_slots),
-        "prune_min_slots": int(PRUNE_MIN_SLOTS),
         "log_proto": log,
         # a policy whose file gives its compiled part builds its own state (``policies.compiled``)
         "own_state": own.state if (own := special.own_part(ev.policy)) is not None else None,
@@ -532,7 +507,7 @@ def _walk_inputs(
         # [L, 2]: a copy charges its layer's bytes (read-only whatever it was given as: one compiled walk)
         expert_bytes=frozen(layer_bytes(expert_bytes, wl.num_layers)),
     )
-    evict = walk.Evict(w=wts, fw=fw, fut_off=fut_off, fut_steps=fut_steps)
+    evict = walk.Evict(fut_off=fut_off, fut_steps=fut_steps)
     prefetch = walk.Prefetch(
         kind=special.prefetchers().index(pf.kind),
         max_depth=depth,
@@ -607,9 +582,8 @@ def decide(
     miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
     profile: list[np.ndarray] | None = None,
 ) -> Decisions:
-    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled. multidim evicts by a scan
-    of the pool, or in pools of at least ``PRUNE_MIN_SLOTS`` slots layer by layer, pruned by bounds (the same
-    victim; ``walk._pruned_evict``)."""
+    """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled (each policy and prefetcher by
+    the compiled part its own file gives)."""
     state_args, inputs = _walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
     state = walk.walk_state(**state_args)
     walk_of = policy_walk(system.cache.policy, special.Variant.of(inputs))

@@ -53,6 +53,8 @@ FLAGS = (
     "OWN_INSERT",
     "OWN_UNPIN",
     "OWN_RENEW",
+    "OWN_RECORDS",
+    "OWN_BEGIN",
     "FUTURE",
     "PREFETCHER",
     "MISSES",
@@ -60,10 +62,10 @@ FLAGS = (
     "BOUND_CPU",
     "PICKS_VICTIM",
 )
-SET = FLAGS[:11]
+SET = FLAGS[:13]
 # the names a copy binds to the compiled part of a policy whose file gives one (``policies.compiled.Compiled``)
-HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow", "_p_unpin", "_p_renew")
-PARTS = ("evict", "hit", "insert", "miss", "overflow", "unpin", "renew")  # their fields of ``Compiled``
+HOOKS = ("_p_evict", "_p_hit", "_p_insert", "_p_miss", "_p_overflow", "_p_unpin", "_p_renew", "_p_records", "_p_begin")
+PARTS = ("evict", "hit", "insert", "miss", "overflow", "unpin", "renew", "records", "begin")  # fields of ``Compiled``
 # the template's functions a copy defines anew to call the prefetchers' compiled parts (``CompiledPrefetch``)
 PF_HOOKS = ("_f_propose", "_f_begin")
 
@@ -124,22 +126,17 @@ def _tag(variant: Variant | None) -> str:
 
 
 def own_part(policy: str) -> Compiled | None:
-    """The compiled part ``policy``'s file gives (its class's ``compiled``), for a registered policy the template does
-    not hold; None for any other."""
-    if policy in template.POLICIES or policy not in EVICTION:
+    """The compiled part ``policy``'s file gives (its class's ``compiled``), for a registered policy; None for any
+    other."""
+    if policy not in EVICTION:
         return None
     part = eviction_class(policy).compiled
     return part if isinstance(part, Compiled) else None
 
 
 def compiled(policy: str) -> bool:
-    """Whether ``policy``'s decisions are compiled: the template holds it, or its file gives its compiled part."""
-    return policy in template.POLICIES or own_part(policy) is not None
-
-
-def number(policy: str) -> int:
-    """``policy``'s ``POLICY`` in its copy: its place in the template's ``POLICIES``, or ``OWN``."""
-    return template.POLICIES.index(policy) if policy in template.POLICIES else template.OWN
+    """Whether ``policy``'s decisions are compiled: its file gives its compiled part."""
+    return own_part(policy) is not None
 
 
 def _kernel_modules(module: ModuleType, seen: dict[str, ModuleType]) -> None:
@@ -260,10 +257,10 @@ def text(policy: str, variant: Variant | None = None) -> str:
     (``dependent``) defined again, and every other name of the template taken from it: its constants, and its other
     functions, which numba compiles and caches once, in the template, for all the policies."""
     part = own_part(policy)
-    if policy not in template.POLICIES and part is None:
+    if part is None:
         raise ValueError(
-            f"the compiled walk has no eviction policy {policy!r}: {', '.join(template.POLICIES)} (the walk's own), "
-            f"or a registered policy whose class gives its compiled part (compiled = policies.compiled.Compiled(...))"
+            f"the compiled walk has no eviction policy {policy!r}: a registered policy whose class gives its compiled "
+            f"part (compiled = policies.compiled.Compiled(...)) runs compiled"
         )
     src, tree = _template()
     dep = set(dependent())
@@ -274,9 +271,9 @@ def text(policy: str, variant: Variant | None = None) -> str:
     ]
     if [t.id for n in flags for t in n.targets if isinstance(t, ast.Name)] != list(FLAGS):
         raise RuntimeError(f"{template.__file__} must assign {', '.join(FLAGS)} once each, in that order")
-    taken = dep | set(FLAGS) | set(PF_HOOKS) | (set(HOOKS) if part else set())
-    own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"] if part else []
-    given = [part is not None and getattr(part, f) is not None for f in ("hit", "miss", "insert", "unpin", "renew")]
+    taken = dep | set(FLAGS) | set(PF_HOOKS) | set(HOOKS)
+    own = [f"{', '.join(HOOKS)} = _hooks({policy!r})  # the policy's own compiled part"]
+    given = [getattr(part, f) is not None for f in ("hit", "miss", "insert", "unpin", "renew", "records", "begin")]
     given.append("future_uses" in eviction_class(policy).needs)  # FUTURE
     settings = variant.values() if variant is not None else (-1, -1, -1, -1)
     out = [
@@ -287,11 +284,11 @@ def text(policy: str, variant: Variant | None = None) -> str:
         *[ast.get_source_segment(src, n) or "" for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
         "from hobbit.sim.fast import walk as _template",
         "from hobbit.sim.fast.special import prefetch_hooks as _prefetch_hooks",
-        *(["from hobbit.sim.fast.special import hooks as _hooks"] if part else []),
+        "from hobbit.sim.fast.special import hooks as _hooks",
         "",
         f"globals().update((k, v) for k, v in vars(_template).items() if not k.startswith('__') and k not in {sorted(taken)!r})",
         *own,
-        f"POLICY = {number(policy)}  # {policy}",
+        f"POLICY = {template.OWN}  # {policy}",
         *[f"{name} = {value}" for name, value in zip(SET[1:], (*given, *settings))],
         *[ast.get_source_segment(src, n) or "" for n in flags[len(SET) :]],
         *_calls(variant),

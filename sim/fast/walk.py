@@ -7,9 +7,9 @@ slots, per-layer pools (regions of any sizes, ``roff``; wide steps kept or bypas
 resident and CPU placements, cpu_misses (never, always, faster, split) and cpu_insert.
 
 An eviction policy's compiled decisions live in its own file (``policies.compiled``: its state and hooks, which the
-walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``, ``_p_overflow``, ``_p_unpin``, ``_p_renew``),
-except those of ``POLICIES``, whose state is the walk's own (multidim's layer lists); a prefetcher's likewise
-(``policies.compiled.CompiledPrefetch``, called as ``_f_propose`` and ``_f_begin``). This file is a template: the
+walk calls as ``_p_evict``, ``_p_hit``, ``_p_insert``, ``_p_miss``, ``_p_overflow``, ``_p_unpin``, ``_p_renew``,
+``_p_records`` and ``_p_begin``), and a prefetcher's likewise (``policies.compiled.CompiledPrefetch``, called as
+``_f_propose`` and ``_f_begin``): the walk names none. This file is a template: the
 eviction policy is the module global ``POLICY`` (-1 here), and ``sim.fast.special`` imports a copy of the file per
 policy with it set and the policy's hooks bound (and, in a copy for a run's settings, ``PREFETCHER``, ``MISSES``,
 ``HISTORY`` and ``BOUND_CPU``), so that numba compiles each policy's walk with that policy's branches alone
@@ -18,7 +18,7 @@ policy with it set and the policy's hooks bound (and, in a copy for a run's sett
 State lives in arrays: ``pool[precision, slot, field]`` (fields ``LAYER`` .. ``PINNED``, as
 ``policies.base.Pool``), ``index[precision, layer, expert]`` (slot or -1), ``rec[layer,
 expert, (R, F, H)]`` (both views of one row per (layer, expert), ``xs``), scalars in ``st`` (``CLOCK`` ..),
-multidim's layer lists and bounds in ``g_*``, a policy's own state in ``own`` and the prefetchers' in ``pf`` (what
+a policy's own state in ``own`` and the prefetchers' in ``pf`` (what
 their files build). The log is
 appended to ``out.*`` tables, one row per record, in the order the reference appends them. All the state a pass
 leaves to the next is made by ``walk_state`` (``State``, a named tuple) and passed to ``walk`` with what it reads and
@@ -59,6 +59,7 @@ from hobbit.sim.policies.compiled import (
     NEVER,
     NOW_REQUEST,
     NOW_STEP,
+    NOW_TOKENS,
     PINNED,
     TOUCHED,
     TRANSFER,
@@ -85,26 +86,25 @@ HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
 CLOCK, NEXT_TID, TOKENS, STEP, EVICTIONS, ISSUED, USED, DROPPED, BYTES, INSERTS, OVERFLOW, WARM, BEHIND = range(13)
 REQUESTS = 13  # requests begun
 N_ST = 14
-# a policy's compiled part reads the current step and the requests in ``st`` (``Space.now``) by these numbers
-assert (STEP, REQUESTS) == (NOW_STEP, NOW_REQUEST)
-# the eviction policies whose compiled decisions live in this walk (their state is the walk's own: multidim's layer
-# lists), cpu_misses
-POLICIES = ("multidim",)
+# a policy's compiled part reads the tokens, the current step and the requests in ``st`` (``Space.now``) by these
+# numbers
+assert (TOKENS, STEP, REQUESTS) == (NOW_TOKENS, NOW_STEP, NOW_REQUEST)
 CPU_MISSES = ("never", "always", "faster", "split")
-MULTIDIM = 0
-# any other registered policy whose own file gives its compiled part (its class's ``compiled``, a
-# ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_renew``
-OWN = len(POLICIES)
+# a registered policy whose own file gives its compiled part (its class's ``compiled``, a
+# ``policies.compiled.Compiled``): its copy of this module binds the part's functions as ``_p_evict`` .. ``_p_begin``
+OWN = 0
 # The eviction policy this copy of the module decides for (``sim.fast.special.core``): -1 in this file, the template,
-# whose ``walk`` refuses to run; each generated copy sets it to one of the above. Numba reads a global as a constant
-# and prunes every branch on it before typing, so a copy compiles its own policy's code and none of the others'.
+# whose ``walk`` refuses to run; each generated copy sets it to ``OWN``. Numba reads a global as a constant and prunes
+# every branch on it, and on the flags below, before typing, so a copy compiles the calls of its own policy's hooks.
 POLICY = -1
-# whether an ``OWN`` policy has a hit, miss and insert hook (a copy sets them with ``POLICY``)
+# whether the policy has a hit, miss and insert hook (a copy sets them with ``POLICY``)
 OWN_HIT = False
 OWN_MISS = False
 OWN_INSERT = False
 OWN_UNPIN = False  # and an unpin hook
 OWN_RENEW = False  # and a renew hook
+OWN_RECORDS = False  # and a records hook
+OWN_BEGIN = False  # and a begin hook
 # whether the policy reads each key's next use (``"future_uses"`` in its ``needs``: ``Space.next_use``, which the walk
 # moves on at each step, ``_next_uses``)
 FUTURE = False
@@ -304,201 +304,10 @@ def _future_start(fut_off, fut_steps, cur, nu):
         nu[key] = fut_steps[c] if c < fut_off[key + 1] else NEVER
 
 
-@njit(cache=True)
-def _to_evict(pool, pr, r0, r1, w, fw, tokens, layer_now):
-    """multidim's victim among the region's occupied, unpinned slots (-1: none), by a scan of the region (per-layer
-    regions, and pools under ``prune_min_slots``; larger ones: ``_pruned_evict``). A policy whose file gives its compiled
-    part finds its own (``_p_evict``), in ``_pre_admit``."""
-    lay, pin, touched = pool[pr, :, LAYER], pool[pr, :, PINNED], pool[pr, :, TOUCHED]
-    best = -1
-    inv_t = 1.0 / max(tokens, 1)
-    a, b, c = w[0] * inv_t, w[1] * inv_t, w[2] * inv_t
-    lu, us, hu = pool[pr, :, LAST_USE], pool[pr, :, USES], pool[pr, :, HIGH_USES]
-    bs, bt = 0.0, 0
-    for s in range(r0, r1):
-        if lay[s] < 0 or pin[s]:
-            continue
-        k = a * lu[s] + b * us[s] + c * hu[s] + fw[layer_now, lay[s]]
-        if best < 0 or k < bs or (k == bs and touched[s] < bt):
-            best, bs, bt = s, k, touched[s]
-    return best
-
-
-# multidim on a large pool (``prune_min_slots``): slots are listed per layer of their expert, and each layer keeps a
-# lower bound on w_lru * R + w_lfu * F + w_lhu * H over its slots (records only grow within a request; a new copy
-# lowers it to its own). An eviction scans the layers in order of their bound on the score, bound * (1/T) +
-# w_fld * FLD (with a 1e-9 relative margin, far above the rounding of sums of non-negative terms), and stops at the
-# first whose bound exceeds the best score found: the same victim as the scan of every slot, from a few layers.
-# Its arrays (``walk``'s g_slots, g_n, g_pos, g_qlb, g_key; g_on per pool) are passed one by one where they are used. ``g_key`` holds
-# each listed slot's record part in the list's order (``_q_key``), written wherever a record changes, +inf while
-# the slot is pinned (no eviction may take it; its part and its layer's bound are set when the pin drops).
-# Each scanned layer's own victim (its lowest score, then earliest touch) is kept in ``g_qlb``'s rows from ``GC_ROWS``
-# (``NC`` per pool: ``C_*``) with the 1/T and FLD term it was scored under, until the layer's list changes
-# (``_g_changed``: a use, a copy entering or leaving, a pin dropped, records reset): a later eviction under the same
-# 1/T and term reads it instead of scanning the layer again. The victim of the pool is the lowest of the layers'
-# own victims (scores, then touches, order every slot), so it is the same. Without an FLD term (w_fld = 0) the
-# bounds of many layers tie (every copy unused since a request began has record part 0), and an eviction visits
-# a third of the layers; their victims stay until a new token.
-MARGIN = 1.0 - 1e-9
-GC_ROWS, NC = 3, 6
-C_INV_T, C_F, C_K, C_T, C_SLOT, C_NEXT = range(NC)
-
-
-@njit(cache=True, inline="always")
-def _g_changed(qlb, pr, layer):
-    """Layer ``layer``'s list of pool ``pr`` changed: its kept victim no longer holds."""
-    qlb[GC_ROWS + pr * NC + C_INV_T, layer] = -1.0
-
-
-@njit(cache=True, inline="always")
-def _g_forget(qlb):
-    """No layer's victim is kept, in either pool (a new walk, or records reset)."""
-    for pr in range(2):
-        qlb[GC_ROWS + pr * NC + C_INV_T] = -1.0
-
-
-@njit(cache=True, inline="always")
-def _g_kept(qlb, pr, g, inv_t, f):
-    """Whether layer ``g`` of pool ``pr`` keeps a victim scored under 1/T ``inv_t`` and FLD term ``f``."""
-    cb = GC_ROWS + pr * NC
-    return qlb[cb + C_INV_T, g] == inv_t and qlb[cb + C_F, g] == f
-
-
-@njit(cache=True, inline="always")
-def _group_move(slots, n, pos, key, qlb, pr, s, old_layer, new_layer):
-    if old_layer >= 0:
-        _g_changed(qlb, pr, old_layer)
-        i, last = pos[pr, s], n[pr, old_layer] - 1
-        moved = slots[pr, old_layer, last]
-        slots[pr, old_layer, i] = moved
-        key[pr, old_layer, i] = key[pr, old_layer, last]
-        pos[pr, moved] = i
-        n[pr, old_layer] = last
-    slots[pr, new_layer, n[pr, new_layer]] = s
-    pos[pr, s] = n[pr, new_layer]
-    n[pr, new_layer] += 1
-    _g_changed(qlb, pr, new_layer)
-
-
-@njit(cache=True, inline="always")
-def _q_key(rec, layer, e, w):
-    """The record part w_lru * R + w_lfu * F + w_lhu * H of a copy of expert ``e`` of ``layer`` (its entry in
-    ``g_key``, and its share of its layer's bound)."""
-    return w[0] * rec[layer, e, 0] + w[1] * rec[layer, e, 1] + w[2] * rec[layer, e, 2]
-
-
-@njit(cache=True, inline="always")
-def _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g):
-    """Layer ``g``'s own victim in pool ``pr`` (``_pruned_evict``'s scan of one layer): (its slot, -1 when every
-    copy is pinned; its score; its touch; the layer's lowest record part once it has left), kept from an earlier
-    eviction under the same 1/T and FLD term ``f`` when the layer has not changed since, else scanned and kept.
-    The scan finds the lowest record part, scores its slot, then the slots whose part is within ``_beaten``'s
-    threshold of the best score (ties), and sets the layer's bound to its lowest part (exact then)."""
-    cb = GC_ROWS + pr * NC
-    if _g_kept(qlb, pr, g, inv_t, f):
-        return np.int64(qlb[cb + C_SLOT, g]), qlb[cb + C_K, g], qlb[cb + C_T, g], qlb[cb + C_NEXT, g]
-    m = n[pr, g]
-    q1, q2, j1 = np.inf, np.inf, -1
-    for j in range(m):
-        q = key[pr, g, j]
-        if q < q2:
-            if q < q1:
-                q1, q2, j1 = q, q1, j
-            else:
-                q2 = q
-    qlb[pr, g] = q1
-    ls, lk, lt, nxt = np.int64(-1), 0.0, 0.0, np.inf
-    if j1 >= 0:  # an unpinned slot
-        s = slots[pr, g, j1]
-        ls, lk, lt, nxt = (
-            s,
-            a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f,
-            float(pool[pr, s, TOUCHED]),
-            q2,
-        )
-        thr = _beaten(lk, f, t)
-        if q2 <= thr:
-            for j in range(m):
-                q = key[pr, g, j]
-                if q > thr or j == j1:
-                    continue
-                s = slots[pr, g, j]
-                k = a * pool[pr, s, LAST_USE] + b * pool[pr, s, USES] + c * pool[pr, s, HIGH_USES] + f
-                if k < lk or (k == lk and pool[pr, s, TOUCHED] < lt):
-                    ls, lk, lt, nxt = s, k, float(pool[pr, s, TOUCHED]), q1
-                    thr = _beaten(lk, f, t)
-    qlb[cb + C_INV_T, g], qlb[cb + C_F, g], qlb[cb + C_K, g], qlb[cb + C_T, g] = inv_t, f, lk, lt
-    qlb[cb + C_SLOT, g], qlb[cb + C_NEXT, g] = ls, nxt
-    return ls, lk, lt, nxt
-
-
-# ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
-# nothing: the multidim eviction's (``_pruned_evict``, ``_beaten``, ``_pairwise_block``), the calls of the policies'
-# hooks, which take a policy's state and many arrays besides (``_passed``, ``_edge``, ``_use``),
-# and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
-# argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
-# numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
-# nothing to count, but they are still made, and in the hooks of the policies that keep lists, called at every step, those counts
-# were most of the walk's time (benchmarks/profile_core.py shows where a walk's time goes).
-# A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
-# allocates (numba refuses to compile one that does). (Not for recursion: numba's on-disk cache cannot load a
-# self-recursive function, numba issue #6061.)
 @njit(cache=True, _nrt=False)
-def _pruned_evict(pool, slots, n, key, qlb, pr, w, a, b, c, inv_t, fw, layer_now, num_layers):
-    """``_to_evict``'s multidim victim over the whole pool, visiting layers by their bound. One pass computes the
-    bounds, the lowest and the second lowest; most evictions end after the first layer (``_layer_victim``: its own
-    victim, kept or scanned). Otherwise every other layer whose bound is not above the best score so far is
-    visited, first those whose victim is kept (they lower the best score at no scan), then the others, each skipped
-    once its bound is above the best score; the lowest of the visited layers' victims is the pool's. The record
-    parts w_lru * R + w_lfu * F + w_lhu * H are read from ``key`` (``_q_key`` of each slot, side by side in the
-    order of the layer's list; +inf for a pinned slot, which no eviction may take), so a layer's scan reads one short
-    run of memory and visits the pool for about one slot. ``qlb`` rows 0 and 1 hold each pool's bounds (each scanned
-    layer's lowest record part after the eviction: exact then), row 2 the bounds of this eviction, the rows from
-    ``GC_ROWS`` the kept victims."""
-    t = 1.0 / inv_t
-    lb = qlb[2]
-    for g in range(num_layers):  # the bounds apart from the search below: a loop without branches (vectorised)
-        lb[g] = np.inf if n[pr, g] == 0 else (qlb[pr, g] * inv_t + fw[layer_now, g]) * MARGIN
-    g1, lb1, lb2 = -1, np.inf, np.inf
-    for g in range(num_layers):
-        v = lb[g]
-        if v < lb1:
-            g1, lb1, lb2 = g, v, lb1
-        elif v < lb2:
-            lb2 = v
-    if g1 < 0:
-        return -1
-    lb[g1] = np.inf
-    best, bk, bt, best_next = _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, fw[layer_now, g1], g1)
-    best_g = g1 if best >= 0 else -1
-    if not (lb2 == np.inf or (best >= 0 and lb2 > bk)):  # the second lowest bound, from the first pass, is not above
-        # the best score: every other layer whose bound is not above it (the best so far), first those whose
-        # victim is kept (no scan: they lower the best score, so fewer layers are scanned), then the others
-        for kept in (True, False):
-            for g in range(num_layers):
-                if lb[g] == np.inf or (best >= 0 and lb[g] > bk):
-                    continue
-                f = fw[layer_now, g]
-                if _g_kept(qlb, pr, g, inv_t, f) != kept:
-                    continue
-                lb[g] = np.inf
-                ls, lk, lt, nxt = _layer_victim(pool, slots, n, key, qlb, pr, a, b, c, inv_t, t, f, g)
-                if ls >= 0 and (best < 0 or lk < bk or (lk == bk and lt < bt)):
-                    best, bk, bt, best_g, best_next = ls, lk, lt, g, nxt
-    if best_g >= 0:  # the victim leaves its layer: the layer's bound is the lowest record part of the others
-        qlb[pr, best_g] = best_next
-    return best
-
-
-@njit(cache=True, _nrt=False)
-def _beaten(bk, f, t):
-    """The record part above which a slot of a layer whose FLD term is ``f`` scores above ``bk`` however its score
-    rounds (``t``: the tokens T; every term is >= 0, and 1e-9 is far above the rounding of a sum of a few)."""
-    return (bk * (1.0 + 1e-9) - f) * t * (1.0 + 1e-9)
-
-
-@njit(cache=True)
-def _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, precision, token):
+def _note_use(pool, index, rec, layer, e, precision, token):
+    """A use of ``(layer, e)``: its records, and each pool's copy's (the policy hears ``records`` once the use is
+    served: ``_serve_one``)."""
     rec[layer, e, 0] = token
     rec[layer, e, 1] += 1
     if precision == HIGH:
@@ -509,18 +318,25 @@ def _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, precisio
             pool[pr, s, LAST_USE] = rec[layer, e, 0]
             pool[pr, s, USES] = rec[layer, e, 1]
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
-            if POLICY == MULTIDIM and g_on[pr]:
-                _g_changed(g_qlb, pr, layer)
-                if not pool[pr, s, PINNED]:  # a pinned slot's part stays +inf until it is unpinned
-                    g_key[pr, layer, g_pos[pr, s]] = _q_key(rec, layer, e, w)
 
 
+# ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
+# nothing: the calls of the policies' hooks, which take a policy's state and many arrays besides (``_passed``,
+# ``_edge``, ``_use``), and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
+# argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
+# numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
+# nothing to count, but they are still made, and in the hooks of the policies that keep lists, called at every step, those counts
+# were most of the walk's time (benchmarks/profile_core.py shows where a walk's time goes).
+# A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
+# allocates (numba refuses to compile one that does). (Not for recursion: numba's on-disk cache cannot load a
+# self-recursive function, numba issue #6061.)
 @njit(cache=True, _nrt=False)
-def _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, pr, slot, token):
+def _use(pool, index, rec, st, pr, slot, token):
+    """The copy in ``slot`` serves a use."""
     st[CLOCK] += 1
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, ALL_USES] += 1
-    _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
+    _note_use(pool, index, rec, pool[pr, slot, LAYER], pool[pr, slot, EXPERT], pr, token)
 
 
 # The hooks of a policy whose own file gives its compiled part (``POLICY == OWN``; ``policies.compiled``): a copy of
@@ -561,6 +377,16 @@ def _p_renew(state, pool, pr, g, slot):
     pass
 
 
+@njit(cache=True)
+def _p_records(state, pool, pr, g, slot):
+    pass
+
+
+@njit(cache=True)
+def _p_begin(state, pool):
+    pass
+
+
 @njit(cache=True, inline="always")
 def _pre_admit(own, pool, roff, nfree, index, layer, e, pr, per_layer):
     """What ``ExpertCache.admit`` asks of a policy whose file gives its compiled part (``own``: the state its file
@@ -594,30 +420,17 @@ def _post_admit(own, pool, roff, pr, layer, slot, per_layer):
 
 
 @njit(cache=True, inline="always")
-def _admit(
-    ca,
-    layer,
-    e,
-    pr,
-    layer_now,
-    transfer,
-    pinned,
-    per_layer,
-    w,
-    fw,
-    chosen,
-):
+def _admit(ca, layer, e, pr, transfer, pinned, per_layer, chosen):
     """``ExpertCache.admit``: the slot the copy took (-1: not kept) and the evicted key as layer * E + expert (-1).
-    ``chosen``: the victim ``_pre_admit`` picked, for the policies that have it pick (``PICKS_VICTIM``; their
-    hooks run there and in ``_post_admit``).
+    ``chosen``: the victim ``_pre_admit`` picked (the policy's miss and evict hooks run there, its insert hook in
+    ``_post_admit``).
 
     It and its two callers are inlined where they are called (``inline="always"``), and take the arrays they use
     one by one, not out of a tuple: a call, or an array taken out of a tuple, costs atomic reference counts
     that were a fifth of the walk's time on a 512-expert model. A call inlined this way takes at most 30
     arguments (CPython passes more as ``*args``, which numba cannot inline)."""
     pool, roff, nfree, index, rec, st = ca.pool, ca.roff, ca.nfree, ca.index, ca.rec, ca.st
-    g_on, g_slots, g_n, g_pos, g_qlb, g_key = ca.g_on, ca.g_slots, ca.g_n, ca.g_pos, ca.g_qlb, ca.g_key
-    num_layers, num_experts = index.shape[1], index.shape[2]
+    num_experts = index.shape[2]
     r0, r1 = _region(roff, pr, per_layer, layer)
     if r1 == r0:  # no slot at all (the pool, or the layer's region)
         return -1, -1
@@ -632,35 +445,12 @@ def _admit(
         slot = nfree[pr]
         nfree[pr] += 1
     if slot < 0:
-        if POLICY == MULTIDIM and g_on[pr]:
-            inv_t = 1.0 / max(st[TOKENS], 1)
-            slot = _pruned_evict(
-                pool,
-                g_slots,
-                g_n,
-                g_key,
-                g_qlb,
-                pr,
-                w,
-                w[0] * inv_t,
-                w[1] * inv_t,
-                w[2] * inv_t,
-                inv_t,
-                fw,
-                layer_now,
-                num_layers,
-            )
-        elif PICKS_VICTIM:
-            slot = chosen
-        else:
-            slot = _to_evict(pool, pr, r0, r1, w, fw, st[TOKENS], layer_now)
+        slot = chosen
         if slot < 0:
             return -1, -1
         vl, ve = pool[pr, slot, LAYER], pool[pr, slot, EXPERT]
         victim = vl * num_experts + ve
         index[pr, vl, ve] = -1
-    if POLICY == MULTIDIM and g_on[pr]:  # the layer lists multidim reads
-        _group_move(g_slots, g_n, g_pos, g_key, g_qlb, pr, slot, pool[pr, slot, LAYER], layer)
     pool[pr, slot, LAYER], pool[pr, slot, EXPERT] = layer, e
     pool[pr, slot, LAST_USE], pool[pr, slot, USES], pool[pr, slot, HIGH_USES] = (
         rec[layer, e, 0],
@@ -672,50 +462,15 @@ def _admit(
     pool[pr, slot, TRANSFER] = transfer
     pool[pr, slot, PINNED] = 1 if pinned else 0
     index[pr, layer, e] = slot
-    if POLICY == MULTIDIM and g_on[pr]:
-        if pinned:  # no eviction takes it while it is pinned (_pruned_evict): its part is +inf till then
-            g_key[pr, layer, g_pos[pr, slot]] = np.inf
-        else:
-            q = _q_key(rec, layer, e, w)
-            g_key[pr, layer, g_pos[pr, slot]] = q
-            g_qlb[pr, layer] = min(g_qlb[pr, layer], q)
     return slot, victim
 
 
 @njit(cache=True, inline="always")
-def _admit_used(
-    ca,
-    i,
-    layer,
-    e,
-    pr,
-    tid,
-    token,
-    per_layer,
-    w,
-    fw,
-    chosen,
-    evicted,
-    nv,
-    kept,
-    nk,
-):
+def _admit_used(ca, i, layer, e, pr, tid, token, per_layer, chosen, evicted, nv, kept, nk):
     """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
     kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
     pool, index, st = ca.pool, ca.index, ca.st
-    slot, victim = _admit(
-        ca,
-        layer,
-        e,
-        pr,
-        layer,
-        tid,
-        False,
-        per_layer,
-        w,
-        fw,
-        chosen,
-    )
+    slot, victim = _admit(ca, layer, e, pr, tid, False, per_layer, chosen)
     num_experts = index.shape[2]
     if victim >= 0:
         st[EVICTIONS] += 1
@@ -727,51 +482,21 @@ def _admit_used(
         )
         nv += 1
     if slot >= 0:
-        _use(pool, index, ca.rec, ca.g_on, ca.g_pos, ca.g_key, ca.g_qlb, w, st, pr, slot, token)
+        _use(pool, index, ca.rec, st, pr, slot, token)
         kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
         nk += 1
     else:
-        _note_use(pool, index, ca.rec, ca.g_on, ca.g_pos, ca.g_key, ca.g_qlb, w, layer, e, pr, token)
+        _note_use(pool, index, ca.rec, layer, e, pr, token)
     return slot, nv, nk
 
 
 @njit(cache=True, inline="always")
-def _copy_ahead(
-    ca,
-    i,
-    layer_now,
-    layer,
-    e,
-    pr,
-    pinned,
-    per_layer,
-    w,
-    fw,
-    chosen,
-    loads,
-    nl,
-    evicted,
-    nv,
-    kept,
-    nk,
-):
+def _copy_ahead(ca, i, layer, e, pr, pinned, per_layer, chosen, loads, nl, evicted, nv, kept, nk):
     """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
     has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
     counts the copy's bytes."""
     pool, index, st = ca.pool, ca.index, ca.st
-    slot, victim = _admit(
-        ca,
-        layer,
-        e,
-        pr,
-        layer_now,
-        -1,
-        pinned,
-        per_layer,
-        w,
-        fw,
-        chosen,
-    )
+    slot, victim = _admit(ca, layer, e, pr, -1, pinned, per_layer, chosen)
     num_experts = index.shape[2]
     if slot < 0:
         return slot, nl, nv, nk
@@ -832,9 +557,7 @@ def walk_state(
     num_experts,
     roff,
     per_layer,
-    policy,
     staging,
-    prune_min_slots,
     log_proto,
     own_state=None,
     own_knobs=None,
@@ -848,7 +571,7 @@ def walk_state(
     ([2, L + 1] offsets, ``fast.region_offsets``); each pool's slots are ``roff[:, L]``. Plain Python: it runs once
     per run and allocates, so compiling it (8 s) would buy nothing. ``own_state``: the state builder of a policy whose
     file gives its compiled part (``Compiled.state``; None: it keeps none), called with the space it sizes by and its
-    knobs ``own_knobs``, and what it may read of the walk as it goes (``Space``: the counters ``st``, the EAM
+    knobs ``own_knobs``, and what it may read of the walk as it goes (``Space``: the counters ``st``, a
     prefetcher's match and ``library``, its normalised activation matrices, and, where ``future`` (the policy needs
     the future), each key's next use). ``prefetchers``: each compiled prefetcher's state builder
     (``CompiledPrefetch.state``; None: it keeps none) and its reference prefetcher, in ``special.prefetchers``' order:
@@ -867,10 +590,6 @@ def walk_state(
     nfree = np.zeros(2, np.int64)
     match = np.full(1, -1, np.int64)  # a prefetcher's match (``Space.match``, ``PrefetchSpace.match``; -1: none)
     S = pool.shape[1]
-    g_on = np.zeros(2, np.bool_)
-    for pr in range(2):
-        g_on[pr] = policy == MULTIDIM and not per_layer and size[pr] >= prune_min_slots and size[pr] > 0
-    gS = S if g_on.any() else 1  # the layer lists (_group_move)
     cap = np.zeros((2, L if per_layer else 1), np.int64)  # each region's slots
     for pr in range(2):
         cap[pr] = roff[pr, 1:] - roff[pr, :L] if per_layer else size[pr]
@@ -884,13 +603,6 @@ def walk_state(
     pf = tuple(
         () if build is None else build(PrefetchSpace(L, E, prefetcher, st, match)) for build, prefetcher in prefetchers
     )
-    # multidim's layer lists (_pruned_evict), kept as plain arrays: an array taken out of a tuple in the hot path
-    # costs two atomic reference counts each time
-    # (a layer's list holds at most its E experts: a slot per (layer, expert) and pool, whatever the pool's size)
-    gE = min(gS, E)
-    g_slots, g_n, g_pos = np.zeros((2, L, gE), np.int64), np.zeros((2, L), np.int64), np.zeros((2, gS), np.int64)
-    g_qlb, g_key = np.zeros((GC_ROWS + 2 * NC, L)), np.zeros((2, L, gE))
-    _g_forget(g_qlb)
     # what the walk keeps per (layer, expert), side by side in one row of ``xs`` (the walk is bound by cache misses
     # on its state, and a use reads and writes all of it): its slot in each pool (``index``, -1: none), its record
     # (``rec``), the tokens that used it in this request (``counts``) and its prefetched flag (``prefetched``)
@@ -919,12 +631,6 @@ def walk_state(
         roff=roff,
         nfree=nfree,
         match=match,
-        g_on=g_on,
-        g_slots=g_slots,
-        g_n=g_n,
-        g_pos=g_pos,
-        g_qlb=g_qlb,
-        g_key=g_key,
         own=own,
         pf=pf,
         xs=xs,
@@ -954,12 +660,6 @@ class State(NamedTuple):
     roff: Any
     nfree: Any
     match: Any  # [1]: a prefetcher's match (``Space.match``)
-    g_on: Any
-    g_slots: Any
-    g_n: Any
-    g_pos: Any
-    g_qlb: Any
-    g_key: Any
     own: Any  # the state of a policy whose file gives its compiled part (``policies.compiled``; () for the others)
     pf: Any  # each compiled prefetcher's state (``special.prefetchers``' order; () for one that keeps none)
     xs: Any
@@ -1026,8 +726,6 @@ class Place(NamedTuple):
 class Evict(NamedTuple):
     """What the eviction policies read besides the pools."""
 
-    w: Any  # [4]: multidim's weights
-    fw: Any  # [L, L]: multidim's FLD term (``fld_table``)
     fut_off: Any  # the future uses (``future_csr``) of a policy that needs them (``FUTURE``): offsets per key
     fut_steps: Any  # and the steps
 
@@ -1115,12 +813,6 @@ class Cache(NamedTuple):
     st: Any  # the scalars (CLOCK ..)
     served: Any  # [6]: uses by how they were served (HIGH_HIT ..)
     mass: Any  # [3]: gate mass served at each precision
-    g_on: Any  # multidim's layer lists (``_pruned_evict``): per pool, whether it keeps them
-    g_slots: Any
-    g_n: Any
-    g_pos: Any
-    g_qlb: Any
-    g_key: Any
 
 
 class Staged(NamedTuple):
@@ -1258,7 +950,7 @@ def _forget_need(sc, n_need, layer):
 
 
 @njit(cache=True, inline="always")
-def _copy_in(own_b, pl, ev, ca, lg, i, layer_now, layer, e, prec, pinned, nl, nv, nk):
+def _copy_in(own_b, pl, ca, lg, i, layer, e, prec, pinned, nl, nv, nk):
     """A copy of ``(layer, e)`` at ``prec`` into the cache ahead of its use (``Decider._copy_ahead``; ``pinned``: a
     prefetch, held until its layer): the policy's miss hook and victim (``_pre_admit``), the slot and the copy
     (``_copy_ahead``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
@@ -1266,23 +958,7 @@ def _copy_in(own_b, pl, ev, ca, lg, i, layer_now, layer, e, prec, pinned, nl, nv
     per_layer = pl.per_layer
     ch = _pre_admit(own_b, pool, roff, ca.nfree, index, layer, e, prec, per_layer) if PICKS_VICTIM else -1
     slot, nl, nv, nk = _copy_ahead(
-        ca,
-        i,
-        layer_now,
-        layer,
-        e,
-        prec,
-        pinned,
-        per_layer,
-        ev.w,
-        ev.fw,
-        ch,
-        lg.loads,
-        nl,
-        lg.evicted,
-        nv,
-        lg.kept,
-        nk,
+        ca, i, layer, e, prec, pinned, per_layer, ch, lg.loads, nl, lg.evicted, nv, lg.kept, nk
     )
     if slot >= 0 and OWN_INSERT:
         _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
@@ -1290,18 +966,11 @@ def _copy_in(own_b, pl, ev, ca, lg, i, layer_now, layer, e, prec, pinned, nl, nv
 
 
 @njit(cache=True, inline="always")
-def _new_request(pl, ca, pfs, kind, L):
+def _new_request(pl, ca, own_b, pfs, kind, L):
     """A new request (``Decider.run``): the records, the pools' records and the counts start again, and the
-    prefetcher's ``begin`` runs (``end_request``)."""
+    prefetcher's ``begin`` runs (``end_request``), and the policy's."""
     per_layer = pl.per_layer
-    counts, g_key, g_n, g_on, g_qlb, g_slots = (
-        ca.counts,
-        ca.g_key,
-        ca.g_n,
-        ca.g_on,
-        ca.g_qlb,
-        ca.g_slots,
-    )
+    counts = ca.counts
     nfree, pool, rec, roff, st = ca.nfree, ca.pool, ca.rec, ca.roff, ca.st
     rec[:] = 0
     for pr in range(2):  # the slots taken so far (the others hold no record)
@@ -1312,13 +981,8 @@ def _new_request(pl, ca, pfs, kind, L):
     counts[:] = 0
     _f_begin(pfs, kind)
     st[REQUESTS] += 1  # (a policy's state reads it: every use count is 0 again)
-    g_qlb[:2] = 0.0  # records reset: every bound and record part is 0, no kept victim holds
-    _g_forget(g_qlb)
-    for pr in range(2):
-        if POLICY == MULTIDIM and g_on[pr]:
-            for g in range(L):
-                for j in range(g_n[pr, g]):
-                    g_key[pr, g, j] = np.inf if pool[pr, g_slots[pr, g, j], PINNED] else 0.0
+    if OWN_BEGIN:
+        _p_begin(own_b, pool)
 
 
 @njit(cache=True, inline="always")
@@ -1451,11 +1115,10 @@ def _serve_one(
     """``Decider._serve_one``: expert ``e`` of the step (class ``c``, ``n`` tokens), from the device's copies, a staged prefetch, the CPU or a demand load, and what enters the cache; the log's counters after it."""
     any_prec, mixed, uniform = rl.any_prec, rl.mixed, rl.uniform
     cpu_layer, expert_bytes, per_layer, resident = pl.cpu_layer, pl.expert_bytes, pl.per_layer, pl.resident
-    fw, w = ev.fw, ev.w
     staging = pf.staging
     cpu_faster, cpu_insert = cp.faster, cp.insert
     cpu_misses = MISSES if MISSES >= 0 else cp.misses
-    counts, g_key, g_on, g_pos, g_qlb = ca.counts, ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb
+    counts = ca.counts
     index, mass, nfree, pool, prefetched, rec, roff = (
         ca.index,
         ca.mass,
@@ -1471,6 +1134,7 @@ def _serve_one(
     need_c, need_m, need_n, on_cpu = sc.need_c, sc.need_m, sc.need_n, sc.on_cpu
     c, n = need_c[e], need_n[e]
     got, a_tid = -1, -1
+    noted = False  # the key's records changed (a use by a copy, or by a load not kept)
     if resident[layer, e]:
         served[HIGH_HIT] += 1
         gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, -1, HIGH, n, e
@@ -1500,7 +1164,8 @@ def _serve_one(
             hp = LOW
         if hp >= 0:
             slot = index[hp, layer, e]
-            _use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, st, hp, slot, token)
+            _use(pool, index, rec, st, hp, slot, token)
+            noted = True
             if OWN_HIT:
                 _p_hit(own_b, pool, hp, layer if per_layer else 0, slot)
             if prefetched[layer, e]:
@@ -1559,9 +1224,7 @@ def _serve_one(
             if mode and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
                 mode = 0
             if mode:  # _copy_ahead, not pinned
-                slot, nl, nv, nk = _copy_in(
-                    own_b, pl, ev, ca, lg, i, layer, layer, e, prec, False, nl, nv, nk
-                )  # fmt: skip
+                slot, nl, nv, nk = _copy_in(own_b, pl, ca, lg, i, layer, e, prec, False, nl, nv, nk)
                 if slot >= 0:
                     st[BYTES] += expert_bytes[layer, prec]
                 if slot >= 0 and mode == 1:
@@ -1581,30 +1244,21 @@ def _serve_one(
             ng += 1
             got = prec
             if off_miss or (by_l if prec == LOW else by_h):  # op offload, a wide step: used once
-                _note_use(pool, index, rec, g_on, g_pos, g_key, g_qlb, w, layer, e, prec, token)
+                _note_use(pool, index, rec, layer, e, prec, token)
+                noted = True
             else:
                 a_tid = tid
     if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
+        noted = True
         ch = _pre_admit(own_b, pool, roff, nfree, index, layer, e, got, per_layer) if PICKS_VICTIM else -1
-        slot, nv, nk = _admit_used(
-            ca,
-            i,
-            layer,
-            e,
-            got,
-            a_tid,
-            token,
-            per_layer,
-            w,
-            fw,
-            ch,
-            evicted,
-            nv,
-            kept,
-            nk,
-        )
+        slot, nv, nk = _admit_used(ca, i, layer, e, got, a_tid, token, per_layer, ch, evicted, nv, kept, nk)
         if slot >= 0 and OWN_INSERT:
             _post_admit(own_b, pool, roff, got, layer, slot, per_layer)
+    if OWN_RECORDS and noted:  # each pool's copy of the key, once any copy this use brought has entered
+        for pr in range(2):
+            s = index[pr, layer, e]
+            if s >= 0:
+                _p_records(own_b, pool, pr, layer if per_layer else 0, s)
     mass[got] += need_m[e]
     counts[layer, e] += n
     return nl, ng, nc, nx, nv, nk, n_stg
@@ -1614,9 +1268,8 @@ def _serve_one(
 def _drop_stale(pl, ev, ca, lg, sg, own_b, pins, i, layer, E, n_pins, n_stg, nx):
     """``Decider._drop_stale``: the pins and staged copies of this layer leave their lists (kept in order)."""
     per_layer = pl.per_layer
-    w = ev.w
-    g_key, g_on, g_pos, g_qlb, index = ca.g_key, ca.g_on, ca.g_pos, ca.g_qlb, ca.index
-    pool, prefetched, rec = ca.pool, ca.prefetched, ca.rec
+    index = ca.index
+    pool, prefetched = ca.pool, ca.prefetched
     cancel = lg.cancel
     stg_list, stg_tid = sg.stg_list, sg.stg_tid
     kq = 0
@@ -1628,11 +1281,6 @@ def _drop_stale(pl, ev, ca, lg, sg, own_b, pins, i, layer, E, n_pins, n_stg, nx)
                 pool[pr, s, PINNED] = 0
                 if OWN_UNPIN:  # it can be evicted again: the policy's state sees it
                     _p_unpin(own_b, pool, pr, tl if per_layer else 0, s)
-                if POLICY == MULTIDIM and g_on[pr]:  # its record part enters its layer's list and bound
-                    _g_changed(g_qlb, pr, tl)
-                    part = _q_key(rec, tl, te, w)
-                    g_key[pr, tl, g_pos[pr, s]] = part
-                    g_qlb[pr, tl] = min(g_qlb[pr, tl], part)
             prefetched[tl, te] = False
         else:
             for x in range(4):
@@ -1699,7 +1347,7 @@ def _issue(pl, ev, pf, cp, ca, lg, sg, sc, fs, own_b, pins, i, layer, pw, n_prop
             stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
             n_stg += 1
         else:
-            slot, nl, nv, nk = _copy_in(own_b, pl, ev, ca, lg, i, layer, tl, te, prec, True, nl, nv, nk)
+            slot, nl, nv, nk = _copy_in(own_b, pl, ca, lg, i, tl, te, prec, True, nl, nv, nk)
             if slot < 0:
                 st[DROPPED] += 1
                 continue
@@ -1763,12 +1411,6 @@ def walk(state, inputs, p0, p1):
             state.st,
             state.served,
             state.mass,
-            state.g_on,
-            state.g_slots,
-            state.g_n,
-            state.g_pos,
-            state.g_qlb,
-            state.g_key,
         )
     )
     st = ca.st  # the walk's own stores go through a name it keeps live (see ``tabs``)
@@ -1806,7 +1448,7 @@ def walk(state, inputs, p0, p1):
         pw = p - rt.first_pass  # the pass's row of the window's per-pass arrays
         a, b = rt.pass_start[pw], rt.pass_end[pw]
         if p > 0 and rt.pass_request[pw] != (rt.pass_request[pw - 1] if pw > 0 else rt.prev_request):
-            _new_request(pl, ca, pfs, kind, L)
+            _new_request(pl, ca, own, pfs, kind, L)
         token = rt.token_in_request[b - 1] + 1
         st[TOKENS] = token
         T = b - a

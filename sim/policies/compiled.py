@@ -20,7 +20,11 @@ slots:
   eviction may take it again);
 - ``renew(state, pool, pr, g, slot)``: for a policy that needs the future (``"future_uses"`` in its ``needs``): the
   key of the copy in ``slot`` may have a new next use (``Space.next_use``), at the start of the step after one that
-  selected it.
+  selected it;
+- ``records(state, pool, pr, g, slot)``: the copy's records of this request (``LAST_USE``, ``USES``, ``HIGH_USES``)
+  changed: its key was used, served by this copy or another (called for each pool's copy, once the use is served
+  and any copy it brought has entered);
+- ``begin(state, pool)``: a new request began; every copy's records are 0 again.
 
 Each but ``evict`` is optional, as are the policy's hooks in ``base.Hooked``. What a hook may read of the walk besides
 the pool (the current step; each key's next use; MoE-Infinity's prefetcher's match and library) comes in ``Space``, for
@@ -68,9 +72,10 @@ def kernel(fn: F | None = None, *, inline: bool = False, nrt: bool = False) -> F
 
 NEVER = 1 << 62  # ``Space.next_use`` of a key no later step selects
 
-# ``Space.now``'s items: the current step, pass * L + layer (its layer: ``now[NOW_STEP] % L``), and the requests
-# begun (a new request resets the records: ``LAST_USE`` .. ``HIGH_USES`` of every copy)
-NOW_STEP, NOW_REQUEST = 3, 13
+# ``Space.now``'s items: the tokens so far in the request (T), the current step, pass * L + layer (its layer:
+# ``now[NOW_STEP] % L``), and the requests begun (a new request resets the records: ``LAST_USE`` .. ``HIGH_USES`` of
+# every copy)
+NOW_TOKENS, NOW_STEP, NOW_REQUEST = 2, 3, 13
 
 
 class Space(NamedTuple):
@@ -102,7 +107,7 @@ class Compiled(NamedTuple):
     """A policy's compiled part (``Plain.compiled``): its hooks, functions of its own file (see the module's text),
     and ``state(space: Space)``, plain Python, that builds its state (None: it keeps none)."""
 
-    evict: Callable[..., int]
+    evict: Callable[..., Any]  # -> the victim slot (an int)
     hit: Callable[..., Any] | None = None
     insert: Callable[..., Any] | None = None
     miss: Callable[..., Any] | None = None
@@ -110,6 +115,8 @@ class Compiled(NamedTuple):
     state: Callable[[Space], tuple] | None = None
     unpin: Callable[..., Any] | None = None
     renew: Callable[..., Any] | None = None
+    records: Callable[..., Any] | None = None
+    begin: Callable[..., Any] | None = None
 
 
 # The sums and the precision rule every compiled part and the walk share: numpy's pairwise sum (for the same floats
