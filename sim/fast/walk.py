@@ -304,6 +304,16 @@ def _future_start(fut_off, fut_steps, cur, nu):
         nu[key] = fut_steps[c] if c < fut_off[key + 1] else NEVER
 
 
+# ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
+# nothing: the calls of the policies' hooks, which take a policy's state and many arrays besides (``_passed``,
+# ``_edge``, ``_note_use``), and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
+# argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
+# numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
+# nothing to count, but they are still made, and in the hooks of the policies that keep lists, called at every step, those counts
+# were most of the walk's time (benchmarks/profile_core.py shows where a walk's time goes).
+# A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
+# allocates (numba refuses to compile one that does). (Not for recursion: numba's on-disk cache cannot load a
+# self-recursive function, numba issue #6061.)
 @njit(cache=True, _nrt=False)
 def _note_use(pool, index, rec, layer, e, precision, token):
     """A use of ``(layer, e)``: its records, and each pool's copy's (the policy hears ``records`` once the use is
@@ -320,19 +330,10 @@ def _note_use(pool, index, rec, layer, e, precision, token):
             pool[pr, s, HIGH_USES] = rec[layer, e, 2]
 
 
-# ``_nrt=False``: compiled without numba's reference counting, for the functions a step calls often that allocate
-# nothing: the calls of the policies' hooks, which take a policy's state and many arrays besides (``_passed``,
-# ``_edge``, ``_use``), and the hooks a policy's file gives (``sim.fast.special`` compiles them so). A call of a counting function counts each array
-# argument, and each array of a tuple argument, up on entry and down on return, atomically, through calls into
-# numba's runtime (``NRT_incref``/``NRT_decref``); on the walk's borrowed arrays (``_borrowed``) those calls find
-# nothing to count, but they are still made, and in the hooks of the policies that keep lists, called at every step, those counts
-# were most of the walk's time (benchmarks/profile_core.py shows where a walk's time goes).
-# A function so compiled compiles the functions it calls likewise, unless they say otherwise: it may call none that
-# allocates (numba refuses to compile one that does). (Not for recursion: numba's on-disk cache cannot load a
-# self-recursive function, numba issue #6061.)
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def _use(pool, index, rec, st, pr, slot, token):
-    """The copy in ``slot`` serves a use."""
+    """The copy in ``slot`` serves a use. Inlined where it is called (a hit of every step): as a call, LLVM's choice
+    to inline it or not turned on its arguments, and a plain LRU's walk took a fifth longer when it did not."""
     st[CLOCK] += 1
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, ALL_USES] += 1
@@ -1303,6 +1304,17 @@ def _drop_stale(pl, ev, ca, lg, sg, own_b, pins, i, layer, E, n_pins, n_stg, nx)
 
 
 @njit(cache=True, inline="always")
+def _sight(rt, rl, pl, pf, ca, sg, sc):
+    """What the prefetcher reads of the walk, and the buffers it writes (``policies.compiled.Sight``)."""
+    return Sight(
+        rt.ids, rt.weights, rt.pred, rt.pred_w, rt.top_k, min(rt.pred.shape[2], pf.max_depth), pf.max_depth,
+        HISTORY > 0 if HISTORY >= 0 else pf.history, rl.hobbit_rule, rl.uniform, rl.rule_hi, rl.rule_lo,
+        pl.resident, pl.cpu_layer, ca.index, pf.staging, sg.stg_tid, ca.counts, ca.st, sc.want, sc.worder, sc.hist,
+        sc.row, sc.rc, sc.rm, sc.props, sc.sink,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
 def _f_propose(pfs, fs, layer, a, b, kind):
     """``Decider._prefetch``'s proposals: the prefetcher's compiled ``propose`` (``policies.compiled.CompiledPrefetch``:
     ``fs`` is its ``Sight``), that of prefetcher ``kind`` of ``pfs`` (``State.pf``). The template's proposes nothing:
@@ -1415,14 +1427,7 @@ def walk(state, inputs, p0, p1):
     )
     st = ca.st  # the walk's own stores go through a name it keeps live (see ``tabs``)
     sg = _borrowed_all(Staged(state.stg_tid, state.stg_prec, state.stg_list))
-    fs = _borrowed_all(  # what the prefetcher reads (``policies.compiled.Sight``)
-        Sight(
-            rt.ids, rt.weights, rt.pred, rt.pred_w, rt.top_k, min(rt.pred.shape[2], pf.max_depth), pf.max_depth,
-            HISTORY > 0 if HISTORY >= 0 else pf.history, rl.hobbit_rule, rl.uniform, rl.rule_hi, rl.rule_lo,
-            pl.resident, pl.cpu_layer, ca.index, pf.staging, sg.stg_tid, ca.counts, st, sc.want, sc.worder, sc.hist,
-            sc.row, sc.rc, sc.rm, sc.props, sc.sink,
-        )
-    )  # fmt: skip
+    fs = _borrowed_all(_sight(rt, rl, pl, pf, ca, sg, sc))
     fu = _borrowed_all(Future(ev.fut_off, ev.fut_steps, state.fut_cur, state.fut_nu))
     if FUTURE and (fu.cur_b[0] < 0 or p0 == rt.first_pass):  # each key's first use (of the trace, or the window)
         _future_start(fu.fo_b, fu.fs_b, fu.cur_b, fu.nu_b)
