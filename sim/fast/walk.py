@@ -333,7 +333,8 @@ def _note_use(pool, index, rec, layer, e, precision, token):
 @njit(cache=True, inline="always")
 def _use(pool, index, rec, st, pr, slot, token):
     """The copy in ``slot`` serves a use. Inlined where it is called (a hit of every step): as a call, LLVM's choice
-    to inline it or not turned on its arguments, and a plain LRU's walk took a fifth longer when it did not."""
+    to inline it or not turned on its arguments, and a plain cache's walk took a fifth longer when it did not
+    (``benchmarks/vs_libcachesim.py``)."""
     st[CLOCK] += 1
     pool[pr, slot, TOUCHED] = st[CLOCK]
     pool[pr, slot, ALL_USES] += 1
