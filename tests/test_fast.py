@@ -833,9 +833,12 @@ def test_the_compiled_rule_is_the_reference_rule(seed, k, t, ties):
 
 
 def test_the_compiled_pairwise_sum_is_numpys():
-    """``walk._pairwise`` (the gate mass's and EAM's cosines' sums) adds as numpy's add.reduce adds: the same floats,
-    through blocks of 128 and the halves numpy's recursion splits a longer run into."""
-    from hobbit.sim.fast.walk import _pairwise
+    """``policies.compiled.pairwise`` (the gate mass's and EAM's cosines' sums), compiled as the walk compiles it, adds
+    as numpy's add.reduce adds: the same floats, through blocks of 128 and the halves numpy's recursion splits a
+    longer run into."""
+    from hobbit.sim.policies.compiled import pairwise as _pairwise
+
+    assert hasattr(_pairwise, "py_func")  # compiled in place when the walk was imported (``fast``, above)
 
     rng = np.random.default_rng(7)
     for n in [*range(1, 300), 511, 512, 1000, 1024, 4099, 20_000]:

@@ -69,15 +69,9 @@ from hobbit.sim.policies.compiled import (
     Space,
 )
 
-# the sums and the rule the walk shares with the compiled parts, compiled in place (``policies.compiled``)
+# the rule and the check the walk shares with the compiled parts, compiled in place (``policies.compiled``)
 in_place(_parts)
-_pairwise_block, _pairwise_in, _pairwise, _rule_row, _present = (
-    _parts.pairwise_block,
-    _parts.pairwise_in,
-    _parts.pairwise,
-    _parts.rule_row,
-    _parts.present,
-)
+_rule_row, _present = _parts.rule_row, _parts.present
 
 HIGH, LOW, SKIP = 0, 1, 2
 HIGH_HIT, LOW_HIT, HIGH_LOAD, LOW_LOAD, SKIPPED, CPU = range(6)
@@ -870,7 +864,7 @@ class Scratch(NamedTuple):
 
 
 @njit(cache=True)
-def _scratch(L, K, E, max_depth, most):
+def _scratch(K, E, max_depth, most):
     """A walk's ``Scratch``: room for ``max_depth`` layers' proposals, or ``most``."""
     return Scratch(
         need_c=np.full(E, SKIP, np.int64),
@@ -1410,7 +1404,7 @@ def walk(state, inputs, p0, p1):
     kind = PREFETCHER if PREFETCHER >= 0 else pf.kind
     misses = MISSES if MISSES >= 0 else cp.misses
     L, K, E = rt.ids.shape[1], rt.ids.shape[2], pl.resident.shape[1]
-    scratch = _scratch(L, K, E, pf.max_depth, pf.most)
+    scratch = _scratch(K, E, pf.max_depth, pf.most)
     sc, own, pfs, xs = _borrowed_all(scratch), _borrowed_all(state.own), _borrowed_all(state.pf), state.xs
     ca = _borrowed_all(
         Cache(
