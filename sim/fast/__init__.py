@@ -48,6 +48,7 @@ from hobbit.sim.decide import (
     tables_from_steps,
 )
 from hobbit.sim.fast import bound, rule, special, timing, walk
+from hobbit.sim.fast.jit import quick_inlining
 from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
@@ -213,6 +214,13 @@ def _in_cache(d) -> bool:
 
 @contextmanager
 def first_use(d, out=None) -> Iterator[None]:
+    """``_one_at_a_time`` with numba's inliner as ``jit.quick_inlining`` makes it."""
+    with quick_inlining(), _one_at_a_time(d, out):
+        yield
+
+
+@contextmanager
+def _one_at_a_time(d, out=None) -> Iterator[None]:
     """Around the first call of a compiled entry point in a process: when numba would have to compile it (neither
     this process nor the on-disk cache has it), one process at a time goes on (an exclusive lock on
     ``lock_path(d)``). A sweep's workers all start at once; without the lock each of them compiles the walk for
