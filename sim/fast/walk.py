@@ -462,12 +462,20 @@ def _admit(ca, layer, e, pr, transfer, pinned, per_layer, chosen):
 
 
 @njit(cache=True, inline="always")
-def _admit_used(ca, i, layer, e, pr, tid, token, per_layer, chosen, evicted, nv, kept, nk):
-    """``Decider._admit``: a copy that serves a use now enters its pool (its victim logged), or is used once and not
-    kept; (the slot it took or -1, the new row counts of ``evicted`` and ``kept``)."""
+def _admit_served(ca, i, layer, e, pr, tid, token, per_layer, chosen, loads, nl, evicted, nv, kept, nk):
+    """A copy that a step's use brought enters its pool: ``tid >= 0``, the transfer that serves the use now
+    (``Decider._admit``: in use, its victim logged; used once and not kept where it takes no slot); ``tid < 0``, a
+    copy behind the CPU that served it (``Decider._copy_ahead``, not pinned: a new transfer, logged, and nothing
+    copied where it takes no slot). (The slot it took or -1, the new row counts of ``loads``, ``evicted`` and
+    ``kept``.) One function for both, so that a step's serving holds the admit path's code once."""
     pool, index, st = ca.pool, ca.index, ca.st
     slot, victim = _admit(ca, layer, e, pr, tid, False, per_layer, chosen)
     num_experts = index.shape[2]
+    if tid < 0 and slot >= 0:
+        pool[pr, slot, TRANSFER] = st[NEXT_TID]
+        st[NEXT_TID] += 1
+        loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, pr
+        nl += 1
     if victim >= 0:
         st[EVICTIONS] += 1
         evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = (
@@ -478,12 +486,13 @@ def _admit_used(ca, i, layer, e, pr, tid, token, per_layer, chosen, evicted, nv,
         )
         nv += 1
     if slot >= 0:
-        _use(pool, index, ca.rec, st, pr, slot, token)
+        if tid >= 0:
+            _use(pool, index, ca.rec, st, pr, slot, token)
         kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
         nk += 1
-    else:
+    elif tid >= 0:
         _note_use(pool, index, ca.rec, layer, e, pr, token)
-    return slot, nv, nk
+    return slot, nl, nv, nk
 
 
 @njit(cache=True, inline="always")
@@ -1129,7 +1138,7 @@ def _serve_one(
     stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
     need_c, need_m, need_n, on_cpu = sc.need_c, sc.need_m, sc.need_n, sc.on_cpu
     c, n = need_c[e], need_n[e]
-    got, a_tid = -1, -1
+    got, a_tid, a_prec, behind = -1, -1, HIGH, 0  # what was served; a copy to admit: its transfer, precision, mode
     noted = False  # the key's records changed (a use by a copy, or by a load not kept)
     if resident[layer, e]:
         served[HIGH_HIT] += 1
@@ -1192,7 +1201,7 @@ def _serve_one(
             served[HIGH_HIT if sprec == HIGH else LOW_HIT] += 1
             gpu[ng, 0], gpu[ng, 1], gpu[ng, 2], gpu[ng, 3], gpu[ng, 4] = i, stid, sprec, n, e
             ng += 1
-            got, a_tid = sprec, stid  # admitted below, as a demand load's copy is
+            got, a_tid, a_prec = sprec, stid, sprec  # admitted below, as a demand load's copy is
         else:
             cancel[nx, 0], cancel[nx, 1] = i, stid
             nx += 1
@@ -1205,29 +1214,21 @@ def _serve_one(
             served[CPU] += 1
             cpu[nc, 0], cpu[nc, 1], cpu[nc, 2] = i, n, e
             nc += 1
-            mode = 0  # 1: cpu_insert's copy behind the CPU, 2: an empty slot filled (faster)
+            # a copy behind the CPU, admitted below: 1, cpu_insert's; 2, an empty slot filled (faster)
             if st[INSERTS] < cpu_insert:
-                mode = 1
+                behind = 1
             elif cpu_misses == CM_FASTER:
                 if per_layer:
                     r0, r1 = _region(roff, prec, per_layer, layer)
                     for s in range(r0, r1):
                         if pool[prec, s, LAYER] < 0:
-                            mode = 2
+                            behind = 2
                             break
                 elif nfree[prec] < roff[prec, L]:
-                    mode = 2
-            if mode and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
-                mode = 0
-            if mode:  # _copy_ahead, not pinned
-                slot, nl, nv, nk = _copy_in(own_b, pl, ca, lg, i, layer, e, prec, False, nl, nv, nk)
-                if slot >= 0:
-                    st[BYTES] += expert_bytes[layer, prec]
-                if slot >= 0 and mode == 1:
-                    st[INSERTS] += 1
-                if slot >= 0 or mode == 2:
-                    st[ISSUED] += 1
-                    st[BEHIND] += 1
+                    behind = 2
+            if behind and (by_l if prec == LOW else by_h):  # a wide step's miss: no copy follows it
+                behind = 0
+            a_prec = prec
             got = HIGH
         else:  # a demand load
             tid = st[NEXT_TID]
@@ -1243,13 +1244,23 @@ def _serve_one(
                 _note_use(pool, index, rec, layer, e, prec, token)
                 noted = True
             else:
-                a_tid = tid
-    if a_tid >= 0:  # a staged copy used or a demand load: it enters the cache, in use
-        noted = True
-        ch = _pre_admit(own_b, pool, roff, nfree, index, layer, e, got, per_layer) if PICKS_VICTIM else -1
-        slot, nv, nk = _admit_used(ca, i, layer, e, got, a_tid, token, per_layer, ch, evicted, nv, kept, nk)
+                a_tid, a_prec = tid, prec
+    if a_tid >= 0 or behind:  # a staged copy used or a demand load (in use), or a copy behind the CPU: it enters
+        noted = noted or a_tid >= 0
+        ch = _pre_admit(own_b, pool, roff, nfree, index, layer, e, a_prec, per_layer) if PICKS_VICTIM else -1
+        slot, nl, nv, nk = _admit_served(
+            ca, i, layer, e, a_prec, a_tid, token, per_layer, ch, loads, nl, evicted, nv, kept, nk
+        )
         if slot >= 0 and OWN_INSERT:
-            _post_admit(own_b, pool, roff, got, layer, slot, per_layer)
+            _post_admit(own_b, pool, roff, a_prec, layer, slot, per_layer)
+        if behind:
+            if slot >= 0:
+                st[BYTES] += expert_bytes[layer, a_prec]
+            if slot >= 0 and behind == 1:
+                st[INSERTS] += 1
+            if slot >= 0 or behind == 2:
+                st[ISSUED] += 1
+                st[BEHIND] += 1
     if OWN_RECORDS and noted:  # each pool's copy of the key, once any copy this use brought has entered
         for pr in range(2):
             s = index[pr, layer, e]
