@@ -96,3 +96,12 @@ def test_quick_inlining_puts_numba_back_when_a_compile_fails(failing):
             raise RuntimeError("an error while numba is patched")
     assert inline_closurecall.InlineWorker.inline_function is before
     assert "__deepcopy__" not in vars(ir.Block)
+
+
+def test_an_entry_points_first_use_compiles_with_quick_inlining():
+    from hobbit.sim import fast
+
+    before = inline_closurecall.InlineWorker.inline_function
+    with fast.first_use(fast.timing.tally):
+        assert inline_closurecall.InlineWorker.inline_function is jit._inline_function
+    assert inline_closurecall.InlineWorker.inline_function is before
