@@ -421,8 +421,8 @@ def _admit(ca, layer, e, pr, transfer, pinned, per_layer, chosen):
     ``chosen``: the victim ``_pre_admit`` picked (the policy's miss and evict hooks run there, its insert hook in
     ``_post_admit``).
 
-    It and its two callers are inlined where they are called (``inline="always"``), and take the arrays they use
-    one by one, not out of a tuple: a call, or an array taken out of a tuple, costs atomic reference counts
+    It and its caller (``_enter``) are inlined where they are called (``inline="always"``), and take the arrays they
+    use one by one, not out of a tuple: a call, or an array taken out of a tuple, costs atomic reference counts
     that were a fifth of the walk's time on a 512-expert model. A call inlined this way takes at most 30
     arguments (CPython passes more as ``*args``, which numba cannot inline)."""
     pool, roff, nfree, index, rec, st = ca.pool, ca.roff, ca.nfree, ca.index, ca.rec, ca.st
@@ -462,14 +462,15 @@ def _admit(ca, layer, e, pr, transfer, pinned, per_layer, chosen):
 
 
 @njit(cache=True, inline="always")
-def _admit_served(ca, i, layer, e, pr, tid, token, per_layer, chosen, loads, nl, evicted, nv, kept, nk):
-    """A copy that a step's use brought enters its pool: ``tid >= 0``, the transfer that serves the use now
-    (``Decider._admit``: in use, its victim logged; used once and not kept where it takes no slot); ``tid < 0``, a
-    copy behind the CPU that served it (``Decider._copy_ahead``, not pinned: a new transfer, logged, and nothing
-    copied where it takes no slot). (The slot it took or -1, the new row counts of ``loads``, ``evicted`` and
-    ``kept``.) One function for both, so that a step's serving holds the admit path's code once."""
+def _enter(ca, i, layer, e, pr, tid, pinned, token, per_layer, chosen, loads, nl, evicted, nv, kept, nk):
+    """A copy enters its pool (evicting; ``chosen``: ``_pre_admit``'s victim). ``tid >= 0``: the transfer that serves
+    a use now (``Decider._admit``: in use, its victim logged; used once and not kept where it takes no slot).
+    ``tid < 0``: a copy ahead of its use (``Decider._copy_ahead``: a prefetch, ``pinned`` until its layer, or a copy
+    behind the CPU), a new transfer, logged; nothing copied where it takes no slot. (The slot it took or -1, the new
+    row counts of ``loads``, ``evicted`` and ``kept``; the caller counts the copy's bytes.) One function for every
+    copy that enters, so that each call site holds the admit path once."""
     pool, index, st = ca.pool, ca.index, ca.st
-    slot, victim = _admit(ca, layer, e, pr, tid, False, per_layer, chosen)
+    slot, victim = _admit(ca, layer, e, pr, tid, pinned, per_layer, chosen)
     num_experts = index.shape[2]
     if tid < 0 and slot >= 0:
         pool[pr, slot, TRANSFER] = st[NEXT_TID]
@@ -492,34 +493,6 @@ def _admit_served(ca, i, layer, e, pr, tid, token, per_layer, chosen, loads, nl,
         nk += 1
     elif tid >= 0:
         _note_use(pool, index, ca.rec, layer, e, pr, token)
-    return slot, nl, nv, nk
-
-
-@njit(cache=True, inline="always")
-def _copy_ahead(ca, i, layer, e, pr, pinned, per_layer, chosen, loads, nl, evicted, nv, kept, nk):
-    """``Decider._copy_ahead``: a slot of its pool (evicting), then the copy into it; (the slot or -1 when the pool
-    has none to give, and nothing is copied; the new row counts of ``loads``, ``evicted``, ``kept``). The caller
-    counts the copy's bytes."""
-    pool, index, st = ca.pool, ca.index, ca.st
-    slot, victim = _admit(ca, layer, e, pr, -1, pinned, per_layer, chosen)
-    num_experts = index.shape[2]
-    if slot < 0:
-        return slot, nl, nv, nk
-    pool[pr, slot, TRANSFER] = st[NEXT_TID]
-    st[NEXT_TID] += 1
-    loads[nl, 0], loads[nl, 1], loads[nl, 2], loads[nl, 3], loads[nl, 4] = i, 0, layer, e, pr
-    nl += 1
-    if victim >= 0:
-        st[EVICTIONS] += 1
-        evicted[nv, 0], evicted[nv, 1], evicted[nv, 2], evicted[nv, 3] = (
-            i,
-            victim // num_experts,
-            victim % num_experts,
-            pr,
-        )
-        nv += 1
-    kept[nk, 0], kept[nk, 1], kept[nk, 2], kept[nk, 3] = i, layer, e, pr
-    nk += 1
     return slot, nl, nv, nk
 
 
@@ -958,12 +931,12 @@ def _forget_need(sc, n_need, layer):
 def _copy_in(own_b, pl, ca, lg, i, layer, e, prec, pinned, nl, nv, nk):
     """A copy of ``(layer, e)`` at ``prec`` into the cache ahead of its use (``Decider._copy_ahead``; ``pinned``: a
     prefetch, held until its layer): the policy's miss hook and victim (``_pre_admit``), the slot and the copy
-    (``_copy_ahead``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
+    (``_enter``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
     pool, roff, index = ca.pool, ca.roff, ca.index
     per_layer = pl.per_layer
     ch = _pre_admit(own_b, pool, roff, ca.nfree, index, layer, e, prec, per_layer) if PICKS_VICTIM else -1
-    slot, nl, nv, nk = _copy_ahead(
-        ca, i, layer, e, prec, pinned, per_layer, ch, lg.loads, nl, lg.evicted, nv, lg.kept, nk
+    slot, nl, nv, nk = _enter(
+        ca, i, layer, e, prec, -1, pinned, 0, per_layer, ch, lg.loads, nl, lg.evicted, nv, lg.kept, nk
     )
     if slot >= 0 and OWN_INSERT:
         _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
@@ -1248,8 +1221,8 @@ def _serve_one(
     if a_tid >= 0 or behind:  # a staged copy used or a demand load (in use), or a copy behind the CPU: it enters
         noted = noted or a_tid >= 0
         ch = _pre_admit(own_b, pool, roff, nfree, index, layer, e, a_prec, per_layer) if PICKS_VICTIM else -1
-        slot, nl, nv, nk = _admit_served(
-            ca, i, layer, e, a_prec, a_tid, token, per_layer, ch, loads, nl, evicted, nv, kept, nk
+        slot, nl, nv, nk = _enter(
+            ca, i, layer, e, a_prec, a_tid, False, token, per_layer, ch, loads, nl, evicted, nv, kept, nk
         )
         if slot >= 0 and OWN_INSERT:
             _post_admit(own_b, pool, roff, a_prec, layer, slot, per_layer)
@@ -1336,7 +1309,7 @@ def _f_begin(pfs, kind):
 
 @njit(cache=True, inline="always")
 def _issue(pl, ev, pf, cp, ca, lg, sg, sc, fs, own_b, pins, i, layer, pw, n_props, L, E, nl, nv, nk, n_pins, n_stg):
-    """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_ahead``); the log's counters after them."""
+    """``Decider._prefetch``'s copies: each proposal still absent is staged, or admitted pinned until its layer (``_copy_in``); the log's counters after them."""
     expert_bytes, per_expert = pl.expert_bytes, pl.per_expert
     prefetch_prec, staging = pf.prefetch_prec, pf.staging
     cpu_faster = cp.faster
