@@ -852,14 +852,16 @@ def test_the_compiled_pairwise_sum_is_numpys():
 def test_the_core_orders_a_steps_experts_as_a_stable_sort(seed, n, levels):
     """The arrival order of a step's experts (``order.stable_order``: runs by insertion, merged above ``RUN``) is
     numpy's stable argsort, ties (the resident experts' -1.0, equal arrival times) kept in their logged order."""
-    from hobbit.sim.fast.order import stable_order
+    from hobbit.sim.fast.order import order_few, stable_order
 
     rng = np.random.default_rng(seed)
     v = np.concatenate([rng.integers(-1, levels, n) * 0.5, rng.random(3)])  # values beyond n are not sorted
-    order = np.full(len(v), -7, np.int64)
-    stable_order(v, n, order, np.zeros(len(v), np.int64))
-    np.testing.assert_array_equal(order[:n], np.argsort(v[:n], kind="stable"))
-    assert (order[n:] == -7).all()
+    for sort in (stable_order, order_few):  # order_few: one or two in place, more by stable_order
+        for m in (n, n % 3):  # n % 3: none, one or two
+            order = np.full(len(v), -7, np.int64)
+            sort(v, m, order, np.zeros(len(v), np.int64))
+            np.testing.assert_array_equal(order[:m], np.argsort(v[:m], kind="stable"))
+            assert (order[m:] == -7).all()
 
 
 @pytest.mark.parametrize("policy", ["sieve", "lfru", "s3fifo", "arc", "lirs"])
@@ -935,6 +937,10 @@ def test_per_pass_costs_are_the_costs_of_each_pass():
     assert dense[:, 0].tolist() == [cost.dense_s(int(n), int(c)) for n, c in zip(sizes, wl.pass_context)]
     assert dense[:, 1].tolist() == dense[:, 0].tolist()  # no layer runs whole on the CPU
     assert other.tolist() == [cost.other_s(int(n)) for n in sizes]
+    kinds = fast.workload_kinds(wl)  # made once per workload, the same costs
+    assert fast.workload_kinds(wl) is kinds
+    again = fast.per_pass(cost, sizes, np.asarray(wl.pass_context), kinds)
+    assert again[0].tolist() == dense.tolist() and again[1].tolist() == other.tolist()
 
 
 @given(w=st.tuples(*[st.floats(0, 10, allow_nan=False)] * 4).filter(lambda w: sum(w) > 0), layers=st.integers(1, 128))

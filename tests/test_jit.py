@@ -101,7 +101,15 @@ def test_quick_inlining_puts_numba_back_when_a_compile_fails(failing):
 def test_an_entry_points_first_use_compiles_with_quick_inlining():
     from hobbit.sim import fast
 
+    @njit
+    def twice(x):
+        return 2 * x
+
     before = inline_closurecall.InlineWorker.inline_function
-    with fast.first_use(fast.timing.tally):
+    with fast.first_use(twice):
         assert inline_closurecall.InlineWorker.inline_function is jit._inline_function
+        assert twice(3) == 6
     assert inline_closurecall.InlineWorker.inline_function is before
+    with fast.first_use(twice):  # compiled: numba is left as it is, and no lock is taken
+        assert inline_closurecall.InlineWorker.inline_function is before
+    assert fast.first_use(twice) is fast.NO_WAIT

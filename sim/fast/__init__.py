@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -212,9 +212,20 @@ def _in_cache(d) -> bool:
         return False
 
 
+NO_WAIT = nullcontext()
+
+
+def first_use(d, out=None) -> AbstractContextManager[Any]:
+    """Around a call of compiled entry point ``d``: before its first compilation in this process, ``_one_at_a_time``
+    with numba's inliner as ``jit.quick_inlining`` makes it; once compiled, nothing (a streamed run calls each
+    entry point once a chunk, a few hundred times a run)."""
+    if getattr(d, "overloads", None):
+        return NO_WAIT
+    return _first_compile(d, out)
+
+
 @contextmanager
-def first_use(d, out=None) -> Iterator[None]:
-    """``_one_at_a_time`` with numba's inliner as ``jit.quick_inlining`` makes it."""
+def _first_compile(d, out=None) -> Iterator[None]:
     with quick_inlining(), _one_at_a_time(d, out):
         yield
 
@@ -342,27 +353,56 @@ def _tables(wl: Workload) -> tuple[int, np.ndarray]:
     return (int(sizes.max()) if len(sizes) else 1) * wl.top_k, sizes
 
 
-def per_pass(cost: CostModel, sizes: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dense seconds [P, 2]: of a layer on the device, of one run whole on the CPU (``whole_layers``); head seconds
-    [P]) of each pass, ``cost`` asked once per distinct (tokens, context): a decode pass each token, a million passes,
-    take a few thousand distinct pairs, and the same values."""
+class PassKinds(NamedTuple):
+    """The distinct kinds of pass of a workload (``pass_kinds``): each distinct (tokens, context) pair, each pass's
+    pair, each distinct token count and each pass's."""
+
+    tokens: np.ndarray
+    context: np.ndarray
+    pair_of: np.ndarray
+    sizes: np.ndarray
+    size_of: np.ndarray
+
+
+def pass_kinds(sizes: np.ndarray, context: np.ndarray) -> PassKinds:
+    """``PassKinds`` of passes of ``sizes`` tokens at ``context``: a sort of every pass (a few tens of ms for a long
+    trace's passes), which ``workload_kinds`` makes once per workload."""
     n = np.asarray(sizes, np.int64)
     c = np.asarray(context, np.int64)
     if not len(n):
-        return np.zeros((0, 2)), np.zeros(0)
+        empty = np.zeros(0, np.int64)
+        return PassKinds(empty, empty, empty, empty, empty)
     span = int(c.max()) + 1
     pair, at = np.unique(n * span + c, return_inverse=True)
     tokens, ctx = np.divmod(pair, span)
+    own, at_n = np.unique(n, return_inverse=True)
+    return PassKinds(tokens, ctx, at.ravel(), own, at_n.ravel())
+
+
+def workload_kinds(wl: Workload) -> PassKinds:
+    """``pass_kinds`` of the workload's passes, made once for it (every run of a sweep asks, twice a run)."""
+    return wl.derived(("pass_kinds",), lambda: pass_kinds(_tables(wl)[1], wl.pass_arrays().context))
+
+
+def per_pass(
+    cost: CostModel, sizes: np.ndarray, context: np.ndarray, kinds: PassKinds | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(dense seconds [P, 2]: of a layer on the device, of one run whole on the CPU (``whole_layers``); head seconds
+    [P]) of each pass, ``cost`` asked once per distinct (tokens, context): a decode pass each token, a million passes,
+    take a few thousand distinct pairs, and the same values. ``kinds``: ``pass_kinds(sizes, context)`` when made
+    already."""
+    k = kinds if kinds is not None else pass_kinds(sizes, context)
+    if not len(k.pair_of):
+        return np.zeros((0, 2)), np.zeros(0)
     cpu_layer = min(cost.cpu_dense_layers, default=-1)
     dense = np.array(
         [
             (cost.cached("dense_s", int(a), int(b)), cost.cached("layer_dense_s", cpu_layer, int(a), int(b)))
-            for a, b in zip(tokens, ctx)
+            for a, b in zip(k.tokens, k.context)
         ]
     ).reshape(-1, 2)
-    own, at_n = np.unique(n, return_inverse=True)
-    other = np.array([cost.cached("other_s", int(a)) for a in own])
-    return dense[at.ravel()], other[at_n.ravel()]
+    other = np.array([cost.cached("other_s", int(a)) for a in k.sizes])
+    return dense[k.pair_of], other[k.size_of]
 
 
 def whole_layers(cost: CostModel, num_layers: int) -> np.ndarray:
@@ -646,7 +686,7 @@ def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -
     """(dense seconds per pass, head seconds per pass, expert seconds [precision, tokens], CPU expert seconds
     [tokens], copy seconds [layer, precision], bytes over the link [layer, precision]) for tokens up to ``top``."""
     _, sizes = _tables(wl)
-    dense, other = per_pass(cost, sizes, wl.pass_arrays().context)
+    dense, other = per_pass(cost, sizes, wl.pass_arrays().context, workload_kinds(wl))
     expert = np.zeros((2, top + 1))
     cpu_s = np.zeros(top + 1)
     for n in range(1, top + 1):
@@ -1073,7 +1113,9 @@ def _bound_inputs(
         expert_min[n] = min(cost.cached("expert_s", q, n) for q in precisions)
         if uses_cpu:
             cpu_s[n] = cost.cached("cpu_expert_s", n)
-    dense, other = per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_arrays().context)
+    dense, other = (
+        per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_arrays().context, workload_kinds(wl))
+    )
     return dense, whole_layers(cost, wl.num_layers), other, expert_min, cpu_s, uses_cpu
 
 

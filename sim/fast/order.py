@@ -55,3 +55,16 @@ def stable_order(v, n, order, tmp):
     if in_tmp:
         for j in range(n):
             order[j] = tmp[j]
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def order_few(v, n, order, tmp):
+    """``stable_order``, with one or two values (a decode step's experts) ordered where it is called: the call costs
+    more than their order."""
+    if n == 1:
+        order[0] = 0
+    elif n == 2:
+        later = v[1] < v[0]  # strictly: equal values keep their order
+        order[0], order[1] = (1, 0) if later else (0, 1)
+    elif n > 2:
+        stable_order(v, n, order, tmp)

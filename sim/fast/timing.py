@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hobbit.sim.fast.order import stable_order
+from hobbit.sim.fast.order import order_few
 
 FREE_AT, BUSY, LEFT, CUR_START, CLOCK, CPU_FREE = range(6)  # fs (FREE_AT is ``now`` for the shared link; CLOCK:
 # the compute stream's time in ``replay``; CPU_FREE: when the CPU's experts are done)
@@ -370,7 +370,7 @@ def _replay_steps(
                     ready[j] = done[tid]
                     if not demand[tid] and ready[j] > t_ready:
                         ls[LATE] += 1
-            stable_order(ready, ng, order, tmp)
+            order_few(ready, ng, order, tmp)
             for j in range(ng):
                 r = ready[order[j]]
                 if r > t:
@@ -500,7 +500,7 @@ def replay_shared(
                         _finish(q, fs, ls, dur, nbytes, started, done)
                     stall += fs[FREE_AT] - t0
                     continue
-                stable_order(ready, nr, order, tmp)
+                order_few(ready, nr, order, tmp)
                 for r in range(nr):
                     row = rows[order[r]]
                     prec = gpu[row, 2]
