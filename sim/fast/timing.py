@@ -33,8 +33,10 @@ GONE, BACK = 1, 2  # a copy's mark in ``gone`` (clear_queue): dropped from the q
 def _offsets(table, i0, n_steps):
     """Each of the steps ``i0:i0 + n_steps``' first row of ``table`` (rows in step order: column 0), and the end: one
     pass down the table, not a binary search per step."""
-    out = np.empty(n_steps + 1, np.int64)
     r, n = 0, table.shape[0]
+    if n == 0:  # a table a run does not write (no CPU, nothing cancelled): no pass down the steps
+        return np.zeros(n_steps + 1, np.int64)
+    out = np.empty(n_steps + 1, np.int64)
     for s in range(n_steps + 1):
         while r < n and table[r, 0] - i0 < s:
             r += 1
