@@ -928,15 +928,16 @@ def _forget_need(sc, n_need, layer):
 
 
 @njit(cache=True, inline="always")
-def _copy_in(own_b, pl, ca, lg, i, layer, e, prec, pinned, nl, nv, nk):
-    """A copy of ``(layer, e)`` at ``prec`` into the cache ahead of its use (``Decider._copy_ahead``; ``pinned``: a
-    prefetch, held until its layer): the policy's miss hook and victim (``_pre_admit``), the slot and the copy
-    (``_enter``), the policy's insert hook; the slot (-1: none) and the log's counters after it."""
+def _copy_in(own_b, pl, ca, lg, i, layer, e, prec, tid, pinned, token, nl, nv, nk):
+    """A copy of ``(layer, e)`` at ``prec`` enters the cache (``_enter``'s ``tid``, ``pinned`` and ``token``: a use's
+    transfer, or -1 for a copy ahead of its use, pinned when a prefetch): the policy's miss hook and victim
+    (``_pre_admit``), the slot and the copy (``_enter``), the policy's insert hook; the slot (-1: none) and the log's
+    counters after it. Every copy that enters passes here."""
     pool, roff, index = ca.pool, ca.roff, ca.index
     per_layer = pl.per_layer
     ch = _pre_admit(own_b, pool, roff, ca.nfree, index, layer, e, prec, per_layer) if PICKS_VICTIM else -1
     slot, nl, nv, nk = _enter(
-        ca, i, layer, e, prec, -1, pinned, 0, per_layer, ch, lg.loads, nl, lg.evicted, nv, lg.kept, nk
+        ca, i, layer, e, prec, tid, pinned, token, per_layer, ch, lg.loads, nl, lg.evicted, nv, lg.kept, nk
     )
     if slot >= 0 and OWN_INSERT:
         _post_admit(own_b, pool, roff, prec, layer, slot, per_layer)
@@ -1107,7 +1108,7 @@ def _serve_one(
         ca.roff,
     )
     served, st = ca.served, ca.st
-    cancel, cpu, evicted, gpu, kept, loads = lg.cancel, lg.cpu, lg.evicted, lg.gpu, lg.kept, lg.loads
+    cancel, cpu, gpu, loads = lg.cancel, lg.cpu, lg.gpu, lg.loads
     stg_list, stg_prec, stg_tid = sg.stg_list, sg.stg_prec, sg.stg_tid
     need_c, need_m, need_n, on_cpu = sc.need_c, sc.need_m, sc.need_n, sc.on_cpu
     c, n = need_c[e], need_n[e]
@@ -1220,12 +1221,7 @@ def _serve_one(
                 a_tid, a_prec = tid, prec
     if a_tid >= 0 or behind:  # a staged copy used or a demand load (in use), or a copy behind the CPU: it enters
         noted = noted or a_tid >= 0
-        ch = _pre_admit(own_b, pool, roff, nfree, index, layer, e, a_prec, per_layer) if PICKS_VICTIM else -1
-        slot, nl, nv, nk = _enter(
-            ca, i, layer, e, a_prec, a_tid, False, token, per_layer, ch, loads, nl, evicted, nv, kept, nk
-        )
-        if slot >= 0 and OWN_INSERT:
-            _post_admit(own_b, pool, roff, a_prec, layer, slot, per_layer)
+        slot, nl, nv, nk = _copy_in(own_b, pl, ca, lg, i, layer, e, a_prec, a_tid, False, token, nl, nv, nk)
         if behind:
             if slot >= 0:
                 st[BYTES] += expert_bytes[layer, a_prec]
@@ -1338,7 +1334,7 @@ def _issue(pl, ev, pf, cp, ca, lg, sg, sc, fs, own_b, pins, i, layer, pw, n_prop
             stg_list[n_stg, 0], stg_list[n_stg, 1], stg_list[n_stg, 2] = tl, te, tl
             n_stg += 1
         else:
-            slot, nl, nv, nk = _copy_in(own_b, pl, ca, lg, i, tl, te, prec, True, nl, nv, nk)
+            slot, nl, nv, nk = _copy_in(own_b, pl, ca, lg, i, tl, te, prec, -1, True, 0, nl, nv, nk)
             if slot < 0:
                 st[DROPPED] += 1
                 continue
