@@ -277,6 +277,41 @@ def test_a_write_killed_part_way_leaves_no_temporary_file(tmp_path, handler):
     assert signal.getsignal(signal.SIGTERM) == before  # this process's own: restored after each write
 
 
+KILLED_MID_TRACE = """
+import os, sys, time
+from pathlib import Path
+from hobbit.traces.io import TraceWriter, read_trace
+from hobbit.traces.tiny import bundled_trace
+
+tr = read_trace(bundled_trace())
+try:
+    with TraceWriter(Path(sys.argv[1]) / "trace.parquet", tr.meta) as w:
+        w.write(tr.arrays)
+        os.write(1, b"writing\\n")
+        time.sleep(60)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_trace_writer_killed_part_way_leaves_no_file(tmp_path):
+    """``kill`` of a script writing a trace through ``TraceWriter`` (SIGTERM at its default action, a row group
+    down): the write unwinds through ``abort``, so neither the trace nor its hidden temporary file is left."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRACE, str(tmp_path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        assert [p.name for p in tmp_path.iterdir()] == [f".trace.parquet.{proc.pid}.tmp"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- paths resolve where the user stands
 
 

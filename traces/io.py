@@ -240,16 +240,24 @@ class TraceWriter:
             with contextlib.suppress(OSError, pa.ArrowException):
                 self._writer.close()
         finally:
-            self.tmp.unlink(missing_ok=True)
+            with _stops_held():  # a second stop waits until the temporary file is gone
+                self.tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> TraceWriter:
+        """As a context, ``kill`` (SIGTERM at its default action: a library user's script) unwinds the write as
+        Ctrl-C does, through ``abort``, so that no temporary file is left (``write_together``'s rule)."""
+        self._kill = _kill_unwinds()
+        self._kill.__enter__()
         return self
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if typ is None:
-            self.close()
-        else:
-            self.abort()
+        try:
+            if typ is None:
+                self.close()
+            else:
+                self.abort()
+        finally:
+            self._kill.__exit__(None, None, None)
 
 
 def _token_slices(a: TraceArrays, rows: int) -> Iterator[tuple[int, int]]:
