@@ -113,3 +113,47 @@ def test_an_entry_points_first_use_compiles_with_quick_inlining():
     with fast.first_use(twice):  # compiled: numba is left as it is, and no lock is taken
         assert inline_closurecall.InlineWorker.inline_function is before
     assert fast.first_use(twice) is fast.NO_WAIT
+
+
+EVERY_PRESET = """
+from pathlib import Path
+from numba.core.dispatcher import Dispatcher
+from hobbit.glue import compose
+from hobbit.sim.config import SimConfig
+from hobbit.sim.run import simulate
+from hobbit.traces.io import read_trace
+from hobbit.traces.tiny import bundled_trace
+
+# a call from Python that no compiled version takes (compiled or loaded from numba's cache): its argument types
+seen, compile_for_args = {}, Dispatcher._compile_for_args
+def recorded(self, *args, **kws):
+    seen.setdefault(self, set()).add(tuple(self.typeof_pyval(a) for a in args))
+    return compile_for_args(self, *args, **kws)
+Dispatcher._compile_for_args = recorded
+
+tr = read_trace(bundled_trace())
+for name in sorted(p.stem for p in Path("conf/system").glob("*.yaml")):
+    cfg = compose("sim", SimConfig, ["out_dir=.", f"system={name}"])
+    for keep in (False, True):
+        simulate(tr, cfg.model, cfg.hardware, cfg.system, profile_share=0.0, keep_decisions=keep)
+assert seen, "no compiled entry point was called"
+for d, sigs in seen.items():
+    if len(sigs) > 1:
+        print(d.py_func.__module__, d.py_func.__qualname__, *sigs, sep="\\n  ")
+"""
+
+
+def test_every_preset_calls_each_entry_point_with_one_signature():
+    """Every preset of conf/system run in one process (as ``make demo`` and ``hobbit compare`` do), streamed and
+    whole: each compiled entry point is called from Python with one type signature. A second (an argument read-only
+    in one run and not in another, a strided column where a table has rows and a contiguous one where it has none)
+    is compiled anew, for seconds, without ``first_use``'s quick inliner and lock."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", EVERY_PRESET], cwd=root, capture_output=True, text=True, timeout=1500, check=True
+    )
+    assert out.stdout == "", out.stdout

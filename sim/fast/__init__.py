@@ -694,7 +694,9 @@ def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -
         expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
     nbytes_of = layer_bytes(expert_bytes, wl.num_layers)
     dur_of = np.array([[cost.cached("transfer_s", int(b)) for b in row] for row in nbytes_of.tolist()]).reshape(-1, 2)
-    return dense, other, expert, cpu_s, dur_of, cost.link_bytes(nbytes_of)
+    # a fresh writable array: a layer table's bytes come as a read-only view, write_back's doubled ones as a new
+    # array, and each would compile the timing's entry points once more
+    return dense, other, expert, cpu_s, dur_of, np.array(cost.link_bytes(nbytes_of), np.int64)
 
 
 def _fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
@@ -1017,7 +1019,7 @@ def stream_windows(
             if ls[timing.CUR] >= 0:
                 ls[timing.CUR] = np.searchsorted(space, waiting[-1])
             for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
-                if not timing.renumber(t[:, 1], live, tid0, len(live)):
+                if not timing.renumber(t, live, tid0, len(live)):
                     raise AssertionError("a step names a copy the timing was not told to keep")
             if len(cpu) and not cpu_known:
                 _fill_cpu(cost, inputs[3])

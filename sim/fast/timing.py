@@ -151,20 +151,21 @@ def _compute(q, fs, ls, dur, nbytes, started, done, solo, factor, f_link):
 
 
 @njit(cache=True)
-def renumber(tids, live, first, base):
-    """Transfer ids ``tids`` (a table's column, in place) in a streamed chunk's numbering (``sim.fast.stream``): an
-    id ``first`` or above (the chunk's own loads) becomes ``base`` + its distance from ``first``, one below it its
-    place in ``live`` (sorted; it must be there), -1 (resident) stays; false when one was not in ``live``."""
+def renumber(table, live, first, base):
+    """Transfer ids (``table``'s column 1, in place) in a streamed chunk's numbering (``sim.fast.stream``): an id
+    ``first`` or above (the chunk's own loads) becomes ``base`` + its distance from ``first``, one below it its place
+    in ``live`` (sorted; it must be there), -1 (resident) stays; false when one was not in ``live``. The table comes
+    whole: its column is a strided view, or a contiguous one when it has a row or none, two types to compile."""
     n = live.shape[0]
-    for r in range(tids.shape[0]):
-        t = tids[r]
+    for r in range(table.shape[0]):
+        t = table[r, 1]
         if t >= first:
-            tids[r] = base + (t - first)
+            table[r, 1] = base + (t - first)
         elif t >= 0:
             at = np.searchsorted(live, t)
             if at >= n or live[at] != t:
                 return False
-            tids[r] = at
+            table[r, 1] = at
     return True
 
 
