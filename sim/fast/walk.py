@@ -192,15 +192,17 @@ def _keep(owners):
 
 
 @njit(cache=True)
-def _grow(a, need):
-    """``a`` (C-contiguous, 2-D) with room for ``need`` rows: itself, or a copy 1.5 times longer (or ``need``). The copy
-    runs over the flat buffers, which compiles to a plain block copy (a 2-D slice assignment copies element by element
-    through its broadcasting indices, several times slower)."""
+def _grow(a, need, used):
+    """``a`` (C-contiguous, 2-D) with room for ``need`` rows: itself, or a copy 1.5 times longer (or ``need``) that
+    holds its first ``used`` rows. The rest is neither copied nor written, so its pages are never touched: a whole
+    run's tables, grown a few times, fault in about the rows they hold, not every buffer's length. The copy runs over
+    the flat buffers, which compiles to a plain block copy (a 2-D slice assignment copies element by element through
+    its broadcasting indices, several times slower)."""
     if need <= a.shape[0]:
         return a
     b = np.empty((max(need, a.shape[0] + a.shape[0] // 2), a.shape[1]), a.dtype)
     fa, fb = a.reshape(-1), b.reshape(-1)
-    for x in range(fa.shape[0]):
+    for x in range(used * a.shape[1]):
         fb[x] = fa[x]
     return b
 
@@ -496,16 +498,17 @@ def _enter(ca, i, layer, e, pr, tid, pinned, token, per_layer, chosen, loads, nl
     return slot, nl, nv, nk
 
 
-@njit(cache=True)
-def _split_makespan(device, cpu, n, use_cpu):
+@njit(cache=True, _nrt=False)
+def _split_makespan(device, cpu, n, use_cpu, ratio, order, tmp):
     """The shortest time to compute ``n`` experts split between the device (``device`` seconds each) and the CPU
-    (``cpu``), both at once (``sim.bound.split_makespan``; ``bound.pass_bounds`` and the walk's bound)."""
+    (``cpu``), both at once (``sim.bound.split_makespan``; ``bound.pass_bounds``), over scratch arrays of at least
+    ``n`` (``ratio``, ``order``, ``tmp``): it allocates nothing."""
     total = 0.0
     for i in range(n):
         total += device[i]
     if not use_cpu or n == 0 or total <= 0.0:
         return total
-    return _split_cpu(device, cpu, n, total)
+    return _split_cpu_into(device, cpu, n, total, ratio, order, tmp)
 
 
 @njit(cache=True)
@@ -513,12 +516,18 @@ def _split_cpu(device, cpu, n, total):
     """``_split_makespan`` once the CPU takes part: ``total`` is the device's time for all ``n``. Apart, so that the
     walk's step (``_bound_step``) sums the device's times inline and calls this only where the CPU computes: a call
     with arrays costs their reference counts on every step."""
-    ratio, order, tmp = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
+    return _split_cpu_into(device, cpu, n, total, np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64))
+
+
+@njit(cache=True, _nrt=False)
+def _split_cpu_into(device, cpu, n, total, ratio, order, tmp):
+    """``_split_cpu`` over scratch arrays of at least ``n`` (``ratio``, ``order``, ``tmp``)."""
     for i in range(n):
         ratio[i] = cpu[i] / device[i] if device[i] > 0 else np.inf
     stable_order(ratio, n, order, tmp)
     on_cpu = 0.0
-    for i in order:
+    for j in range(n):
+        i = order[j]
         g, c = device[i], cpu[i]
         if g <= 0.0:
             continue
@@ -1443,7 +1452,7 @@ def walk(state, inputs, p0, p1):
             if room > _least_room(lg, nl, ng, nc, nx, nv, nk):
                 for x, n_x in enumerate((nl, ng, nc, nx, nv, nk)):
                     if n_x + room > tabs[x].shape[0]:  # only then: a list's item set to itself would be freed first
-                        tabs[x] = _grow(tabs[x], n_x + room)
+                        tabs[x] = _grow(tabs[x], n_x + room, n_x)
                 lg = _borrowed_all(Logs(tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5]))
             n_need, n_high, n_low = _needed(rt, rl, sc, a, b, layer, K, n_high, n_low)
             if bd.on:
@@ -1474,7 +1483,7 @@ def walk(state, inputs, p0, p1):
             n_props = _f_propose(pfs, fs, layer, a, b, kind)
             if n_pins + n_props > pins.shape[0]:  # room for a pin per proposal, here: a check (and the owner's
                 # reference count, atomic) once a step, not once a copy
-                pins_own[0] = _grow(pins_own[0], n_pins + n_props)
+                pins_own[0] = _grow(pins_own[0], n_pins + n_props, n_pins)
                 pins = _borrowed(pins_own[0])
             nl, nv, nk, n_pins, n_stg = _issue(
                 pl, ev, pf, cp, ca, lg, sg, sc, fs, own, pins, i, layer, pw, n_props, L, E, nl, nv, nk,
