@@ -228,9 +228,32 @@ def _calls(variant: Variant | None) -> list[str]:
 
 
 @cache
+@cache
 def _template() -> tuple[str, ast.Module]:
+    """The template's text and tree, read and parsed once per process (each copy's text and digest take them)."""
     src = Path(template.__file__).read_text(encoding="utf-8")
     return src, ast.parse(src)
+
+
+@cache
+def _template_lines() -> tuple[str, ...]:
+    """The template's lines with their ends, as ``ast.get_source_segment`` splits a source (at \\r\\n, \\r or \\n)."""
+    src = _template()[0]
+    return tuple(m.group() for m in re.finditer(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", src))
+
+
+def _segment(node: ast.stmt) -> str:
+    """``ast.get_source_segment(template's text, node)`` over its lines split once: ``ast``'s splits the whole text
+    again at every call, in Python, which was most of the time a run took to write its walk's text."""
+    lines, end_lineno, end_col = _template_lines(), node.end_lineno, node.end_col_offset
+    if end_lineno is None or end_col is None:
+        return ""
+    first, last = node.lineno - 1, end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset : end_col].decode()
+    head = lines[first].encode()[node.col_offset :].decode()
+    tail = lines[last].encode()[:end_col].decode()
+    return "".join((head, *lines[first + 1 : last], tail))
 
 
 @cache
@@ -281,7 +304,7 @@ def text(policy: str, variant: Variant | None = None) -> str:
         "edit that one), whose functions this copy defines anew where they depend on the policy and takes from it",
         'otherwise."""',
         "",
-        *[ast.get_source_segment(src, n) or "" for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
+        *[_segment(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
         "from hobbit.sim.fast import walk as _template",
         "from hobbit.sim.fast.special import prefetch_hooks as _prefetch_hooks",
         "from hobbit.sim.fast.special import hooks as _hooks",
@@ -290,7 +313,7 @@ def text(policy: str, variant: Variant | None = None) -> str:
         *own,
         f"POLICY = {template.OWN}  # {policy}",
         *[f"{name} = {value}" for name, value in zip(SET[1:], (*given, *settings))],
-        *[ast.get_source_segment(src, n) or "" for n in flags[len(SET) :]],
+        *[_segment(n) for n in flags[len(SET) :]],
         *_calls(variant),
     ]
     lines = src.splitlines()
