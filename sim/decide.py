@@ -273,7 +273,9 @@ def layer_bytes(expert_bytes: Any, num_layers: int) -> np.ndarray:
     """One expert's bytes per layer and precision, [L, 2] int64: a (high, low) pair for every layer alike, or a
     table of each layer's (a model file's layers differ: a Q4_K_M stores some layers' down projections as Q6_K)."""
     eb = np.asarray(expert_bytes, np.int64)
-    return np.ascontiguousarray(np.broadcast_to(eb.reshape(-1, 2), (num_layers, 2)))
+    # a new array whatever it was given: ascontiguousarray would hand back broadcast_to's read-only view of a table
+    # already [L, 2], and compiled code then sees another type (and compiles again) for a model file's layers
+    return np.array(np.broadcast_to(eb.reshape(-1, 2), (num_layers, 2)))
 
 
 def cache_slots(slots: Any) -> tuple[int, int]:

@@ -699,9 +699,7 @@ def _timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -
         expert[HIGH, n], expert[LOW, n] = cost.cached("expert_s", HIGH, n), cost.cached("expert_s", LOW, n)
     nbytes_of = layer_bytes(expert_bytes, wl.num_layers)
     dur_of = np.array([[cost.cached("transfer_s", int(b)) for b in row] for row in nbytes_of.tolist()]).reshape(-1, 2)
-    # a fresh writable array: a layer table's bytes come as a read-only view, write_back's doubled ones as a new
-    # array, and each would compile the timing's entry points once more
-    return dense, other, expert, cpu_s, dur_of, np.array(cost.link_bytes(nbytes_of), np.int64)
+    return dense, other, expert, cpu_s, dur_of, cost.link_bytes(nbytes_of)
 
 
 def _fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
