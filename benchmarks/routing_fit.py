@@ -10,7 +10,9 @@ markdown table, a row per trace. The routing-counts JSON (OLMoE, Mixtral) gives 
 
 ``--write`` writes conf/routing.yaml: three locality presets (low, typical, high) and every trace's measurements.
 The presets are whole traces: among the traces that measure all three statistics (reuse, skew and cross-layer:
-consecutive MoE layers, per-request token order) and stand for their model (``RealTrace.representative``), sorted by
+consecutive MoE layers, per-request token order), stand for their model (``RealTrace.representative``) and hold at
+least ``PRESET_MIN_TOKENS`` tokens (a single prompt's few hundred decode steps show that prompt's locality, and
+their skew is inflated by the small sample: Nemotron-3-Nano's 127 steps measure 0.90), sorted by
 fitted reuse and by fitted zipf, low is the first, typical the median and high the last. That makes each preset's
 reuse and zipf the min, median and max over those traces, and it keeps each preset's three knobs from one real
 trace, so a synthetic trace drawn with them reproduces all of that trace's statistics together (min / median / max
@@ -26,12 +28,13 @@ import sys
 import time
 from pathlib import Path
 
-from hobbit.traces.locality import Locality, RealTrace, fit, read_real, unread_folders
+from hobbit.traces.locality import Locality, RealTrace, fit, read_real, simulated_stats, unread_folders
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / ".." / "shared" / "real-traces"
 OUT = ROOT / "conf" / "routing.yaml"
 PRESETS = ("low", "typical", "high")
+PRESET_MIN_TOKENS = 1000  # a preset trace's tokens at the least (module docstring)
 
 
 def _f(x: float | None, nd: int = 3) -> str:
@@ -64,7 +67,12 @@ def table(rows: list[tuple[RealTrace, Locality, dict[str, float]]], presets: dic
 def choose_presets(rows: list[tuple[RealTrace, Locality, dict[str, float]]]) -> dict[str, str]:
     """low / typical / high: trace names (module docstring)."""
     full = [
-        (t, loc, k) for t, loc, k in rows if t.representative and loc.reuse is not None and loc.cross_layer is not None
+        (t, loc, k)
+        for t, loc, k in rows
+        if t.representative
+        and loc.reuse is not None
+        and loc.cross_layer is not None
+        and loc.tokens >= PRESET_MIN_TOKENS
     ]
     if len(full) < 3:
         raise SystemExit(f"presets need 3 traces that measure reuse, skew and cross-layer; found {len(full)}")
@@ -97,6 +105,19 @@ def _measured(loc: Locality) -> dict[str, float | None]:
     }
 
 
+FITTED_STATS = {"zipf": "skew", "reuse": "reuse", "cross_layer": "cross_layer_excess"}
+
+
+def residual(loc: Locality, knobs: dict[str, float]) -> dict[str, float]:
+    """What the fitted knobs simulate, less what the trace measures, for each statistic the fit matched (empty for a
+    popularity-only trace, whose zipf is exact): the fit's error, shown beside it."""
+    if loc.reuse is None:
+        return {}
+    stats = [FITTED_STATS[k] for k in ("zipf", "reuse", "cross_layer") if k != "cross_layer" or loc.cross_layer]
+    got = simulated_stats({k: knobs[k] for k in ("zipf", "reuse", "cross_layer")}, loc, 0, stats)
+    return {s: got[s] - float(getattr(loc, s)) for s in stats}
+
+
 def _y(x: object) -> str:
     if x is None:
         return "null"
@@ -110,7 +131,11 @@ def _y(x: object) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render_yaml(rows: list[tuple[RealTrace, Locality, dict[str, float]]], presets: dict[str, str]) -> str:
+def render_yaml(
+    rows: list[tuple[RealTrace, Locality, dict[str, float]]],
+    presets: dict[str, str],
+    residuals: dict[str, dict[str, float]],
+) -> str:
     by_name = {t.name: (t, loc, k) for t, loc, k in rows}
     out = [
         "# Synthetic routing locality presets (SyntheticConfig knobs), fitted to the real traces in",
@@ -121,8 +146,8 @@ def render_yaml(rows: list[tuple[RealTrace, Locality, dict[str, float]]], preset
         "# of experts (0.1 if uniform), mean over layers; cross_layer: fraction of a token's experts at layer l",
         "# named by the best expert map from layer l-1 (learnt on the other half of the requests); the fit matches",
         "# its excess over the same estimator with layer l-1 shuffled across tokens.",
-        "# Presets are whole traces: of the traces measuring all three statistics, sorted by reuse and by zipf",
-        "# (the sortings agree), low = first, typical = median, high = last (benchmarks/routing_fit.py says why).",
+        "# Presets are whole traces: of the traces measuring all three statistics on at least 1,000 tokens, sorted",
+        "# by reuse and by zipf (the sortings agree), low = first, typical = median, high = last (benchmarks/routing_fit.py says why).",
         "# Each preset's reuse and zipf are thus the min / median / max over those traces; cross_layer is the",
         "# same trace's (not ordered). The knobs were fitted at each trace's own E, k, layers and tokens.",
         "presets:",
@@ -160,6 +185,8 @@ def render_yaml(rows: list[tuple[RealTrace, Locality, dict[str, float]]], preset
             *[f"      {name}: {_y(v)}" for name, v in _measured(loc).items()],
             "    fitted:",
             *[f"      {name}: {_y(v)}" for name, v in k.items()],
+            *(["    fit_residual:  # simulated at the fitted knobs, less measured"] if residuals[t.name] else []),
+            *[f"      {name}: {_y(v)}" for name, v in residuals[t.name].items()],
         ]
     return "\n".join(out) + "\n"
 
@@ -178,11 +205,17 @@ def main(argv: list[str] | None = None) -> int:
         loc = t.measure()
         rows.append((t, loc, fit(loc, t.num_experts, t.top_k)))
     presets = choose_presets(rows)
+    residuals = {t.name: residual(loc, k) for t, loc, k in rows}
     print(table(rows, presets))
+    print("\nthe fit's largest error (simulated at the fitted knobs, less measured):")
+    for name, r in residuals.items():
+        if r:
+            worst = max(r, key=lambda s: abs(r[s]))
+            print(f"  {name}: {worst} {r[worst]:+.4f}")
     for name in unread_folders(args.real):
         print(f"\n{name}: no reader in hobbit.traces.locality (not measured)")
     if args.write:
-        OUT.write_text(render_yaml(rows, presets))
+        OUT.write_text(render_yaml(rows, presets, residuals))
         print(f"wrote {OUT.relative_to(ROOT)}")
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0

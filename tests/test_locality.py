@@ -3,6 +3,7 @@ synthetic.generate, the real traces against their SOURCE.md figures, and conf/ro
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,35 @@ def test_llama4_reuse_matches_its_source(real):
     loc = real["llama4-maverick"].measure()
     assert (loc.tokens, loc.requests, loc.layers, loc.top_k) == (5889, 40, 24, 1)
     assert round(loc.reuse, 3) == 0.343
+
+
+def test_decode_traces_match_their_sources(real):
+    """warp's SOURCE.md: next-token reuse 0.336 (Kimi-Linear, 300 steps x 26 layers x 8 of 256) and 0.435 (OLMoE,
+    299 x 16 x 8 of 64); PLENA's: consecutive top-6 overlap 4.6598 of 6 and 38.87 distinct experts a layer (127 x 23)."""
+    kimi, olmoe, nemo = real["kimi-linear-48b"], real["olmoe-1b-7b-decode"], real["nemotron3-nano-30b"]
+    for t, shape, reuse in ((kimi, (300, 26, 8), 0.336), (olmoe, (299, 16, 8), 0.435)):
+        assert t.ids is not None and t.ids[0].shape == shape and t.phase == "decode"
+        assert round(t.measure().reuse or 0.0, 3) == reuse
+    assert nemo.ids is not None and nemo.ids[0].shape == (127, 23, 6) and nemo.num_experts == 128
+    assert (nemo.measure().reuse or 0.0) * 6 == pytest.approx(4.659765355417529, abs=1e-9)
+    distinct = [len(np.unique(nemo.ids[0][:, layer])) for layer in range(23)]
+    assert np.mean(distinct) == pytest.approx(38.869565217391305) and (min(distinct), max(distinct)) == (27, 47)
+    assert nemo.citation == "github.com/AICrossSim/PLENA_Simulator@e93b832f6586a16aa43a34ca9e3492116c5fcaf2"
+    assert kimi.citation == "github.com/sqliteai/warp@7f1fbba3cbaee0e9fdaffd940d87ff2dba9ee09b"
+
+
+def test_a_decode_file_with_a_bad_line_names_it(tmp_path):
+    folder = tmp_path / "warp-kimi-linear-olmoe-decode"
+    shutil.copytree(_real() / folder.name, folder)
+    path = folder / "raw" / "tests" / "trace_olmoe_299.jsonl"
+    path.chmod(0o644)
+    lines = path.read_text().splitlines()
+    lines[3] = '{"tok": 4, "layers": [[1, 2, 3]]}'
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(
+        ValueError, match=r"trace_olmoe_299\.jsonl: 'layers' is not 16 lists of 8 expert ids below 64 on line 4"
+    ):
+        locality.read_warp(folder)
 
 
 def test_every_real_trace_is_read(real):

@@ -619,9 +619,12 @@ class RealTrace:
 
 
 def citation(source_md: Path) -> str:
-    """'github.com/owner/repo@commit' from the first 'github.com/owner/repo, commit <sha>' in a SOURCE.md."""
+    """'github.com/owner/repo@commit' from the first 'github.com/owner/repo, commit <sha>' in a SOURCE.md, or else
+    from its 'Repository: github.com/owner/repo' line and the first 40-digit commit after it."""
     text = source_md.read_text()
     m = re.search(r"github\.com/([\w.-]+/[\w.-]+?),?\s+commit\s+([0-9a-f]{40})", text)
+    if not m:
+        m = re.search(r"Repository:\s*github\.com/([\w-]+/[\w.-]+?)\s.*?\b([0-9a-f]{40})\b", text, re.DOTALL)
     if not m:
         raise ValueError(f"{source_md}: no 'github.com/<repo>, commit <sha>' line")
     return f"github.com/{m.group(1)}@{m.group(2)}"
@@ -843,12 +846,94 @@ def read_routing_counts(folder: Path) -> list[RealTrace]:
     return out
 
 
+def read_warp(folder: Path) -> list[RealTrace]:
+    """raw/tests/trace_kimi_300.jsonl (Kimi-Linear-48B-A3B, 300 decode steps, 26 MoE layers x 8 of 256) and
+    raw/tests/trace_olmoe_299.jsonl (OLMoE-1B-7B, 299 decode steps, 16 layers x 8 of 64): one line per decode step,
+    ``{"tok": n, "layers": [[ids], ...]}``, each layer's ids sorted (no top-k order), no weights; batch 1, one request
+    per file. The OLMoE file is that model's second trace and another phase (the routing counts stand for it)."""
+    out = []
+    for fname, name, model, E, L, rep, note in (
+        (
+            "trace_kimi_300.jsonl",
+            "kimi-linear-48b",
+            "Kimi-Linear-48B-A3B",
+            256,
+            26,
+            True,
+            "300 decode steps of one coding prompt, batch 1, greedy; 3-bit experts (warp's own container)",
+        ),
+        (
+            "trace_olmoe_299.jsonl",
+            "olmoe-1b-7b-decode",
+            "OLMoE-1B-7B",
+            64,
+            16,
+            False,
+            "299 decode steps of one prompt, batch 1, temperature 0.7 (the full sequence run again at each step)",
+        ),
+    ):
+        path = folder / "raw" / "tests" / fname
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        toks = [int(r["tok"]) for r in rows]
+        if toks != sorted(set(toks)):
+            raise ValueError(f"{path}: the 'tok' field does not increase from line to line")
+        for line, r in enumerate(rows, 1):
+            layers = r["layers"]
+            if len(layers) != L or any(len(x) != 8 or min(x) < 0 or max(x) >= E for x in layers):
+                raise ValueError(f"{path}: 'layers' is not {L} lists of 8 expert ids below {E} on line {line}")
+        ids = np.asarray([r["layers"] for r in rows], np.int64)  # [T, L, 8]
+        out.append(
+            RealTrace(
+                name=name,
+                folder=folder.name,
+                model=model,
+                num_experts=E,
+                top_k=8,
+                phase="decode",
+                citation=citation(folder / "SOURCE.md"),
+                ids=[ids],
+                representative=rep,
+                note=note,
+            )
+        )
+    return out
+
+
+def read_nemotron(folder: Path) -> list[RealTrace]:
+    """raw/nemotron3_decode_routing_trace.json: ``decode_topk_by_step`` [127 steps][23 MoE layers][6 ids of 128], in
+    the router's top-k order, no weights; one request (a 2,048-token prompt, then decode), batch 1, vLLM on a B200.
+    The 23 MoE layers follow one another among the model's MoE layers (Mamba and attention layers between them). The
+    prefill's active-expert sets (no per-token routing) are not read."""
+    path = folder / "raw" / "nemotron3_decode_routing_trace.json"
+    doc = json.loads(path.read_text())
+    shape = doc["shape"]
+    E, k, L = int(shape["experts"]), int(shape["top_k"]), int(shape["layers"])
+    ids = np.asarray(doc["decode_topk_by_step"], np.int64)  # [T, L, k]
+    if ids.ndim != 3 or ids.shape[1:] != (L, k) or ids.min() < 0 or ids.max() >= E:
+        raise ValueError(f"{path}: 'decode_topk_by_step' is not [steps][{L}][{k}] expert ids below {E}")
+    return [
+        RealTrace(
+            name="nemotron3-nano-30b",
+            folder=folder.name,
+            model="NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4",
+            num_experts=E,
+            top_k=k,
+            phase="decode",
+            citation=citation(folder / "SOURCE.md"),
+            ids=[ids],
+            note=f"{len(ids)} decode steps after a {shape['context_tokens']:,}-token prompt, batch 1 (vLLM, B200)",
+        )
+    ]
+
+
 READERS: dict[str, Callable[[Path], list[RealTrace]]] = {
     "deepseek-v2-lite-chat-puffin-prefill": read_deepseek,
     "flame-moe-290m-iter5473": read_flame,
     "llama4-maverick-17b-128e-mmlu": read_llama4,
     "qwen1.5-moe-a2.7b-chat-gsm8k": read_qwen,
     "olmoe-mixtral-routing-counts": read_routing_counts,
+    "warp-kimi-linear-olmoe-decode": read_warp,
+    "nemotron3-nano-30b-a3b-decode-plena": read_nemotron,
 }
 
 
