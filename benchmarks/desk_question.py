@@ -17,8 +17,8 @@ import argparse
 import dataclasses
 
 from hobbit.api import configure, read_trace, simulate_config, trace_file
-from hobbit.results_io import tok_s
-from hobbit.sim.machine import hardware_config
+from hobbit.catalogue.machine import hardware_config
+from hobbit.plumbing.results_io import tok_s
 
 MACHINE = {"gpu": "rtx4090", "pcie": "4x16", "ram": "128GB:ddr5-6000x2", "ssd": "7GB/s", "cpu_cores": "16"}
 RUNTIMES = {  # label -> (system preset, overrides): each as its users run it

@@ -53,7 +53,7 @@ print(json.dumps({"entries": times, "wall_s": time.perf_counter() - t0}))
 
 
 def measure(systems: list[str], walks: str = "") -> dict:
-    from hobbit.demo import bundled_trace
+    from hobbit.commands.demo import bundled_trace
 
     with tempfile.TemporaryDirectory(prefix="hobbit-numba-") as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache, "HOBBIT_WALK": walks}
@@ -82,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     first = show(f"systems {args.systems}", measure(args.systems.split(",")))
     if args.all:
-        from hobbit.published import system_presets
+        from hobbit.planner.published import system_presets
 
         every = show("every preset", measure(list(system_presets()), walks="general"))
         print(f"all_presets_compile_s={every:.1f}")

@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hobbit-plan-speed-") as tmp:
         os.environ["TMPDIR"] = tmp  # the synthetic routing is drawn into the system's temporary directory
         tempfile.tempdir = None  # so tempfile reads TMPDIR again
-        from hobbit.plan_command import plan_for, plan_table
+        from hobbit.planner.report import plan_table
+        from hobbit.planner.search import plan_for
 
         times = []
         for run in ("cold", "warm"):

@@ -130,7 +130,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from sim_speed import qwen_trace, repeated_trace
 
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
     from hobbit.sim.config import SimConfig
     from hobbit.sim.run import simulate
 

@@ -3,7 +3,7 @@
     python benchmarks/published.py [--csv FILE] [--rows 1,2,8] [--locality typical] [--seed 0]
 
 Each row (benchmarks/published/development.csv by default; any file with its columns) is read from its free text by
-``hobbit.published`` (model, file format, runtime and flags, machine, prompt) and predicted by ``hobbit.plan`` on
+``hobbit.planner.published`` (model, file format, runtime and flags, machine, prompt) and predicted by ``hobbit.planner.predict`` on
 synthetic routing (no trace of these models ships with the project). Prints one line per row (measured, predicted,
 error, what was assumed), the rows that could not be read or are not modelled and why, the error of every ratio of two
 settings on one machine, and ends with
@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hobbit.plan import predict_setting
-from hobbit.published import read_settings
+from hobbit.planner.predict import predict_setting
+from hobbit.planner.published import read_settings
 from hobbit.sim.config import ConfigError
 
 HERE = Path(__file__).resolve().parent

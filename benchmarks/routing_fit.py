@@ -1,14 +1,14 @@
-"""Routing locality of every real trace, and the synthetic knobs that reproduce it; writes conf/routing.yaml.
+"""Routing locality of every real trace, and the synthetic knobs that reproduce it; writes hobbit/catalogue/data/routing.yaml.
 
     python benchmarks/routing_fit.py [--write] [--real ../shared/real-traces]
 
 Reads each trace folder under ../shared/real-traces (relative to the project root; never copied into the project)
-with its reader in ``hobbit.traces.locality``, measures it (``measure``: next-token reuse, popularity skew,
+with its reader in ``hobbit.planner.real_traces``, measures it (``measure``: next-token reuse, popularity skew,
 cross-layer predictability, gate-weight concentration) and fits the ``SyntheticConfig`` knobs that reproduce it
 (``fit``: zipf, reuse, cross_layer jointly, by simulating the synthetic process at the trace's shape). Prints one
 markdown table, a row per trace. The routing-counts JSON (OLMoE, Mixtral) gives popularity only.
 
-``--write`` writes conf/routing.yaml: three locality presets (low, typical, high) and every trace's measurements.
+``--write`` writes hobbit/catalogue/data/routing.yaml: three locality presets (low, typical, high) and every trace's measurements.
 The presets are whole traces: among the traces that measure all three statistics (reuse, skew and cross-layer:
 consecutive MoE layers, per-request token order), stand for their model (``RealTrace.representative``) and hold at
 least ``PRESET_MIN_TOKENS`` tokens (a single prompt's few hundred decode steps show that prompt's locality, and
@@ -28,11 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from hobbit.traces.locality import Locality, RealTrace, fit, read_real, simulated_stats, unread_folders
+from hobbit.planner.locality import Locality, fit, simulated_stats
+from hobbit.planner.real_traces import RealTrace, read_real, unread_folders
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / ".." / "shared" / "real-traces"
-OUT = ROOT / "conf" / "routing.yaml"
+OUT = ROOT / "hobbit" / "catalogue" / "data" / "routing.yaml"
 PRESETS = ("low", "typical", "high")
 PRESET_MIN_TOKENS = 1000  # a preset trace's tokens at the least (module docstring)
 
@@ -140,7 +141,7 @@ def render_yaml(
     out = [
         "# Synthetic routing locality presets (SyntheticConfig knobs), fitted to the real traces in",
         "# ../shared/real-traces. Written by `python benchmarks/routing_fit.py --write`: rerun it, do not edit.",
-        "# Statistics and fit: hobbit/traces/locality.py (measure, fit); each trace's SOURCE.md cited as",
+        "# Statistics and fit: hobbit/planner/locality.py (measure, fit); each trace's SOURCE.md cited as",
         "# repository@commit. reuse: mean over layers of the fraction of a token's k experts that the previous",
         "# token of the request used at the same layer; skew: share of a layer's selections taken by its top 10 %",
         "# of experts (0.1 if uniform), mean over layers; cross_layer: fraction of a token's experts at layer l",
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(r, key=lambda s: abs(r[s]))
             print(f"  {name}: {worst} {r[worst]:+.4f}")
     for name in unread_folders(args.real):
-        print(f"\n{name}: no reader in hobbit.traces.locality (not measured)")
+        print(f"\n{name}: no reader in hobbit.planner.real_traces (not measured)")
     if args.write:
         OUT.write_text(render_yaml(rows, presets, residuals))
         print(f"wrote {OUT.relative_to(ROOT)}")

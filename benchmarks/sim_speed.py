@@ -126,7 +126,7 @@ def rate(trace, cfg, engine: str, repeats: int) -> tuple[float, float, Results]:
 
 
 def main() -> None:
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
     from hobbit.sim.config import SimConfig
     from hobbit.sim.run import simulate
 
@@ -212,7 +212,7 @@ def main() -> None:
             f"(the trace's arrays: {own / 2**20:.0f} MiB)"
         )
     if args.systems:
-        from hobbit.compare import all_systems
+        from hobbit.studies.compare import all_systems
 
         names = all_systems() if args.systems == "all" else args.systems.split(",")
         print(f"every system, compiled core, token-layers/s (fresh layout, median of {args.repeats}):")

@@ -6,10 +6,10 @@ Runs one ``hobbit sim -m`` sweep of the bundled trace, a T1 x T2 x cache split x
 (5 x 4 x 2 x 5 = 200 points by default; result cache off), once with ``hydra.launcher.n_jobs=1``
 and once with ``n_jobs=2``, each in a fresh process, timed from the command's start to its end
 (imports, Hydra, the workers' start and every run directory written included). The ``hobbit``
-sweeper (hobbit/sweeper.py) launches chunks of configurations, each composed once. A 4-point sweep
+sweeper (hobbit/plumbing/sweeper.py) launches chunks of configurations, each composed once. A 4-point sweep
 per worker count measures the fixed part (the process, imports, Hydra, the workers' start, the
 trace read); the rate beyond it is printed too. The sweep's launcher is ``hobbit sim``'s default (``hobbit``:
-workers forked from the launching process, hobbit/launcher.py) unless ``--launcher`` names another
+workers forked from the launching process, hobbit/plumbing/launcher.py) unless ``--launcher`` names another
 (``joblib``: fresh worker processes through loky, which inherit nothing the launching process read). Ends with
 ``configs_per_min=<f> ratio_2_workers=<f>``: the one-worker rate and the two-worker rate over it, whole commands
 (targets: 300 / min and 1.9x). The line before it gives what two workers could reach in this run if the

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import libcachesim as lcs
 
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
     from hobbit.sim.config import SimConfig
     from hobbit.sim.run import simulate
 

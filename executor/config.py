@@ -31,7 +31,7 @@ class QualityConfig:
         "batch_size": ">=1",
     }
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"checkpoint": "in", "text": "in", "out_dir": "outdir"}
 
     checkpoint: str | None = None
@@ -98,7 +98,7 @@ class ExecConfig:
 class CalibrateConfig(ExecConfig):
     """Knobs of ``hobbit calibrate``."""
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"checkpoint": "in", "out_dir": "outdir"}
 
     name: str | None = None
@@ -116,7 +116,7 @@ class ValidateConfig(ExecConfig):
         "replays": ">=2",
     }
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {
         "trace": "in",
         "profile": "in",

@@ -10,7 +10,7 @@ sweep's launching process do not import numba, pandas or pyarrow before they nee
 Importing ``hobbit`` (or any of its libraries) changes nothing outside it. ``configure_runtime()`` makes the
 process-wide settings the command line makes at its start: pyarrow's memory pool (jemalloc on Linux, unless
 ``ARROW_DEFAULT_MEMORY_POOL`` chooses; ``hobbit.traces.schema.use_jemalloc_pool``) and a shortcut in Hydra's
-start of an app (``hobbit.glue.patch_hydra``). Call it once, early, in a program that reads many traces.
+start of an app (``hobbit.plumbing.glue.patch_hydra``). Call it once, early, in a program that reads many traces.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 def configure_runtime() -> None:
     """What the command line sets for its whole process before it runs a command (module docstring): pyarrow's
     memory pool and Hydra's mode shortcut. Idempotent."""
-    from hobbit.glue import configure_runtime as configure
+    from hobbit.plumbing.glue import configure_runtime as configure
 
     configure()
 

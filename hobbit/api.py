@@ -27,9 +27,9 @@ import numpy as np
 from tqdm import tqdm
 
 from hobbit.analysis.aggregate import flatten
-from hobbit.glue import compose, with_overrides
-from hobbit.guard import guard
-from hobbit.results_io import write_results
+from hobbit.plumbing.glue import compose, with_overrides
+from hobbit.plumbing.guard import guard
+from hobbit.plumbing.results_io import write_results
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, check_system
 from hobbit.sim.flags import apply_flags
 from hobbit.sim.memory import check_placement, fit
@@ -270,7 +270,7 @@ def preload(cfg: SimConfig) -> None:
     """What ``simulate_config(read_trace(cfg.trace), cfg)`` loads, without the run: the trace (and ``cfg.profile_trace``)
     read, laid out for replay as the run lays it out, and the engine's compiled code loaded by a run of ``cfg`` over the
     trace's first ``PRELOAD_REQUESTS`` requests. A process that then forks workers (a sweep's launcher,
-    ``hobbit.launcher``) hands them all of it, so they neither read, lay out nor load it again: one copy of the trace's
+    ``hobbit.plumbing.launcher``) hands them all of it, so they neither read, lay out nor load it again: one copy of the trace's
     arrays for every worker (shared, copy-on-write)."""
     if cfg.window_tokens:  # a trace read a window at a time is never held whole: each worker reads its own windows
         return

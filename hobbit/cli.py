@@ -3,7 +3,7 @@
 Each command is a Hydra app over ``conf/`` (``-m`` sweeps, ``--help`` lists its knobs,
 ``--cfg job`` prints the composed config). Exit codes: 0 ok, 2 bad input, 1 a bug.
 
-``main`` makes the process-wide settings a command runs with (``hobbit.glue.configure_runtime``:
+``main`` makes the process-wide settings a command runs with (``hobbit.plumbing.glue.configure_runtime``:
 pyarrow's memory pool, Hydra's mode shortcut) before anything else; the library, imported,
 changes neither.
 """
@@ -19,75 +19,83 @@ from pathlib import Path
 
 from hydra._internal.utils import get_args_parser
 
-from hobbit.glue import STATE, configure_runtime, fail, pipe_closed, quick_exit
-from hobbit.guard import PathError, check_output
+from hobbit.plumbing.glue import STATE, configure_runtime, fail, pipe_closed, quick_exit
+from hobbit.plumbing.guard import PathError, check_output
 
 # name -> (module, function, one-line description). A command's module is imported only to run
 # it (as pip does with its commands), so `hobbit sim` never loads torch and --help is quick.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "capture": (
-        "hobbit.trace_commands",
+        "hobbit.commands.trace",
         "capture_main",
         "record routing traces from a Hugging Face MoE model's live inference",
     ),
     "convert": (
-        "hobbit.trace_commands",
+        "hobbit.commands.trace",
         "convert_main",
         "convert FLAME-MoE / vLLM / JSONL / llama.cpp moe-trace CSV / TEC routing logs into a trace",
     ),
     "export": (
-        "hobbit.trace_commands",
+        "hobbit.commands.trace",
         "export_main",
         "write a trace as generic JSONL, llama.cpp moe-trace CSV or a TEC router trace",
     ),
     "trace-info": (
-        "hobbit.trace_commands",
+        "hobbit.commands.trace",
         "trace_info_main",
         "statistics of a trace: load, reuse, lookahead accuracy (--json)",
     ),
     "hardware": (
-        "hobbit.hardware_command",
+        "hobbit.commands.hardware",
         "hardware_main",
         "a machine's hardware config from what you know of it (gpu=, pcie=, ram=, ssd=): derived, cited, written",
     ),
-    "sim": ("hobbit.sim_commands", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
-    "tune": ("hobbit.tune_command", "tune_main", "search T1/T2, cache split and cache weights with Optuna (resumable)"),
+    "sim": ("hobbit.commands.sim", "sim_main", "simulate a system replaying a trace on modelled hardware (-m sweeps)"),
+    "tune": (
+        "hobbit.commands.tune",
+        "tune_main",
+        "search T1/T2, cache split and cache weights with Optuna (resumable)",
+    ),
     "quality": (
-        "hobbit.executor_commands",
+        "hobbit.commands.executor",
         "quality_main",
         "perplexity, top-1 agreement and KL of mixed precision vs full",
     ),
     "calibrate": (
-        "hobbit.executor_commands",
+        "hobbit.commands.executor",
         "calibrate_main",
         "measure this machine through the executor; write a hardware profile",
     ),
     "validate": (
-        "hobbit.executor_commands",
+        "hobbit.commands.executor",
         "validate_main",
         "simulate and replay the same decisions; report the per-token error",
     ),
     "compare": (
-        "hobbit.compare",
+        "hobbit.commands.compare",
         "compare_main",
         "every system and HOBBIT tuned for it on your trace and machine, ranked (compare.md/.json/.png)",
     ),
     "plan": (
-        "hobbit.plan_command",
+        "hobbit.commands.plan",
         "plan_main",
         "each runtime's best flags for a model on your machine, and its predicted prefill and decode tok/s, ranked",
     ),
     "reproduce": (
-        "hobbit.reproduce",
+        "hobbit.commands.reproduce",
         "reproduce_main",
         "HOBBIT's Table 2 grid on the bundled models' workloads, beside the paper's numbers",
     ),
     "report": (
-        "hobbit.report_command",
+        "hobbit.commands.report",
         "report_main",
         "aggregate a run or multirun dir into runs.parquet, plots and report.md",
     ),
-    "demo": ("hobbit.demo", "demo_main", "the main job on the bundled defaults; prints where results and plots went"),
+    "demo": (
+        "hobbit.commands.demo",
+        "demo_main",
+        "the main job on the bundled defaults; prints where results and plots went",
+    ),
 }
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
@@ -205,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:  # `hobbit sim --help | head`: Hydra prints the help outside the task
         pipe_closed()
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (hobbit.glue): the writers have cleaned up on the way out
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (hobbit.plumbing.glue): the writers have cleaned up on the way out
         print("hobbit: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
 

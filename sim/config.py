@@ -1,7 +1,7 @@
 """Typed configs of the simulator: model, hardware, system (frozen dataclasses).
 
 Hydra composes ``conf/{model,hardware,system}/*.yaml`` over these schemas (registered in
-its ConfigStore by the application layer, ``hobbit.glue``); the core never sees a ``DictConfig``. Units are in the
+its ConfigStore by the application layer, ``hobbit.plumbing.glue``); the core never sees a ``DictConfig``. Units are in the
 names: ``_bytes``, ``_s``, ``_gbps`` (1e9 bytes/s), ``_tflops`` (1e12 flop/s).
 """
 
@@ -283,7 +283,7 @@ class HardwareConfig:
     shared DRAM bandwidth."""
     cpu_tflops: float = 1.0
     """The host CPU's throughput on compute-bound expert work, TFLOP/s (``cpu=`` gives its fp32 vector FMA peak,
-    conf/parts.yaml; a runtime's kernels reach ``system.cpu_flops_efficiency`` of it)."""
+    hobbit/catalogue/data/parts.yaml; a runtime's kernels reach ``system.cpu_flops_efficiency`` of it)."""
     cpu_mem_gbps: float = 60.0
     """The host CPU's memory bandwidth, GB/s (every NUMA node's together)."""
     numa_nodes: int = 1
@@ -657,7 +657,7 @@ def check_system(s: SystemConfig) -> None:
 class SimConfig:
     """``hobbit sim``: one trace x model x hardware x system run (conf/sim.yaml)."""
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "profile_trace": "in", "out_dir": "outdir", "cache_dir": "cache"}
     LIMITS: ClassVar[dict[str, str]] = {"profile_share": "[0,1)", "context": ">=0", "window_tokens": ">=0"}
 
@@ -699,5 +699,5 @@ class SimConfig:
     timeline_tokens: str = "0:64"
     """The passes the timeline keeps, A:B (a decode token is a pass, a prefill one; ':' for all)."""
     sweep_chunk: str | None = None
-    """Set by the sweeper (hobbit/sweeper.py): a file of the sweep points this job runs (hydra.sweeper.chunk_size
+    """Set by the sweeper (hobbit/plumbing/sweeper.py): a file of the sweep points this job runs (hydra.sweeper.chunk_size
     of them)."""

@@ -13,20 +13,100 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hobbit.sim.config import ConfigError, SystemConfig
 
 RUNTIMES = ("", "llama.cpp", "ik_llama.cpp", "ktransformers")
-# flags taking a value that this simulator does not model (they change speed through what the hardware figures
-# already describe, or batch sizes of a prefill, which the trace's passes fix)
-_UNMODELLED_VALUE = {
-    "-t", "--threads", "-tb", "--threads-batch", "-m", "--model",
-    "--host", "--port", "-np", "--parallel", "-n", "--n-predict", "-p", "--prompt",
-    "--temp", "--seed", "-s", "--numa", "-a", "--alias",
-}  # fmt: skip
-_UNMODELLED_SWITCH = {"--jinja", "--mlock", "-fmoe", "--fused-moe", "-rtr", "--run-time-repack", "--no-warmup", "-cnv"}
 KV_TYPES = {"f16": 16.0, "bf16": 16.0, "f32": 32.0, "q8_0": 8.5, "q4_0": 4.5, "q4_1": 5.0, "q5_0": 5.5, "q5_1": 6.0}
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """One runtime's command line, the only table of its flags: what ``apply_flags`` runs and what the reader of
+    published measurements (``hobbit.planner.published_flags``) finds in prose."""
+
+    values: Mapping[str, str]
+    """Every spelling of a flag that takes a value -> the flag's canonical spelling."""
+    switches: Mapping[str, str]
+    """Likewise, the flags that take none."""
+    unmodelled: frozenset[str]
+    """Canonical flags accepted but not modelled: they change speed only through what the hardware figures already
+    describe (threads, flash attention), or change nothing this simulator models (the server, sampling)."""
+    quiet: frozenset[str] = frozenset()
+    """Of those, the flags a measurement does not depend on at all (the model's path, the server, sampling): a
+    published row's are dropped without a word."""
+    ints: frozenset[str] = frozenset()
+    """Canonical flags whose value is a whole number."""
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """llama.cpp's ``LLAMA_ARG_<NAME>`` environment variables -> canonical flags."""
+
+    def canonical(self, word: str) -> str | None:
+        """The canonical spelling of a flag (None: not one of this runtime's)."""
+        return self.values.get(word) or self.switches.get(word)
+
+
+def _spellings(*groups: tuple[str, ...]) -> dict[str, str]:
+    """Each group's spellings -> its first (the canonical one)."""
+    return {spelling: group[0] for group in groups for spelling in group}
+
+
+# llama.cpp's common/arg.cpp (ggml-org/llama.cpp) and the expert-cache PR #27861; ik_llama.cpp takes the same
+LLAMA = Grammar(
+    values=_spellings(
+        ("-ngl", "--n-gpu-layers", "--gpu-layers"), ("--n-cpu-moe", "-ncmoe"), ("-ot", "--override-tensor"),
+        ("-c", "--ctx-size"), ("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v"), ("-ub", "--ubatch-size"),
+        ("-b", "--batch-size"), ("--moe-expert-cache",), ("--moe-expert-cache-inserts",), ("-t", "--threads"),
+        ("-tb", "--threads-batch"), ("--numa",), ("-m", "--model"), ("--host",), ("--port",), ("-np", "--parallel"),
+        ("-n", "--n-predict"), ("-p", "--prompt"), ("--temp",), ("--seed", "-s"), ("-a", "--alias"),
+        ("-hf", "--hf-repo"),
+    ),
+    switches=_spellings(
+        ("--cpu-moe", "-cmoe"), ("--no-mmap",), ("--mmap",), ("--no-op-offload", "-nopo"), ("-fa", "--flash-attn"),
+        ("-fmoe", "--fused-moe"), ("-rtr", "--run-time-repack"), ("--mlock",), ("--jinja",), ("--no-warmup",),
+        ("-cnv",),
+    ),
+    unmodelled=frozenset({
+        "-t", "-tb", "--numa", "-m", "--host", "--port", "-np", "-n", "-p", "--temp", "--seed", "-a", "-hf", "-fa",
+        "-fmoe", "-rtr", "--mlock", "--jinja", "--no-warmup", "-cnv",
+    }),
+    quiet=frozenset({"-m", "--host", "--port", "-p", "-n", "--temp", "--seed", "-np", "-a", "-hf", "--jinja",
+                     "--no-warmup", "-cnv"}),
+    ints=frozenset({"-ngl", "--n-cpu-moe", "-c", "-ub", "-b", "--moe-expert-cache", "--moe-expert-cache-inserts",
+                    "-t", "-tb"}),
+    env={
+        "N_CPU_MOE": "--n-cpu-moe", "CPU_MOE": "--cpu-moe", "OVERRIDE_TENSOR": "-ot", "N_GPU_LAYERS": "-ngl",
+        "CTX_SIZE": "-c", "UBATCH": "-ub", "BATCH": "-b", "CACHE_TYPE_K": "-ctk", "CACHE_TYPE_V": "-ctv",
+        "NO_MMAP": "--no-mmap", "FLASH_ATTN": "-fa", "THREADS": "-t", "THREADS_BATCH": "-tb",
+    },
+)  # fmt: skip
+
+# KTransformers' kt-kernel through SGLang (kvcache-ai/sglang's server_args.py and kt_ep_wrapper.py; docs/references.md,
+# Systems compared). Its flags have one spelling each (the three of the CPU threads are three flags).
+_KT_MODELLED = (
+    "--kt-num-gpu-experts", "--kt-gpu-experts-ratio", "--kt-expert-placement-strategy", "--chunked-prefill-size",
+    "--chunk_size", "--kt-method", "--kt-max-deferred-experts-per-token", "--kt-enable-dynamic-expert-update",
+    "--kt-gpu-prefill-token-threshold",
+)  # fmt: skip
+_KT_THREADS = ("--kt-cpuinfer", "--cpu_infer", "--cpu-infer", "--kt-threadpool-count", "--cache_lens")
+_KT_SERVER = (
+    "--max_new_tokens", "--kt-weight-path", "--model", "--model-path", "--port", "--host", "--mem-fraction-static",
+    "--max-running-requests", "--max-total-tokens", "--tp", "--tp-size", "--attention-backend",
+    "--served-model-name", "--gguf_path", "--model_path",
+)  # fmt: skip
+_KT_SWITCHES = ("--trust-remote-code", "--disable-shared-experts-fusion", "--enable-mixed-chunk", "--no-use_cuda_graph")
+KTRANSFORMERS = Grammar(
+    values={f: f for f in (*_KT_MODELLED, *_KT_THREADS, *_KT_SERVER)},
+    switches={f: f for f in _KT_SWITCHES},
+    unmodelled=frozenset((*_KT_THREADS, *_KT_SERVER, *_KT_SWITCHES)),
+    quiet=frozenset(
+        (*_KT_SERVER, *_KT_SWITCHES, "--kt-enable-dynamic-expert-update", "--kt-gpu-prefill-token-threshold")
+    ),
+    ints=frozenset({"--kt-num-gpu-experts", "--kt-max-deferred-experts-per-token"}),
+)
+GRAMMARS: dict[str, Grammar] = {"llama.cpp": LLAMA, "ik_llama.cpp": LLAMA, "ktransformers": KTRANSFORMERS}
+"""Each runtime's grammar, by ``system.runtime``."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +146,15 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
         raise ConfigError(f"system.flags='{system.flags}': {exc}") from None
     if system.runtime == "ktransformers":
         return _ktransformers(system, args, num_experts)
+    knobs, cpu_layers, whole, unmodelled = _read_llama(system, args, num_layers, dense_layers)
+    return _settle_llama(system, knobs, cpu_layers, whole, unmodelled, num_layers)
+
+
+def _read_llama(
+    system: SystemConfig, args: list[str], num_layers: int, dense_layers: int
+) -> tuple[dict, set[int], int, list[str]]:
+    """The llama.cpp family's flags read one by one (``LLAMA``'s spellings): the knobs they set, the MoE layers whose
+    experts they keep on the CPU, the layers -ngl leaves whole on the CPU, and the flags not modelled."""
     knobs: dict = {}
     cpu_layers: set[int] = set()
     whole = 0  # -ngl: the first MoE layers run whole on the CPU
@@ -81,14 +170,15 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
         a, _, inline = args[i].partition("=") if args[i].startswith("--") else (args[i], "", "")
         if inline:  # --flag=value
             args[i : i + 1] = [a, inline]
-        if a in ("--n-cpu-moe", "-ncmoe"):  # blocks 0..N-1 (common/arg.cpp: one llm_ffn_exps_block_regex(i) per
+        c = LLAMA.canonical(a)
+        if c == "--n-cpu-moe":  # blocks 0..N-1 (common/arg.cpp: one llm_ffn_exps_block_regex(i) per
             # block), so dense-first blocks, which have no expert tensors, count towards N
             knobs["n_cpu_moe"] = max(_int(a, value(a)) - dense_layers, 0)
             i += 2
-        elif a in ("--cpu-moe", "-cmoe"):
+        elif c == "--cpu-moe":
             cpu_layers |= set(range(num_layers))
             i += 1
-        elif a in ("-ot", "--override-tensor"):
+        elif c == "-ot":
             for rule in value(a).split(","):
                 pattern, _, buffer = rule.rpartition("=")
                 layers = _tensor_layers(pattern, num_layers, dense_layers) if pattern else None
@@ -100,45 +190,45 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
                     )
                 cpu_layers |= layers
             i += 2
-        elif a in ("-ngl", "--n-gpu-layers", "--gpu-layers"):
+        elif c == "-ngl":
             # the last N of the n_layer blocks go to the GPU (llama-model.cpp: i_gpu_start = n_layer - n_gpu_layers),
             # the first run whole on the CPU; dense-first blocks come first, so they leave the GPU first
             whole = max(num_layers - _int(a, value(a)), 0)  # n_layer - ngl blocks, less the dense-first ones
             i += 2
-        elif a in ("--no-op-offload", "-nopo"):  # host-weight products stay on the CPU at any batch
+        elif c == "--no-op-offload":  # host-weight products stay on the CPU at any batch
             knobs["offload_min_batch"] = 0
             i += 1
-        elif a == "--no-mmap":
+        elif c == "--no-mmap":
             knobs["host_load"] = "load"
             i += 1
-        elif a == "--mmap":
+        elif c == "--mmap":
             knobs["host_load"] = "mmap"
             i += 1
-        elif a in ("-c", "--ctx-size"):
+        elif c == "-c":
             knobs["kv_context"] = _int(a, value(a))
             i += 2
-        elif a in ("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+        elif c in ("-ctk", "-ctv"):
             if value(a) not in KV_TYPES:
                 raise ConfigError(f"system.flags: {a} {value(a)} is not one of {', '.join(KV_TYPES)}")
-            knobs["kv_k" if a in ("-ctk", "--cache-type-k") else "kv_v"] = value(a)
+            knobs["kv_k" if c == "-ctk" else "kv_v"] = value(a)
             i += 2
-        elif a in ("-ub", "--ubatch-size", "-b", "--batch-size"):
-            knobs["ubatch" if a in ("-ub", "--ubatch-size") else "batch"] = _int(a, value(a))
+        elif c in ("-ub", "-b"):
+            knobs["ubatch" if c == "-ub" else "batch"] = _int(a, value(a))
             i += 2
-        elif a == "--moe-expert-cache":
+        elif c == "--moe-expert-cache":
             knobs["cache"] = dataclasses.replace(system.cache, layer_slots=_int(a, value(a)))
             i += 2
-        elif a == "--moe-expert-cache-inserts":
+        elif c == "--moe-expert-cache-inserts":
             knobs["cpu_insert"] = _int(a, value(a))
             i += 2
-        elif a in ("-fa", "--flash-attn"):  # a switch in older builds, on|off|auto in newer ones
+        elif c == "-fa":  # a switch in older builds, on|off|auto in newer ones
             takes = i + 1 < len(args) and args[i + 1] in ("on", "off", "auto")
             unmodelled.append(f"{a} {args[i + 1]}" if takes else a)
             i += 2 if takes else 1
-        elif a in _UNMODELLED_VALUE:
+        elif c in LLAMA.unmodelled and c in LLAMA.values.values():
             unmodelled.append(f"{a} {value(a)}")
             i += 2
-        elif a in _UNMODELLED_SWITCH:
+        elif c in LLAMA.unmodelled:
             unmodelled.append(a)
             i += 1
         else:
@@ -146,6 +236,14 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
                 f"system.flags: {args[i]} is not a {system.runtime} flag this simulator knows (fix: drop it, or one "
                 f"of --n-cpu-moe, --cpu-moe, -ot, -ngl, --no-mmap, -c, -ctk, -ctv, -ub, -b, --moe-expert-cache)"
             )
+    return knobs, cpu_layers, whole, unmodelled
+
+
+def _settle_llama(
+    system: SystemConfig, knobs: dict, cpu_layers: set[int], whole: int, unmodelled: list[str], num_layers: int
+) -> Flags:
+    """What the llama.cpp family's flags set, together: -ngl's whole layers (refused beside the expert flags), the CPU
+    layers of --n-cpu-moe, --cpu-moe and -ot as one set, -b's cap on -ub, the KV cache's bits."""
     if whole:  # -ngl below the layer count: the first layers run whole on the CPU
         if system.placement != "static":
             raise ConfigError(
@@ -184,15 +282,6 @@ def _int(flag: str, text: str) -> int:
     return n
 
 
-# KTransformers' kt-kernel through SGLang (kvcache-ai/sglang's server_args.py and kt_ep_wrapper.py; docs/references.md,
-# Systems compared): flags that only size threads, buffers or the server
-_KT_UNMODELLED = {
-    "--kt-cpuinfer", "--cpu_infer", "--cpu-infer", "--kt-threadpool-count",
-    "--cache_lens", "--max_new_tokens", "--kt-weight-path", "--model", "--model-path", "--port", "--host",
-    "--mem-fraction-static", "--max-running-requests", "--max-total-tokens", "--tp", "--tp-size",
-    "--attention-backend", "--trust-remote-code", "--served-model-name", "--gguf_path", "--model_path",
-}  # fmt: skip
-_KT_SWITCHES = {"--trust-remote-code", "--disable-shared-experts-fusion", "--enable-mixed-chunk", "--no-use_cuda_graph"}
 # --kt-method: the CPU experts' format (AMX formats are converted files; LLAMAFILE keeps the GGUF's types)
 _KT_METHODS = {"AMXINT4": "int4", "AMXINT8": "int8", "LLAMAFILE": "", "BF16": "bf16", "FP8": "fp8", "RAWINT4": "int4"}
 
@@ -209,7 +298,7 @@ def _ktransformers(system: SystemConfig, args: list[str], num_experts: int) -> F
         if inline:
             args[i : i + 1] = [a, inline]
         val = args[i + 1] if i + 1 < len(args) else None
-        if a in _KT_SWITCHES:
+        if a in KTRANSFORMERS.switches:
             unmodelled.append(a)
             i += 1
             continue
@@ -245,7 +334,7 @@ def _ktransformers(system: SystemConfig, args: list[str], num_experts: int) -> F
                 f"system.flags: {a}: the GPU's experts swapped for a large prefill's most used ones is not modelled "
                 f"(fix: drop it; --kt-expert-placement-strategy frequency keeps the profiling requests' most used)"
             )
-        elif a in _KT_UNMODELLED:
+        elif a in KTRANSFORMERS.unmodelled:
             unmodelled.append(f"{a} {val}")
         else:
             raise ConfigError(

@@ -353,3 +353,35 @@ def check_placement(fit_: MemoryFit, model: ModelConfig, hw: HardwareConfig, sys
         check_static(fit_, model, hw, system.n_cpu_moe, layers)
     elif system.gpu_experts:
         check_gpu_experts(fit_, model, hw, system.gpu_experts, layers)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """A finished run's memory as its user sees it. Sizes in bytes."""
+
+    gpu_bytes: int  # device memory taken: resident weights, the KV cache and the experts kept on the device
+    host_bytes: int  # host RAM its host-side experts take (what does not fit stays on the SSD)
+    ssd_share: float  # the share of host-side expert reads served from the SSD
+
+
+def footprint(summary: dict, system: SystemConfig, hw: HardwareConfig, num_layers: int, num_experts: int) -> Footprint:
+    """The memory of the run whose results.json is ``summary``, under ``system`` with its flags applied: the experts
+    it keeps on the device are a static placement's GPU layers, a pinned set's experts (``gpu_experts`` with every
+    miss computed on the CPU), a per-layer cache's slots, or the cache's pools."""
+    m = summary["memory"]
+    expert = m["expert_bytes"]
+    L, E = num_layers, num_experts
+    if system.placement == "static":
+        kept = (L - len(summary.get("placement", {}).get("cpu_moe_layers", []))) * E * expert
+    elif system.cpu_misses == "always" and not system.cpu_insert:  # nothing cached: the pinned experts
+        kept = system.gpu_experts * L * expert
+    elif system.cache.layer_slots and system.cache.per_layer:
+        kept = min(system.cache.layer_slots, E) * L * expert
+    else:
+        kept = summary["cache"]["high_bytes"] + summary["cache"]["low_bytes"]
+    gpu = int(m["resident_bytes"] + m["kv_bytes"] + kept)
+    host = m["host_expert_bytes"]
+    if hw.expert_source == "ssd":  # the machine reads experts off the GPU from its SSD (HOBBIT's Jetson setting)
+        return Footprint(gpu, 0, 1.0 if host else 0.0)
+    ram = max(m["host_bytes"] - hw.host_reserve_bytes, 0) if m["host_bytes"] else host
+    return Footprint(gpu, int(min(host, ram)), 1.0 - float(m["ram_share"]))

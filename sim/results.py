@@ -44,6 +44,8 @@ import numpy as np
 
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
 from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SERVED_NAMES, SKIPPED, Decisions
+from hobbit.sim.flags import apply_flags
+from hobbit.sim.memory import Footprint, footprint
 from hobbit.sim.policies.precision import hobbit_classes, rule_mix
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
@@ -58,7 +60,7 @@ Columns = dict[str, np.ndarray]
 @dataclass
 class Results:
     """``summary`` is results.json; ``passes`` and ``layers`` are the Parquet tables, as DataFrames built on first
-    use from ``pass_columns`` and ``layer_columns`` (what ``hobbit.results_io`` writes, through pyarrow)."""
+    use from ``pass_columns`` and ``layer_columns`` (what ``hobbit.plumbing.results_io`` writes, through pyarrow)."""
 
     summary: dict[str, Any]
     pass_columns: Columns
@@ -234,3 +236,60 @@ def summarise(
     dm, bm = summary["decode_ms_per_token"]["mean"], summary["bound"]["decode_ms_per_token"]
     summary["gap_to_bound"] = dm / bm if dm is not None and bm else None
     return Results(summary, passes, layer_table(wl.num_layers, phase, dec, tl, trace.meta.layers), dec, tl)
+
+
+@dataclass(frozen=True)
+class Account:
+    """What a finished run takes and what bounds it, as a user would be told (``account``)."""
+
+    footprint: Footprint
+    bound_by: str
+
+
+def account(summary: dict, system: SystemConfig, model: ModelConfig, hw: HardwareConfig) -> Account:
+    """The memory the run whose results.json is ``summary`` takes, and what its decode time goes to in plain words (the
+    SSD, the link, the CPU's memory or the GPU). ``system``: as configured (its flags are applied here)."""
+    applied = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts).system
+    fp = footprint(summary, applied, hw, model.num_layers, model.num_experts)
+    return Account(fp, bound_by(summary, applied, hw, model.num_layers, model.num_experts, fp.ssd_share))
+
+
+def bound_by(summary: dict, system: SystemConfig, hw: HardwareConfig, layers: int, experts: int, ssd: float) -> str:
+    """What the decode time of the run whose results.json is ``summary`` goes to (``system``: its flags applied;
+    ``ssd``: the share of host-side expert reads from the SSD, ``Footprint.ssd_share``)."""
+    s, L, E = summary, layers, experts
+    ms = s["decode_ms_per_token"]["mean"]
+    slots = s["cache"]["high_slots"] + s["cache"]["low_slots"]
+    cpu_layers = len(s.get("placement", {}).get("cpu_moe_layers", [])) if system.placement == "static" else 0
+    if system.placement == "static":
+        off_gpu = cpu_layers > 0
+    elif system.gpu_experts and system.cpu_misses == "always":
+        off_gpu = system.gpu_experts < E
+    else:
+        off_gpu = slots < L * E
+    if not off_gpu:
+        return "GPU-bound: every expert on the GPU"
+    if hw.expert_source == "ssd":
+        return f"SSD-bound: experts off the GPU are read from the SSD ({hw.ssd_gbps:g} GB/s)"
+    if ssd > 0.01:
+        return (
+            f"SSD-bound: {ssd:.0%} of the host-side experts' reads page in from the SSD "
+            f"({hw.ssd_fault_gbps or hw.ssd_gbps:g} GB/s)"
+        )
+    if cpu_layers:
+        return f"CPU-memory-bound: the experts of {cpu_layers} of {L} layers run on the CPU ({hw.cpu_mem_gbps:g} GB/s)"
+    if 0 < system.gpu_experts < E and system.cpu_misses == "always":
+        return (
+            f"CPU-memory-bound: {E - min(system.gpu_experts, E)} of {E} experts per layer run on the CPU "
+            f"({hw.cpu_mem_gbps:g} GB/s)"
+        )
+    if system.cpu_misses != "never":
+        held = f"{slots // L} of {E} experts per layer" if slots >= L else f"{slots} of {L * E} experts"
+        return f"CPU-memory-bound: the GPU's cache holds {held}; misses run on the CPU ({hw.cpu_mem_gbps:g} GB/s)"
+    stall = s["stall_ms_per_token"] / ms if ms else 0.0
+    if stall > 0.25 or s["link_busy_fraction"] > 0.5:
+        return (
+            f"link-bound: expert copies over the link ({hw.link_gbps:g} GB/s) keep it busy "
+            f"{s['link_busy_fraction']:.0%} of the time; {stall:.0%} of each token waits for them"
+        )
+    return f"GPU-bound: {s['hit_rate']:.0%} of expert uses served from GPU memory without waiting for a copy"

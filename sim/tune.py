@@ -40,7 +40,7 @@ class TuneConfig:
 
     LIMITS: ClassVar[dict[str, str]] = {"trials": ">=1", "quality_budget": "[0,1]", "window_tokens": ">=0"}
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "study": "state", "out_dir": "outdir"}
 
     trace: str | None = None

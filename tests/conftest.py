@@ -83,7 +83,7 @@ def prompts_file(tmp_path_factory) -> Path:
 def run_cli(args: list[str]) -> int:
     """Run ``hobbit`` in-process; returns the exit code (0 when it returns)."""
     from hobbit.cli import main
-    from hobbit.glue import STATE
+    from hobbit.plumbing.glue import STATE
 
     STATE.started = False
     try:

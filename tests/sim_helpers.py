@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hobbit.glue import compose
+from hobbit.plumbing.glue import compose
 from hobbit.sim.config import SimConfig
 from hobbit.sim.workload import Workload
 from hobbit.traces.io import Trace, read_trace

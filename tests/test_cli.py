@@ -175,6 +175,12 @@ def test_wheel_from_a_clean_copy_simulates_in_an_environment_of_its_own(tmp_path
         "sim/fast/special.py",
         "cli.py",
         "__main__.py",
+        "catalogue/data/parts.yaml",
+        "catalogue/data/routing.yaml",
+        "planner/search.py",
+        "commands/plan.py",
+        "plumbing/glue.py",
+        "studies/compare.py",
     ]:
         assert (site / "hobbit" / must).is_file() and not (site / "hobbit" / must).is_symlink(), must
     code = "import sys, hobbit, hobbit.sim.run as r, hobbit.sim.fast as f; print(r.__file__, f.__file__, sys.path)"
@@ -205,7 +211,7 @@ def test_a_command_exits_without_the_interpreters_final_collections():
     code = (
         "import atexit, gc; "
         "atexit.register(lambda: print('at exit frozen:', gc.get_freeze_count() > 0)); "
-        "from hobbit.glue import quick_exit; quick_exit(); quick_exit(); "
+        "from hobbit.plumbing.glue import quick_exit; quick_exit(); quick_exit(); "
         "print('running frozen:', gc.get_freeze_count() > 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

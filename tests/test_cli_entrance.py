@@ -19,8 +19,8 @@ import pytest
 from numba.core import event as numba_event
 
 from hobbit.cli import COMMANDS
-from hobbit.glue import compose, hydra_quote, searchpath
-from hobbit.overrides import knob_tree, nearest_knob
+from hobbit.plumbing.glue import compose, hydra_quote, searchpath
+from hobbit.plumbing.overrides import knob_tree, nearest_knob
 from hobbit.sim.config import ConfigError, SimConfig
 
 from conftest import run_cli
@@ -173,7 +173,7 @@ def test_tunes_use_command_run_as_printed_reproduces_its_best_trial(small_trace,
 def test_calibrates_use_command_quotes_what_the_shell_and_hydra_would_split():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from hobbit.executor_commands import calibrated_sim_command
+    from hobbit.commands.executor import calibrated_sim_command
 
     d = Path("/tmp/my profiles/it's here")
     argv = shlex.split(calibrated_sim_command(d, "my-gpu", "mixtral-8x7b-div4"))
@@ -216,8 +216,8 @@ def test_compares_table_has_a_tok_s_column(tmp_path, capsys):
 
 
 def test_validate_and_reproduce_show_tok_s():
-    from hobbit.executor_commands import summary_line
-    from hobbit.reproduce import render
+    from hobbit.commands.executor import summary_line
+    from hobbit.studies.reproduce import render
 
     v = {"device": "cpu", "tokens": 10, "mape": 0.1, "bias": 0.0, "noise_mape": 0.01, "p50_abs_ms": 1.0}
     v |= {"p95_abs_ms": 2.0, "mean_simulated_ms": 40.0, "mean_measured_ms": 50.0}
@@ -342,7 +342,7 @@ def _python(code: str, **env: str) -> list[str]:
 
 
 STATE = (
-    "import pyarrow as pa; from hydra._internal.hydra import Hydra; from hobbit import glue; "
+    "import pyarrow as pa; from hydra._internal.hydra import Hydra; from hobbit.plumbing import glue; "
     "print(pa.default_memory_pool().backend_name, Hydra.get_mode is glue._get_mode)"
 )
 
@@ -351,7 +351,7 @@ def test_importing_the_library_sets_nothing_process_wide():
     """pyarrow's default memory pool and Hydra's class are as they were after importing the library, a trace read."""
     (plain,) = _python("import pyarrow as pa; print(pa.default_memory_pool().backend_name)")
     imported = _python(
-        "import hobbit, hobbit.traces, hobbit.api, hobbit.sim, hobbit.sim.run, hobbit.glue; "
+        "import hobbit, hobbit.traces, hobbit.api, hobbit.sim, hobbit.sim.run, hobbit.plumbing.glue; "
         "hobbit.api.read_trace(); " + STATE
     )
     assert imported == [plain, "False"]
@@ -372,7 +372,7 @@ def test_a_command_run_without_the_entry_point_sets_the_pool_too():
     """A launcher's worker started afresh (joblib, Ray) runs the command's job, not ``hobbit.cli.main``."""
     code = (
         "import sys; sys.argv = ['hobbit-trace-info', 'path=traces/tiny/trace.parquet']\n"
-        "from hobbit.trace_commands import trace_info_main\n"
+        "from hobbit.commands.trace import trace_info_main\n"
         "try:\n    trace_info_main()\nexcept SystemExit:\n    pass\n" + STATE
     )
     assert _python(code)[-2] in ("jemalloc", "system")

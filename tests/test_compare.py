@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from hobbit.compare import TUNED, CompareConfig, all_systems, compare
-from hobbit.glue import compose
+from hobbit.plumbing.glue import compose
 from hobbit.sim.config import ConfigError
+from hobbit.studies.compare import TUNED, CompareConfig, all_systems, compare
 
 from sim_helpers import bundled, first_requests
 

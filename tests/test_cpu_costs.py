@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from hobbit.catalogue.machine import hardware_config
 from hobbit.sim.config import ConfigError, check_system
 from hobbit.sim.cost import GB, CostModel
-from hobbit.sim.machine import hardware_config
 from hobbit.sim.run import host_bandwidth
 
 from sim_helpers import compose_sim
@@ -17,7 +17,7 @@ from sim_helpers import compose_sim
 def test_a_cpu_named_gives_its_fp32_peak_and_its_sockets_numa_nodes():
     one = hardware_config(gpu="rtx4090", cpu="xeon-gold-6454s")
     two = hardware_config(gpu="rtx4090", cpu="xeon-gold-6454s", sockets="2")
-    # 32 cores x 2.2 GHz x 64 fp32 FLOP a cycle, per socket (conf/parts.yaml)
+    # 32 cores x 2.2 GHz x 64 fp32 FLOP a cycle, per socket (hobbit/catalogue/data/parts.yaml)
     assert one.cpu_tflops == pytest.approx(32 * 2.2 * 64 / 1000, rel=1e-3)
     assert two.cpu_tflops == pytest.approx(2 * one.cpu_tflops) and (one.numa_nodes, two.numa_nodes) == (1, 2)
     assert hardware_config(gpu="rtx4090", cpu="xeon-gold-6454s", cpu_tflops="3").cpu_tflops == 3.0  # given wins

@@ -34,9 +34,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from hobbit import docs_gen, glue
+from hobbit import docs_gen
 from hobbit.cli import COMMANDS, rewrite
-from hobbit.path_args import is_path
+from hobbit.plumbing import glue
+from hobbit.plumbing.path_args import is_path
 from hobbit.traces.knobs import check_knobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +241,7 @@ def compositions(shown: Shown) -> list[list[str]] | None:
         if key.lstrip("+~").startswith(("hydra.", "hydra/")) or PLACEHOLDER.fullmatch(value.strip("'\"")):
             continue
         if key in ("model", "hardware") and is_path(key, value.strip("'\"")):
-            continue  # a file the reader turns into an option when the command runs (hobbit.path_args)
+            continue  # a file the reader turns into an option when the command runs (hobbit.plumbing.path_args)
         overrides.append(arg)
     if not sweep:
         return [overrides]

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from hobbit.commands.sim import summary_line
 from hobbit.sim import fast
 from hobbit.sim.bound import pass_bounds
 from hobbit.sim.config import (
@@ -32,7 +33,6 @@ from hobbit.sim.policies.cache import ExpertCache
 from hobbit.sim.results import hit_rate, prefetch_counts
 from hobbit.sim.run import simulate
 from hobbit.sim.workload import Workload
-from hobbit.sim_commands import summary_line
 
 from sim_helpers import bundled, compose_sim, decode_workload
 

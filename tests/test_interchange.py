@@ -235,8 +235,8 @@ def test_a_trace_without_weights_runs_what_can_run(sources, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no gate weights" in err and str(blind) in err and "system.precision.mode=high" in err
     assert run_cli(["sim", f"trace={blind}", "system=on-demand", f"out_dir={tmp_path / 'o'}", "use_cache=false"]) == 0
-    from hobbit.compare import CompareConfig, compare
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
+    from hobbit.studies.compare import CompareConfig, compare
 
     cfg = compose("compare", CompareConfig, [f"out_dir={tmp_path / 'c'}", "systems=[hobbit,on-demand,tec]"])
     s = compare(read_trace(blind), cfg, tmp_path / "c")

@@ -118,7 +118,7 @@ def test_an_entry_points_first_use_compiles_with_quick_inlining():
 EVERY_PRESET = """
 from pathlib import Path
 from numba.core.dispatcher import Dispatcher
-from hobbit.glue import compose
+from hobbit.plumbing.glue import compose
 from hobbit.sim.config import SimConfig
 from hobbit.sim.run import simulate
 from hobbit.traces.io import read_trace

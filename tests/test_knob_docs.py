@@ -1,10 +1,10 @@
-"""hobbit.knob_docs: the knobs' texts read from the config dataclasses (attribute docstrings)."""
+"""hobbit.plumbing.knob_docs: the knobs' texts read from the config dataclasses (attribute docstrings)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
 
-from hobbit.knob_docs import field_docs, knobs, render_help, render_markdown, shown
+from hobbit.plumbing.knob_docs import field_docs, knobs, render_help, render_markdown, shown
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def test_help_and_markdown_show_each_text_once_as_an_override_would_type_it():
 def test_every_knob_of_every_command_has_its_text():
     """Documented once, in code: every field of every command's schema, nested configs and policy knobs included."""
     from hobbit.docs_gen import command_configs
-    from hobbit.knob_docs import undocumented
+    from hobbit.plumbing.knob_docs import undocumented
 
     configs = command_configs()
     assert {c.replace("-", "_") for c in configs} >= {"sim", "compare", "tune", "validate", "capture", "convert"}

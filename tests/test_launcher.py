@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from hobbit import api, launcher
-from hobbit.launcher import WorkerFailed, fork_pool, workers
+from hobbit import api
+from hobbit.commands.sim import Preload
+from hobbit.plumbing import launcher
+from hobbit.plumbing.launcher import WorkerFailed, fork_pool, workers
 from hobbit.sim import run as sim_run
-from hobbit.sim_commands import Preload
 
 from conftest import run_cli
 from sim_helpers import write_first_requests
@@ -54,7 +55,9 @@ def test_a_worker_that_exits_for_bad_input_ends_the_pool_with_exit_code_2():
     def run(i):
         if i == 0:
             sys.exit(2)
-        signal.signal(signal.SIGTERM, raise_on_term)  # as a job does (hobbit.glue), then busy when it is stopped
+        signal.signal(
+            signal.SIGTERM, raise_on_term
+        )  # as a job does (hobbit.plumbing.glue), then busy when it is stopped
         time.sleep(30)
         return i
 

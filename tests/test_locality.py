@@ -1,5 +1,5 @@
-"""Routing locality (hobbit/traces/locality.py): its statistics by hand, the fit's round trip through
-synthetic.generate, the real traces against their SOURCE.md figures, and conf/routing.yaml's presets."""
+"""Routing locality (hobbit/planner/locality.py): its statistics by hand, the fit's round trip through
+synthetic.generate, the real traces against their SOURCE.md figures, and hobbit/catalogue/data/routing.yaml's presets."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import yaml
 
-from hobbit.traces import locality
+from hobbit.planner import locality, real_traces
+from hobbit.planner.locality import fit, measure, top_share
 from hobbit.traces.io import Trace
-from hobbit.traces.locality import fit, measure, top_share
 from hobbit.traces.stats import summarize
 from hobbit.traces.synthetic import SyntheticConfig, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / ".." / "shared" / "real-traces"
-ROUTING = ROOT / "conf" / "routing.yaml"
+ROUTING = ROOT / "hobbit" / "catalogue" / "data" / "routing.yaml"
 
 
 def _real() -> Path:
@@ -188,8 +188,8 @@ def test_counts_give_popularity_only():
 
 
 @pytest.fixture(scope="module")
-def real() -> dict[str, locality.RealTrace]:
-    return {t.name: t for t in locality.read_real(_real())}
+def real() -> dict[str, real_traces.RealTrace]:
+    return {t.name: t for t in real_traces.read_real(_real())}
 
 
 def test_deepseek_reuse_matches_its_source(real):
@@ -233,11 +233,11 @@ def test_a_decode_file_with_a_bad_line_names_it(tmp_path):
     with pytest.raises(
         ValueError, match=r"trace_olmoe_299\.jsonl: 'layers' is not 16 lists of 8 expert ids below 64 on line 4"
     ):
-        locality.read_warp(folder)
+        real_traces.read_warp(folder)
 
 
 def test_every_real_trace_is_read(real):
-    assert not locality.unread_folders(_real())
+    assert not real_traces.unread_folders(_real())
     assert real["flame-moe-290m"].measure().tokens == 2048
     q = real["qwen1.5-moe"]
     assert q.num_experts == 60 and q.top_k == 4 and not q.consecutive_layers
@@ -294,8 +294,8 @@ def test_a_preset_reproduces_its_trace(routing, preset):
 
 
 def test_routing_yaml_is_what_the_benchmark_writes(routing):
-    """conf/routing.yaml holds the real traces' current measurements (rerun benchmarks/routing_fit.py --write)."""
-    real = {t.name: t for t in locality.read_real(_real())}
+    """hobbit/catalogue/data/routing.yaml holds the real traces' current measurements (rerun benchmarks/routing_fit.py --write)."""
+    real = {t.name: t for t in real_traces.read_real(_real())}
     assert set(routing["traces"]) == set(real)
     for name in ("deepseek-v2-lite", "flame-moe-290m", "llama4-maverick"):
         loc = real[name].measure()

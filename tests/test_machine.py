@@ -1,4 +1,4 @@
-"""A machine from the few numbers its owner knows (sim/machine.py, conf/parts.yaml): the parsers, a whole machine
+"""A machine from the few numbers its owner knows (hobbit/catalogue/machine.py, hobbit/catalogue/data/parts.yaml): the parsers, a whole machine
 worked out by hand, and the data sheets' own hygiene (every GPU sourced, every number commented)."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hobbit.sim.config import ConfigError, HardwareConfig
-from hobbit.sim.machine import (
+from hobbit.catalogue.machine import (
     KEYS,
     describe,
     hardware_config,
@@ -26,9 +25,10 @@ from hobbit.sim.machine import (
     parts,
     pcie_gbps,
 )
+from hobbit.sim.config import ConfigError, HardwareConfig
 
 ROOT = Path(__file__).parents[1]
-PARTS = ROOT / "conf" / "parts.yaml"
+PARTS = ROOT / "hobbit" / "catalogue" / "data" / "parts.yaml"
 
 
 def preset(name: str) -> dict:
@@ -116,7 +116,9 @@ def test_unknown_keys_list_the_valid_ones_with_a_suggestion():
 
 @pytest.mark.parametrize(("name", "near"), [("rtx4900", "rtx4090"), ("rtx4090ti", "rtx4090"), ("h100", "h100-sxm")])
 def test_an_unknown_gpu_suggests_the_nearest(name, near):
-    with pytest.raises(ConfigError, match=rf"^gpu={name}: not in conf/parts.yaml; did you mean [^?]*\b{near}\b"):
+    with pytest.raises(
+        ConfigError, match=rf"^gpu={name}: not in hobbit/catalogue/data/parts.yaml; did you mean [^?]*\b{near}\b"
+    ):
         describe(gpu=name)
 
 
@@ -187,9 +189,9 @@ def test_given_numbers_win_over_the_data_sheet_and_defaults_say_assumed():
     assert describe()[0] == {n: getattr(HardwareConfig(), n) for n in describe()[0]} | {
         "name": "machine",
         "compute_efficiency": preset("rtx4090-pcie4")["compute_efficiency"],  # carried over with no GPU named
-        "source": "hobbit.sim.machine: (nothing given); data sheets: conf/parts.yaml",
+        "source": "hobbit.catalogue.machine: (nothing given); data sheets: hobbit/catalogue/data/parts.yaml",
     }
-    with pytest.raises(ConfigError, match=r"^ssd=wd sn580: not in conf/parts.yaml; did you mean"):
+    with pytest.raises(ConfigError, match=r"^ssd=wd sn580: not in hobbit/catalogue/data/parts.yaml; did you mean"):
         describe(ssd="wd sn580")
     with pytest.raises(ConfigError, match=r"^expert_source=gpu"):
         describe(expert_source="gpu")
@@ -231,11 +233,13 @@ def test_every_number_in_parts_yaml_has_a_comment():
 
 def test_parts_yaml_is_package_data_and_parses():
     assert parts() == yaml.safe_load(PARTS.read_text())
-    assert (ROOT / "hobbit" / "conf" / "parts.yaml").resolve() == PARTS.resolve()
+    from importlib import resources
+
+    assert Path(str(resources.files("hobbit.catalogue") / "data" / "parts.yaml")).resolve() == PARTS.resolve()
 
 
 def test_a_cpu_gives_its_cores_and_the_ram_speed_and_channels_ram_leaves_out():
-    """cpu= names a CPU of conf/parts.yaml: its cores (x sockets), and where ram= gives only a capacity, its platform's
+    """cpu= names a CPU of hobbit/catalogue/data/parts.yaml: its cores (x sockets), and where ram= gives only a capacity, its platform's
     rated DDR speed and channels (x sockets), derived and said so."""
     f, lines = describe(cpu="ryzen9-7950x", ram="96GiB")
     why = {d.field: d for d in lines}
@@ -279,7 +283,9 @@ def test_cpu_names_as_people_write_them(name, key):
 
 
 def test_cpu_errors_name_the_key_and_the_known_cpus():
-    with pytest.raises(ConfigError, match=r"^cpu=Ryzen 7 5800X3D: not in conf/parts.yaml.* Known: .*ryzen9-7950x"):
+    with pytest.raises(
+        ConfigError, match=r"^cpu=Ryzen 7 5800X3D: not in hobbit/catalogue/data/parts.yaml.* Known: .*ryzen9-7950x"
+    ):
         describe(cpu="Ryzen 7 5800X3D")
     with pytest.raises(ConfigError, match=r"^sockets=2: the AMD Ryzen 9 7950X takes at most 1"):
         describe(cpu="ryzen9-7950x", sockets=2)

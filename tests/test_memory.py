@@ -164,7 +164,7 @@ def test_a_copy_moves_its_own_layers_bytes_in_every_engine(tmp_path):
     import numpy as np
     from test_model_files import E, _write_gguf
 
-    from hobbit.sim.model_files import load_model
+    from hobbit.catalogue.model_files import load_model
     from hobbit.traces.io import Trace
     from hobbit.traces.synthetic import SyntheticConfig, generate
 

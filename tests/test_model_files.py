@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hobbit.catalogue.model_files import ARCHS, from_gguf, from_hf_config, load_model
 from hobbit.sim.config import ConfigError, ModelConfig
-from hobbit.sim.model_files import ARCHS, from_gguf, from_hf_config, load_model
 
 SMALL: dict[str, Any] = dict(
     vocab_size=128,

@@ -1,4 +1,4 @@
-"""Models and machines as files (hobbit/path_args.py, hobbit/hardware_command.py): ``model=path/to/model.gguf`` or a
+"""Models and machines as files (hobbit/plumbing/path_args.py, hobbit/commands/hardware.py): ``model=path/to/model.gguf`` or a
 config.json, ``hobbit hardware ... out=my.yaml`` and ``hardware=my.yaml`` on a command line."""
 
 from __future__ import annotations

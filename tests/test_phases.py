@@ -1,6 +1,6 @@
 """Traces with one phase or one request (issue 51, root cause 2): every command reports n/a for a phase the trace lacks
 or refuses in one line naming the file and what is missing (exit 2), never a traceback; one place decides
-(``hobbit.phases``)."""
+(``hobbit.plumbing.phases``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hobbit.api import read_trace
-from hobbit.phases import Phases, require
+from hobbit.plumbing.phases import Phases, require
 from hobbit.sim.config import ConfigError
 from hobbit.traces.io import write_trace
 from hobbit.traces.schema import DECODE, PREFILL

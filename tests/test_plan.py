@@ -1,4 +1,4 @@
-"""Predictions of published measurements (hobbit.plan, benchmarks/published.py) on the development set's own rows."""
+"""Predictions of published measurements (hobbit.planner.predict, benchmarks/published.py) on the development set's own rows."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hobbit.plan import locality_knobs, predict_setting, routing_presets
-from hobbit.published import read_settings
+from hobbit.planner.predict import locality_knobs, predict_setting, routing_presets
+from hobbit.planner.published import read_settings
 
 ROOT = Path(__file__).parents[1]
 DEV = ROOT / "benchmarks" / "published" / "development.csv"
@@ -38,7 +38,7 @@ def test_one_machine_two_settings_rank_as_measured():
 def test_locality_presets_order_the_answer():
     """A static split (llama.cpp --cpu-moe, row 30) decodes at one speed whatever the routing's locality (each token's
     experts are computed where they live); the same machine with llama.cpp's expert cache decodes faster when routing
-    reuses more experts from token to token (conf/routing.yaml's high preset) than when it reuses few (low)."""
+    reuses more experts from token to token (hobbit/catalogue/data/routing.yaml's high preset) than when it reuses few (low)."""
     import dataclasses
 
     presets = routing_presets()

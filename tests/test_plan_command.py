@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from hobbit.api import check, configure, read_trace
-from hobbit.glue import compose
-from hobbit.plan_command import RUNTIMES, PlanConfig, _block_regex, plan
+from hobbit.planner.config import PlanConfig
+from hobbit.planner.search import plan
+from hobbit.planner.settings import RUNTIMES, block_regex
+from hobbit.plumbing.glue import compose
 from hobbit.sim.config import ConfigError
 from hobbit.sim.flags import _tensor_layers, apply_flags
 
@@ -47,7 +49,7 @@ def _system(cfg: PlanConfig, name: str, flags: str):
 @pytest.mark.parametrize("machine", list(MACHINES))
 @pytest.mark.parametrize("model", MODELS)
 def test_plan_prints_settings_that_fit_ranked_by_decode_speed(model, machine, tmp_path):
-    from hobbit.plan_command import machine as machine_of
+    from hobbit.planner.search import machine as machine_of
 
     cfg = _cfg(model, machine, tmp_path)
     hw = machine_of(cfg)
@@ -106,7 +108,7 @@ def test_ik_llama_cpp_regex_names_exactly_the_cpu_blocks():
     """The -ot regex the plan prints for ik_llama.cpp keeps blocks 0..n-1 on the CPU, no more (llama.cpp's tensor
     names, as sim.flags reads them)."""
     for n in (1, 2, 9, 10, 11, 20, 24, 30, 56, 61, 99):
-        rx = rf"blk\.{_block_regex(n)}\.ffn_.*_exps"
+        rx = rf"blk\.{block_regex(n)}\.ffn_.*_exps"
         assert _tensor_layers(rx, 100, 0) == set(range(n)), n
 
 
@@ -180,7 +182,7 @@ def test_a_long_context_runs_the_llama_cpp_familys_kv_cache_at_q8_0(tmp_path):
 def test_a_preset_beside_machine_keys_is_refused_not_dropped():
     """plan_for with a hardware preset and machine keys: the keys would build the machine alone, dropping the
     preset, so the call is refused naming both; either alone plans."""
-    from hobbit.plan_command import plan_for
+    from hobbit.planner.search import plan_for
     from hobbit.sim.config import ConfigError
 
     with pytest.raises(ConfigError, match="hardware=rtx4090-pcie4 and gpu=rtx4060ti-16gb both name the machine"):
@@ -188,3 +190,30 @@ def test_a_preset_beside_machine_keys_is_refused_not_dropped():
     with pytest.raises(ConfigError, match="hardware.device_tflops=100 and gpu=rtx4060ti-16gb"):
         knob: dict[str, Any] = {"hardware.device_tflops": 100}
         plan_for("mixtral-8x7b", gpu="rtx4060ti-16gb", runtimes=["llama.cpp"], **knob)
+
+
+def test_a_settings_memory_and_bottleneck_are_the_simulators_answer():
+    """``sim.results.account``: llama.cpp with the experts of 20 of Mixtral's 32 layers on the CPU keeps the other 12
+    layers' experts on the GPU beside the resident weights and the KV cache, and is bound by the CPU's memory; with
+    every expert on the GPU, by the GPU. The planner asks this one question of each setting and works out neither
+    itself."""
+    from pathlib import Path
+
+    from hobbit.planner.predict import predict_config
+    from hobbit.sim.results import account
+
+    sim = configure("mixtral-8x7b", "a100-pcie4", "llama-cpp")
+    for flags, layers_on_gpu, bound in (
+        ("-ngl 999 --n-cpu-moe 20 -c 640", 12, "CPU-memory-bound: the experts of 20 of 32 layers run on the CPU"),
+        ("-ngl 999 -c 640", 32, "GPU-bound: every expert on the GPU"),
+    ):
+        system = dataclasses.replace(sim.system, runtime="llama.cpp", flags=flags, weights="q4_k_m")
+        summary = predict_config(dataclasses.replace(sim, system=system), prompt=64, decode=4).summary
+        acc = account(summary, system, sim.model, sim.hardware)
+        m = summary["memory"]
+        assert acc.footprint.gpu_bytes == m["resident_bytes"] + m["kv_bytes"] + layers_on_gpu * 8 * m["expert_bytes"]
+        assert acc.bound_by.startswith(bound), acc.bound_by
+    room = Path(__file__).parents[1] / "hobbit" / "planner"
+    planner = "".join((room / f"{name}.py").read_text() for name in ("config", "settings", "search", "report"))
+    for key in ("resident_bytes", "kv_bytes", "host_expert_bytes", "link_busy_fraction", "cpu_moe_layers"):
+        assert f'["{key}"]' not in planner, f"the planner works out {key} itself: ask sim.results.account"

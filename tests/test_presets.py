@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hobbit.sim.model_files import from_hf_config
+from hobbit.catalogue.model_files import from_hf_config
 
 from sim_helpers import compose_sim
 

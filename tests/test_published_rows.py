@@ -1,4 +1,4 @@
-"""Published measurements read from their free-text descriptions (hobbit/published.py): every row of the project's
+"""Published measurements read from their free-text descriptions (hobbit/planner/published.py): every row of the project's
 development set (benchmarks/published/development.csv), the exact setting of rows covering each rule, every flag line
 accepted by the simulator's flag grammar, every machine by ``describe``, and rows never seen, in other spellings."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hobbit.published import COLUMNS, Setting, nearest_type, parse_row, read_settings
+from hobbit.catalogue.machine import describe
+from hobbit.planner.published import COLUMNS, Setting, nearest_type, parse_row, read_settings
 from hobbit.sim.config import HardwareConfig
 from hobbit.sim.flags import apply_flags
-from hobbit.sim.machine import describe
 
 from sim_helpers import compose_sim
 
@@ -278,7 +278,7 @@ def test_machines_never_seen():
     )
     assert s.hardware == {"vram": "24GiB", "ram": "16GiB:ddr5-5600x2"}  # 12.1 GB file + 4 GiB reserve
     assert any(a.startswith("RAM capacity not stated: 16 GiB") for a in s.assumed)
-    assert any("'Radeon RX 7900 XTX' is not in conf/parts.yaml" in a for a in s.assumed)
+    assert any("'Radeon RX 7900 XTX' is not in hobbit/catalogue/data/parts.yaml" in a for a in s.assumed)
     describe(**s.hardware)
     # -ngl 0 is CPU-only, said; -ngl below the layer count runs the first layers whole on the CPU (modelled)
     assert "CPU-only" in parse_row(row(model="qwen3-30b-a3b", runtime="llama.cpp", offload_flags="-ngl 0")).unmodelled

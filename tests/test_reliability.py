@@ -1,9 +1,9 @@
 """Bad input ends in one line and exit 2, never a traceback, and never costs a user a file.
 
 Each class of failure has one mechanism (README, "What is refused, what is guaranteed"): the
-path guard every command passes (``hobbit/guard.py``), verified trace writes
+path guard every command passes (``hobbit/plumbing/guard.py``), verified trace writes
 (``traces/io.py``), numbers checked where configs are typed (``traces/knobs.py``), the
-self-checking result cache (``hobbit/results_io.py``), converter errors that name the input.
+self-checking result cache (``hobbit/plumbing/results_io.py``), converter errors that name the input.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from hobbit.glue import compose
-from hobbit.reproduce import PAPER, SETUPS, ReproduceConfig, reproduce
+from hobbit.plumbing.glue import compose
+from hobbit.studies.reproduce import PAPER, SETUPS, ReproduceConfig, reproduce
 from hobbit.traces.io import read_trace, write_trace
 from hobbit.traces.tiny import bundled_trace
 
@@ -107,7 +107,7 @@ def test_workloads_have_the_papers_lengths(small_run):
 
 def test_a_rerun_resumes_from_what_is_kept(small_run, monkeypatch):
     out, table = small_run
-    import hobbit.reproduce as rp
+    import hobbit.studies.reproduce as rp
 
     def boom(*a, **k):
         raise AssertionError("simulated again")

@@ -93,7 +93,7 @@ def test_hydra_reads_the_mode_from_the_config_only_where_something_can_set_it(sm
 
     import yaml
 
-    from hobbit import glue
+    from hobbit.plumbing import glue
 
     for path in (Path(__file__).parents[1] / "conf").rglob("*.yaml"):
         doc = yaml.safe_load(path.read_text()) or {}
@@ -140,7 +140,7 @@ def test_default_sweep_dirs_do_not_collide():
     import yaml
     from hydra import compose, initialize_config_module
 
-    import hobbit.sim_commands  # noqa: F401
+    import hobbit.commands.sim  # noqa: F401
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "conf" / "sim.yaml").read_text())
     assert raw["hydra"]["sweep"]["dir"].endswith("%f}") and raw["hydra"]["run"]["dir"].endswith("%f}")
@@ -185,7 +185,7 @@ def test_a_run_neither_imports_pandas_nor_changes_its_tables(small_trace, tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     assert "imported: []" in p.stdout
     from hobbit.api import read_trace, simulate_config
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
     from hobbit.sim.config import SimConfig
 
     res = simulate_config(read_trace(small_trace), compose("sim", SimConfig, [f"trace={small_trace}", "out_dir=."]))

@@ -272,7 +272,7 @@ def test_small_random_traces_keep_the_invariants(seed, layers, experts, k, syste
 def test_the_tables_written_without_pandas_read_back_as_the_runs_frames(small, tmp_path):
     import pandas as pd
 
-    from hobbit.results_io import write_results
+    from hobbit.plumbing.results_io import write_results
 
     cfg = compose_sim()
     res = simulate(small, cfg.model, cfg.hardware, cfg.system)

@@ -8,13 +8,13 @@ import json
 import pytest
 import yaml
 
-from hobbit import glue
 from hobbit.api import simulate_config
-from hobbit.glue import compose, set_values, with_overrides
-from hobbit.results_io import CACHED_MARK
+from hobbit.commands.sim import run_chunk
+from hobbit.plumbing import glue
+from hobbit.plumbing.glue import compose, set_values, with_overrides
+from hobbit.plumbing.results_io import CACHED_MARK
+from hobbit.plumbing.sweeper import claim, claims_dir
 from hobbit.sim.config import SimConfig
-from hobbit.sim_commands import run_chunk
-from hobbit.sweeper import claim, claims_dir
 from hobbit.traces.io import read_trace
 
 from conftest import run_cli

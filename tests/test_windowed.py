@@ -338,7 +338,7 @@ def test_a_profile_trace_is_read_a_window_at_a_time_too(tmp_path):
 def test_a_scan_stops_at_a_requests_edge_and_counts_each_phase(tmp_path):
     """``scan(path, stop_tokens)`` (a ``TraceFile``'s ``head``) is the scan of a file of those requests alone, and its
     phases (``Phases.of``, ``of_requests``) are those the trace read whole counts."""
-    from hobbit.phases import Phases
+    from hobbit.plumbing.phases import Phases
 
     from sim_helpers import write_first_requests
 
@@ -360,8 +360,8 @@ def test_compare_reads_its_trace_a_window_at_a_time(tmp_path):
     """``hobbit compare window_tokens=N``: every system's row, the tuned HOBBIT's too (its trials read the profiling
     requests a window at a time), as the trace read whole gives them, and the trace is never read whole."""
     from hobbit import api
-    from hobbit.compare import TUNED, CompareConfig, compare
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
+    from hobbit.studies.compare import TUNED, CompareConfig, compare
     from hobbit.traces import io as trace_io
 
     from sim_helpers import write_first_requests
@@ -411,8 +411,8 @@ def test_a_windowed_compare_holds_a_window_not_the_trace(tmp_path):
     allocates at its peak a fraction of the trace's arrays, which a whole read holds (numpy's and Python's
     allocations, traced; the compiled code loaded first). Its tables, plot and results are written as ever."""
     from hobbit import api
-    from hobbit.compare import CompareConfig, compare
-    from hobbit.glue import compose
+    from hobbit.plumbing.glue import compose
+    from hobbit.studies.compare import CompareConfig, compare
     from hobbit.traces.arrays import TraceArrays
 
     tr = bundled()

@@ -42,7 +42,7 @@ class CaptureConfig:
         "max_prompt_tokens": ">=1",
     }
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"model": "in", "prompts": "in", "out": "out"}
 
     model: str | None = None

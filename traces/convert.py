@@ -57,7 +57,7 @@ class ConvertConfig:
         "prompt_tokens": ">=1",
     }
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"input": "in", "out": "out"}
 
     format: str = "jsonl"

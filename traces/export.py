@@ -25,7 +25,7 @@ from hobbit.traces.tec_format import write_tec
 class ExportConfig:
     """Knobs of ``hobbit export``: a schema-v1 trace written in another tool's format."""
 
-    # path knobs and their roles (hobbit/guard.py)
+    # path knobs and their roles (hobbit/plumbing/guard.py)
     PATHS: ClassVar[dict[str, str]] = {"trace": "in", "out": "out"}
 
     trace: str = ""
