@@ -24,7 +24,8 @@ from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, ProfileC
 from hobbit.sim.events import Schedule, build, parse_window, simulated
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.results import Results, summarise
-from hobbit.sim.run import CacheSizing, simulate
+from hobbit.sim.run import simulate
+from hobbit.sim.sizing import CacheSizing
 from hobbit.sim.workload import build_workload
 from hobbit.traces.io import Trace
 

@@ -26,13 +26,14 @@ from typing import ClassVar
 import numpy as np
 
 from hobbit.sim import fast
+from hobbit.sim.checks import Described, check_run
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig
 from hobbit.sim.fast import rule
 from hobbit.sim.fast.walk import NEVER
 from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
-from hobbit.sim.run import check_profile, check_topology, check_weights, checked, configure, describe, needs
+from hobbit.sim.run import configure, describe, needs
 from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
 from hobbit.traces import window
 from hobbit.traces.arrays import TraceArrays
@@ -143,18 +144,6 @@ def uses_profile(system: SystemConfig) -> bool:
     )
 
 
-def check_windowed(system: SystemConfig, path: str | os.PathLike) -> None:
-    """Refuse ``system`` on the trace at ``path`` read a window at a time where the compiled walk cannot decide for it
-    (the reference walk reads the whole trace), with the fix."""
-    why = fast.unsupported(system)
-    if why is not None:
-        raise ConfigError(
-            f"system={system.name} cannot run on trace {path} read a window at a time: the compiled walk does not "
-            f"implement {why}, and the reference walk reads the whole trace (fix: window_tokens=0, which reads the "
-            f"trace whole)"
-        )
-
-
 def log_records(scan: window.Scan, system: SystemConfig, ubatch: int) -> int:
     """An upper bound on a run's steps and log records over ``scan``'s passes (``fast._walk_inputs``' room, summed
     over the trace), which picks the log tables' integer type."""
@@ -186,19 +175,19 @@ def simulate_file(
     context: int = 0,
     stop_tokens: int | None = None,
     scan: window.Scan | None = None,
+    engine: str = "fast",
 ) -> Results:
     """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
     at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk.
     ``stop_tokens``: the trace's first tokens alone (a request's edge, ``traces.window.TraceFile.head``); ``scan``:
-    the file's scan of them where the caller has it (a ``TraceFile``'s: its runs read the key columns once)."""
+    the file's scan of them where the caller has it (a ``TraceFile``'s: its runs read the key columns once);
+    ``engine``: fast alone (refused otherwise, as every check of the inputs: ``sim.checks.check_run``)."""
     t_wall = time.perf_counter()
-    flags = checked(model, hw, system)
-    system = flags.system
-    check_profile(model, hw)
-    check_windowed(system, path)
-    if window_tokens < 1:
-        raise ConfigError(f"sim.window_tokens={window_tokens} must be >= 1 for a windowed run (0 reads it whole)")
     file = str(path)
+    described = Described(scan.meta if scan is not None else read_meta(file), file)
+    profiled = Described(read_meta(profile), str(profile)) if profile is not None else None
+    flags = check_run(model, hw, system, described, profiled, engine=engine, window_tokens=window_tokens)
+    system = flags.system
     scan = scan if scan is not None else window.scan(file, stop_tokens)
     meta, stop = scan.meta, stop_tokens
     rng = rng if rng is not None else np.random.default_rng(0)
@@ -209,16 +198,12 @@ def simulate_file(
     after = _after(file, meta, window_tokens, skip, stop, system.ubatch) if "future_uses" in needs(system) else None
     timed = _windows(file, scan.meta, window_tokens, skip, stop, p, rng, system.ubatch, context, after)
     first = next(timed)
-    stand_in = Trace(meta, first[1], file)  # the topology's and the weights' checks read the metadata
-    check_topology(stand_in, model)
-    check_weights(stand_in, system)
+    stand_in = Trace(meta, first[1], file)  # what the results read of the trace: its metadata
     prof = None
     if uses_profile(system) and (profile is not None or n_prof > 0):
         prof = RequestMatrices()
         source = str(profile) if profile is not None else file
-        pmeta = read_meta(source) if profile is not None else meta  # its metadata alone: no rows are counted
-        if profile is not None:
-            check_topology(Trace(pmeta, first[1], source), model)
+        pmeta = profiled.meta if profiled is not None else meta  # its metadata alone: no rows are counted
         for a in window.windows(source, pmeta, window_tokens, 0, skip if profile is None else None):
             prof.add(build_workload(Trace(pmeta, a, source), "none"))
     wl0 = first[0].wl

@@ -16,7 +16,8 @@ from hobbit.sim.decide import HIGH_HIT, HIGH_LOAD, Decider
 from hobbit.sim.memory import fit
 from hobbit.sim.policies.base import HIGH
 from hobbit.sim.policies.registry import EVICTION
-from hobbit.sim.run import cache_regions, layer_slots, recorded_bytes, simulate, size_cache
+from hobbit.sim.run import simulate
+from hobbit.sim.sizing import cache_regions, layer_slots, recorded_bytes, size_cache
 from hobbit.sim.workload import Workload
 from hobbit.traces.io import Trace
 from hobbit.traces.synthetic import SyntheticConfig, generate
