@@ -4,7 +4,7 @@ Every entry point that simulates calls ``check_run``: the whole-trace run (``sim
 trace file read a window at a time (``sim.windowed.simulate_file``) and the API's check of a configuration without
 its run (``hobbit.api.check``), so one bad input meets one refusal, naming the knob and its fix, whichever way it
 comes in. The order: the knobs of the model, the hardware and the system (``traces.knobs.check_knobs``); the system
-with its runtime's flags applied, checked as a whole (``sim.config.check_system``); the engine (and, read a window at
+with its runtime's flags applied, checked as a whole (``sim.system_checks.check_system``); the engine (and, read a window at
 a time, the window and the compiled core); the trace's topology against the model's, then the profiling trace's; the
 gate weights where the system's rule reads them; a calibrated profile's shapes and tables; and, read a window at a
 time, whether the compiled walk decides for the system.
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hobbit.sim import fast
-from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, check_system
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig
 from hobbit.sim.flags import Flags, apply_flags
+from hobbit.sim.system_checks import check_system
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.knobs import check_knobs
 from hobbit.traces.schema import TraceMeta

@@ -20,7 +20,8 @@ from hobbit.sim.bound import pass_bounds
 from hobbit.sim.checks import check_profile, check_run, check_topology, check_weights, needs_weights
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig, offload_tokens
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import Decider, Decisions, Placement
+from hobbit.sim.decide import Decider
+from hobbit.sim.decisions import Decisions, Placement
 from hobbit.sim.engine import Engine
 from hobbit.sim.memory import (
     MemoryFit,
@@ -51,6 +52,7 @@ __all__ = [
     "describe",
     "gpu_experts",
     "host_bandwidth",
+    "host_ram_over",
     "lay_out",
     "needs",
     "needs_weights",
@@ -58,6 +60,8 @@ __all__ = [
     "prepare",
     "simulate",
     "time_decisions",
+    "timed_workload",
+    "walk_and_time",
 ]
 
 
@@ -304,82 +308,109 @@ def simulate(
     flags = check_run(model, hw, system, trace, profile, engine=engine)
     system = flags.system
     rng = rng if rng is not None else np.random.default_rng(0)
+    trace, wl, prof = timed_workload(trace, system, rng, profile, profile_share, context)
+    setup = configure(wl, trace.meta.layers, model, hw, system, max(wl.pass_context), prof, host_ram_over(wl, system))
+    dec, tl, bound, mix = walk_and_time(wl, system, setup, engine, keep_log, keep_decisions, progress)
+    res = summarise(
+        trace, wl, dec, tl, model, hw, system, setup.sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
+    )
+    describe(res, setup, system, flags.unmodelled, wl.num_layers)
+    res.workload, res.cost = wl, setup.cost
+    return res
+
+
+def timed_workload(
+    trace: Trace,
+    system: SystemConfig,
+    rng: np.random.Generator,
+    profile: Trace | None,
+    profile_share: float,
+    context: int,
+) -> tuple[Trace, Workload, Workload | None]:
+    """(the timed trace, its workload, the profiling requests' workload or None) as ``simulate`` replays them:
+    ``lay_out``'s, each prompt in passes of at most ``system.ubatch`` tokens, every pass attending over ``context``
+    tokens more."""
     trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
     if system.ubatch:  # a prompt runs in passes of at most -ub tokens
         n = system.ubatch
         wl = wl.derived(("ubatch", n), lambda: chunk_prefill(wl, n))
     if context:  # every pass also attends over the history already in the KV cache
         wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
+    return trace, wl, prof
 
-    def host_ram(memory: MemoryFit) -> MemoryFit:  # how many of the host-side reads RAM serves, over this trace
+
+def host_ram_over(wl: Workload, system: SystemConfig) -> Callable[[MemoryFit], MemoryFit]:
+    """``configure``'s ``host_ram`` for a run over ``wl``: how many of the host-side reads RAM serves, over it."""
+
+    def host_ram(memory: MemoryFit) -> MemoryFit:
         passes = list(zip(wl.pass_start, wl.pass_end))
         return wl.derived(
             ("host_ram", memory, system.host_cache), lambda: host_ram_share(memory, system, wl.ids, passes)
         )
 
-    setup = configure(wl, trace.meta.layers, model, hw, system, max(wl.pass_context), prof, host_ram)
-    sizing, placement, cost, per_layer, slots = setup.sizing, setup.placement, setup.cost, setup.per_layer, setup.slots
-    cpu_faster, miss_costs, profile_matrices = setup.cpu_faster, setup.miss_costs, setup.profile_matrices
-    streamed = None
+    return host_ram
+
+
+def walk_and_time(
+    wl: Workload,
+    system: SystemConfig,
+    setup: Setup,
+    engine: str,
+    keep_log: bool = False,
+    keep_decisions: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Decisions, Timeline, np.ndarray, dict[str, float] | None]:
+    """(the decisions, their times, each pass's bound, the rule's mix or None) of ``system`` over ``wl`` by ``engine``:
+    streamed a chunk of passes at a time where the compiled core can and nothing is to be kept (``fast.stream``),
+    else walked whole, then timed (``simulate``'s docstring)."""
+    s = setup
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
         streamed = fast.stream(
             wl,
             system,
-            slots,
-            per_layer,
-            cost,
+            s.slots,
+            s.per_layer,
+            s.cost,
             system.demand_first,
-            placement,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
+            s.placement,
+            cpu_faster=s.cpu_faster,
+            miss_costs=s.miss_costs,
+            profile=s.profile_matrices,
             progress=progress,
         )
-    if streamed is not None:
-        dec, tl = streamed.decisions, streamed.timeline
-    elif engine == "fast":
+        if streamed is not None:  # the walk computed the bound and counted the rule's classes as it read the trace
+            mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes)
+            return streamed.decisions, streamed.timeline, streamed.bound, mix
+    if engine == "fast":
         dec = fast.decide_or_refer(
             wl,
             system,
-            slots,
-            per_layer,
-            placement,
+            s.slots,
+            s.per_layer,
+            s.placement,
             keep_log=keep_log,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
+            cpu_faster=s.cpu_faster,
+            miss_costs=s.miss_costs,
+            profile=s.profile_matrices,
         )
     else:
         dec = Decider(
             wl,
             system,
-            slots,
-            per_layer,
-            placement,
+            s.slots,
+            s.per_layer,
+            s.placement,
             keep_log=keep_log,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
+            cpu_faster=s.cpu_faster,
+            miss_costs=s.miss_costs,
+            profile=s.profile_matrices,
         ).run()
-    if streamed is None:
-        tl = time_decisions(wl, dec, cost, system.demand_first, engine)
-        if progress is not None:
-            progress(len(wl.pass_start), len(wl.pass_start))
-    if streamed is not None:  # the walk computed the bound and counted the rule's classes as it read the trace
-        bound = streamed.bound
-    else:
-        bound = (fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system)
-    mix = (
-        fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes if streamed is not None else None)
-        if engine == "fast"
-        else None
-    )
-    res = summarise(
-        trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
-    )
-    describe(res, setup, system, flags.unmodelled, wl.num_layers)
-    res.workload, res.cost = wl, cost
-    return res
+    tl = time_decisions(wl, dec, s.cost, system.demand_first, engine)
+    if progress is not None:
+        progress(len(wl.pass_start), len(wl.pass_start))
+    bound = (fast.pass_bounds if engine == "fast" else pass_bounds)(wl, s.cost, system)
+    mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, None) if engine == "fast" else None
+    return dec, tl, bound, mix
 
 
 def describe(res: Results, setup: Setup, system: SystemConfig, unmodelled: Sequence[str], num_layers: int) -> None:

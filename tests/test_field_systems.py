@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from hobbit.sim.decide import CPU, HIGH_HIT, HIGH_LOAD, SKIPPED
+from hobbit.sim.decisions import CPU, HIGH_HIT, HIGH_LOAD, SKIPPED
 from hobbit.sim.run import simulate
 
 from sim_helpers import bundled, compose_sim
