@@ -289,36 +289,17 @@ def calibrate(
     ``between(r)`` runs after round ``r`` (0-based): what must meet the machine in the states the
     calibration meets (``executor.validate.full_profile``: the replays) runs there."""
     m = store.model
-    with torch.no_grad():
-        link = LinkProbe(store, copy_cpu)
-        experts, dense = ExpertProbe(store, EXPERT_TOKENS), DenseProbe(store)
-        try:
-            link.round()  # warm-up: first touches and first calls out of the way
-            rough = link.sizes[-1] / min(link.round()[0][-1] for _ in range(2)) / 1e9  # GB/s, to size the probe
-            contention = ContentionProbe(store, rough, copy_cpu)
-            try:
-                experts.round()  # warm-up, as the link's above
-                dense.round()
-                contention.round()
-                samples = []
-                for r in tqdm(range(rounds), desc="calibrate", unit="round", leave=False, disable=None):
-                    samples.append((link.round(), experts.round(), dense.round(), contention.round()))
-                    if between is not None:
-                        between(r)
-            finally:
-                contention.close()
-        finally:
-            link.close()
+    samples, sizes, expert_kinds, contention_kinds = _measure(store, copy_cpu, rounds, between)
     link_s = pick(np.array([s[0][0] for s in samples]), statistic, axis=0, group=group)
     issue_s = float(np.min(pick(np.array([s[0][1] for s in samples]), statistic, axis=0, group=group)))
-    slope, t0 = np.polyfit(np.array(link.sizes, float), link_s, 1)
+    slope, t0 = np.polyfit(np.array(sizes, float), link_s, 1)
     t0, gbps = max(float(t0), 0.0), float(1.0 / max(slope, 1e-15) / 1e9)
     progress(
         f"  link: t0 {t0 * 1e6:.1f} us, {gbps:.2f} GB/s (64 KB to one expert); issuing a copy {issue_s * 1e6:.1f} us"
     )
     ex = {
         k: [float(v) for v in pick(np.array([s[1][k] for s in samples]), statistic, axis=0, group=group)]
-        for k in experts.runs
+        for k in expert_kinds
     }
     layer_s = pick(np.array([s[2][0] for s in samples]), statistic, axis=0, group=group)
     head_s = pick(np.array([s[2][1] for s in samples]), statistic, axis=0, group=group)
@@ -329,25 +310,7 @@ def calibrate(
         f"host CPU {ex['cpu'][0] * 1e3:.3f} ms; dense part {layer_s[0] * 1e3:.3f} ms, LM head "
         f"{head_s[0] * 1e3:.3f} ms"
     )
-    cont = {k: np.array([s[3][k] for s in samples]) for k in contention.kinds}  # [rounds, 4]
-    f = {k: max(1.0, float(np.median(v[:, 0] / v[:, 1]))) for k, v in cont.items()}
-    link_ratio = min(1.0, float(np.median(np.concatenate([v[:, 3] / v[:, 2] for v in cont.values()]))))
-    progress(
-        f"  contention: the link at x{link_ratio:.3f} of its bandwidth while computing; compute while copying: "
-        f"dense x{f['dense']:.3f}, high expert x{f['high']:.3f}, low expert x{f['low']:.3f}"
-    )
-    # in a decode step each part costs more per call than its probe measures back to back; the step's own
-    # calls without copies (the contention probe's other half) against the probes at one token
-    alone = {k: float(pick(v[:, 1], statistic, axis=0, group=group)) for k, v in cont.items()}
-    step = {
-        "dense": max(0.0, alone["dense"] - float(coef @ [1.0, 1.0, 1.0 * STEP_CONTEXT])),
-        "high": max(0.0, alone["high"] - ex["high"][0]),
-        "low": max(0.0, alone["low"] - ex["low"][0]),
-    }
-    progress(
-        f"  in a decode step, per call: dense +{step['dense'] * 1e6:.1f} us, high expert "
-        f"+{step['high'] * 1e6:.1f} us, low expert +{step['low'] * 1e6:.1f} us over their probes"
-    )
+    f, link_ratio, step = _contention(samples, contention_kinds, statistic, group, coef, ex, progress)
     return ProfileConfig(
         model=m.name,
         hidden_size=m.hidden_size,
@@ -372,3 +335,64 @@ def calibrate(
         step_expert_high_s=step["high"],
         step_expert_low_s=step["low"],
     )
+
+
+def _measure(
+    store: HostStore, copy_cpu: int | None, rounds: int, between: Callable[[int], None] | None
+) -> tuple[list, list[int], list[str], list[str]]:
+    """(each round's samples of the link, the experts, the dense part and head, and contention; the link probe's
+    copy sizes; the experts' kinds; contention's kinds): ``rounds`` rounds after a warm-up one (``calibrate``)."""
+    with torch.no_grad():
+        link = LinkProbe(store, copy_cpu)
+        experts, dense = ExpertProbe(store, EXPERT_TOKENS), DenseProbe(store)
+        try:
+            link.round()  # warm-up: first touches and first calls out of the way
+            rough = link.sizes[-1] / min(link.round()[0][-1] for _ in range(2)) / 1e9  # GB/s, to size the probe
+            contention = ContentionProbe(store, rough, copy_cpu)
+            try:
+                experts.round()  # warm-up, as the link's above
+                dense.round()
+                contention.round()
+                samples = []
+                for r in tqdm(range(rounds), desc="calibrate", unit="round", leave=False, disable=None):
+                    samples.append((link.round(), experts.round(), dense.round(), contention.round()))
+                    if between is not None:
+                        between(r)
+            finally:
+                contention.close()
+        finally:
+            link.close()
+    return samples, link.sizes, list(experts.runs), list(contention.kinds)
+
+
+def _contention(
+    samples: list,
+    kinds: list[str],
+    statistic: str,
+    group: int,
+    coef: np.ndarray,
+    ex: dict[str, list[float]],
+    progress: Callable[[str], None],
+) -> tuple[dict[str, float], float, dict[str, float]]:
+    """(compute's factors while copying, the link's share of its bandwidth while computing, each part's cost per
+    call in a decode step over its probe's) from the contention probe's rounds."""
+    cont = {k: np.array([s[3][k] for s in samples]) for k in kinds}  # [rounds, 4]
+    f = {k: max(1.0, float(np.median(v[:, 0] / v[:, 1]))) for k, v in cont.items()}
+    link_ratio = min(1.0, float(np.median(np.concatenate([v[:, 3] / v[:, 2] for v in cont.values()]))))
+    progress(
+        f"  contention: the link at x{link_ratio:.3f} of its bandwidth while computing; compute while copying: "
+        f"dense x{f['dense']:.3f}, high expert x{f['high']:.3f}, low expert x{f['low']:.3f}"
+    )
+    # in a decode step each part costs more per call than its probe measures back to back; the step's own
+    # calls without copies (the contention probe's other half) against the probes at one token
+    alone = {k: float(pick(v[:, 1], statistic, axis=0, group=group)) for k, v in cont.items()}
+    step = {
+        "dense": max(0.0, alone["dense"] - float(coef @ [1.0, 1.0, 1.0 * STEP_CONTEXT])),
+        "high": max(0.0, alone["high"] - ex["high"][0]),
+        "low": max(0.0, alone["low"] - ex["low"][0]),
+    }
+    progress(
+        f"  in a decode step, per call: dense +{step['dense'] * 1e6:.1f} us, high expert "
+        f"+{step['high'] * 1e6:.1f} us, low expert +{step['low'] * 1e6:.1f} us over their probes"
+    )
+    return f, link_ratio, step

@@ -26,9 +26,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hobbit.executor.config import PAIRS, QualityConfig, QualityError
 from hobbit.executor.quant import fake_quantize
-from hobbit.sim.config import check_system, quant_group
 from hobbit.sim.policies.base import HIGH, LOW, SKIP
 from hobbit.sim.policies.precision import classes_for
+from hobbit.sim.precisions import quant_group
+from hobbit.sim.system_checks import check_system
 from hobbit.traces.families import checkpoint_family, find_routers
 from hobbit.traces.inputs import read_text, reading
 from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir

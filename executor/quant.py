@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hobbit.sim.config import quant_group
+from hobbit.sim.precisions import quant_group
 
 BITS = {"int8": 8, "int4": 4, "int2": 2}
 

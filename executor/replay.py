@@ -24,7 +24,7 @@ from torch.nn import functional as nnf
 from hobbit.executor.cache import DeviceCache
 from hobbit.executor.link import Copy, CopyEngine
 from hobbit.executor.weights import HostStore, kv_width
-from hobbit.sim.decide import Decisions, LayerStep, LogEntry
+from hobbit.sim.decisions import Decisions, LayerStep, LogEntry
 from hobbit.sim.timeline import Timeline, late_copies
 from hobbit.sim.workload import Workload
 

@@ -24,7 +24,8 @@ from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, ProfileC
 from hobbit.sim.events import Schedule, build, parse_window, simulated
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.results import Results, summarise
-from hobbit.sim.run import CacheSizing, simulate
+from hobbit.sim.run import simulate
+from hobbit.sim.sizing import CacheSizing
 from hobbit.sim.workload import build_workload
 from hobbit.traces.io import Trace
 
@@ -365,24 +366,45 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
             for _ in range(cfg.replays):
                 replay(hw)
     spread = noise(wl, runs)
-    schedules = None
-    if reps is not None:  # before the runs are combined: the replay whose decode time is the median, as it ran
-        window = parse_window(cfg.timeline_tokens, len(wl.pass_start))
-        order = np.argsort([float(np.sum(r.pass_end - r.pass_start)) for r in runs])
-        k = int(order[len(order) // 2])
-        assert res.workload is not None  # the simulation keeps the workload it timed
-        schedules = [
-            ("simulated", simulated(res.workload, res.decisions, res.cost, system.demand_first, window)),
-            (
-                f"measured (replay {k + 1} of {len(runs)}, the median)",
-                build(wl, res.decisions, runs[k], reps[k].work, window, reps[k].copy_times),
-            ),
-        ]
+    schedules = _schedules(cfg, wl, res, runs, reps, system) if reps is not None else None
     real = _combine_runs(runs, cfg.statistic)
     replayed = summarise(
         measured, wl, res.decisions, real, model, hw, system, CacheSizing(**res.summary["cache"]), "replay", spent[0]
     )
     e = errors(wl, res.timeline, real)
+    summary = _summary(cfg, e, spread, device, hw, model, system, replayed.summary["bytes_loaded"], real.link_busy_s)
+    return Validation(res, replayed, e, summary, hw, model, schedules)
+
+
+def _schedules(cfg: ValidateConfig, wl: Any, res: Results, runs: list, reps: list, system: SystemConfig) -> list:
+    """The simulated schedule and the measured one of the replay whose decode time is the median, as it ran (before
+    the runs are combined), over ``cfg.timeline_tokens``."""
+    window = parse_window(cfg.timeline_tokens, len(wl.pass_start))
+    order = np.argsort([float(np.sum(r.pass_end - r.pass_start)) for r in runs])
+    k = int(order[len(order) // 2])
+    assert res.workload is not None  # the simulation keeps the workload it timed
+    return [
+        ("simulated", simulated(res.workload, res.decisions, res.cost, system.demand_first, window)),
+        (
+            f"measured (replay {k + 1} of {len(runs)}, the median)",
+            build(wl, res.decisions, runs[k], reps[k].work, window, reps[k].copy_times),
+        ),
+    ]
+
+
+def _summary(
+    cfg: ValidateConfig,
+    e: dict,
+    spread: float,
+    device: torch.device,
+    hw: HardwareConfig,
+    model: ModelConfig,
+    system: SystemConfig,
+    bytes_loaded: float,
+    link_busy_s: float,
+) -> dict[str, Any]:
+    """validation.json's summary: the errors, the replays' own noise, the device, the profile and the copies'
+    measured bandwidth (``bytes_loaded`` over the link's busy seconds)."""
     v = {
         k: e[k]
         for k in (
@@ -402,16 +424,15 @@ def validate(cfg: ValidateConfig, trace: Trace, hw: HardwareConfig | None = None
     v["replays"], v["statistic"] = cfg.replays, cfg.statistic
     v["device"] = f"{device.type}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
     assert hw.profile is not None  # calibrated above, or a measured profile given
-    summary = {
+    return {
         "validation": v,
         "model": model.name,
         "system": system.name,
         "hardware": hw.name,
         "profile": dataclasses.asdict(hw.profile),
         "precision_pair": cfg.precision_pair,
-        "copies_measured_gbps": replayed.summary["bytes_loaded"] / max(real.link_busy_s, 1e-12) / 1e9,
+        "copies_measured_gbps": bytes_loaded / max(link_busy_s, 1e-12) / 1e9,
     }
-    return Validation(res, replayed, e, summary, hw, model, schedules)
 
 
 def _combine_runs(runs: list[Any], statistic: str) -> Any:

@@ -30,14 +30,15 @@ from hobbit.analysis.aggregate import flatten
 from hobbit.plumbing.glue import compose, with_overrides
 from hobbit.plumbing.guard import guard
 from hobbit.plumbing.results_io import write_results
-from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig, check_system
-from hobbit.sim.flags import apply_flags
+from hobbit.sim.checks import check_run
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.memory import check_placement, fit
 from hobbit.sim.results import Results
-from hobbit.sim.run import check_profile, check_topology, check_weights, lay_out, size_cache
+from hobbit.sim.run import lay_out
 from hobbit.sim.run import simulate as simulate_configs
+from hobbit.sim.sizing import size_cache
 from hobbit.sim.walk_copies import general_walks
-from hobbit.sim.windowed import check_whole_read, check_windowed, simulate_file
+from hobbit.sim.windowed import check_whole_read, simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
 from hobbit.traces.capture import CaptureConfig
@@ -212,8 +213,6 @@ def simulate_file_config(
 ) -> Results:
     """One run of a composed ``SimConfig`` over the trace file at ``path``, read ``cfg.window_tokens`` tokens at a time
     (``hobbit.sim.windowed``: the memory a window's, not the trace's); no files are written."""
-    if cfg.engine != "fast":
-        raise ConfigError(f"sim.window_tokens={cfg.window_tokens} runs the compiled core only (fix: engine=fast)")
     return simulate_file(
         path,
         cfg.model,
@@ -225,6 +224,7 @@ def simulate_file_config(
         window_tokens=cfg.window_tokens,
         progress=progress,
         context=cfg.context,
+        engine=cfg.engine,
     )
 
 
@@ -236,24 +236,18 @@ def check(
     profile: Trace | TraceFile | None = None,
     profile_share: float = 0.25,
     context: int = 0,
+    engine: str = "fast",
 ) -> None:
-    """The checks ``simulate`` makes of its inputs (``hobbit.sim.run.simulate``'s arguments), without the run: the
-    knobs, the trace's topology against the model's, gate weights where the system's rule reads them, a calibrated
-    profile's tables, and whether the model fits the machine's memory. Raises ``ConfigError`` naming the first
-    problem and its fix. A command that runs many simulations (``hobbit compare``, ``hobbit tune``) checks each
-    configuration here before the first starts, so bad input stops it before any work. A ``TraceFile`` (a trace read
-    a window at a time) is checked from its scan, without reading its rows."""
-    for prefix, cfg in (("model.", model), ("hardware.", hardware), ("system.", system)):
-        check_knobs(cfg, prefix)
-    system = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts).system
-    check_system(system)
-    check_topology(trace, model)
-    if profile is not None:
-        check_topology(profile, model)
-    check_weights(trace, system)
-    check_profile(model, hardware)
+    """The checks ``simulate`` makes of its inputs (``hobbit.sim.run.simulate``'s arguments), without the run: every
+    check a run makes before its work, in its order (``hobbit.sim.checks.check_run``: the knobs, the engine, the
+    trace's topology against the model's, gate weights where the system's rule reads them, a calibrated profile's
+    tables, a windowed run's system), then whether the model fits the machine's memory. Raises ``ConfigError`` naming
+    the first problem and its fix. A command that runs many simulations (``hobbit compare``, ``hobbit tune``) checks
+    each configuration here before the first starts, so bad input stops it before any work. A ``TraceFile`` (a trace
+    read a window at a time) is checked from its scan, without reading its rows."""
+    windowed = trace.window_tokens if isinstance(trace, TraceFile) else None
+    system = check_run(model, hardware, system, trace, profile, engine=engine, window_tokens=windowed).system
     if isinstance(trace, TraceFile):
-        check_windowed(system, trace.path)
         held = 0 if profile is not None else held_apart(len(trace.scan.requests), profile_share)
         context += int(trace.scan.request_context[held:].max())
     else:

@@ -11,29 +11,8 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hobbit.sim.policies.registry import EVICTION, PREFETCH, knobs_types
+from hobbit.sim.precisions import BITS, FORMAT_BPW, PRECISIONS, PrecisionConfig, quant_group
 from hobbit.traces.schema import InputError
-
-# Group-wise formats as this project's executor packs them (executor/quant.py): codes plus an fp16 scale and
-# zero per group of ``quant_group_size`` inputs (ModelConfig.quant_meta_bytes_per_group).
-_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
-# Other systems' formats, in bits per weight with their scales (block layouts):
-FORMAT_BPW = {
-    "q8_0": 8.5,  # llama.cpp block_q8_0: fp16 scale + 32 int8 codes = 34 B / 32 weights (ggml-common.h)
-    "q4_0": 4.5,  # llama.cpp block_q4_0: fp16 scale + 16 B of codes = 18 B / 32 weights (ggml-common.h)
-    "q2_k": 2.625,  # llama.cpp block_q2_K: 84 B / 256 weights (ggml-common.h)
-    "hqq2": 3.02,  # HQQ 2-bit, group 16, 8-bit quantised scales and zeros (mixtral-offloading's experts,
-    # hqq/core/quantize.py at the commit it pins): 2 + 0.5 + 0.5 + ~0.02 bits
-}
-PRECISIONS = (*_BITS, *FORMAT_BPW)
-
-
-def quant_group(k: int, group: int = 128) -> int:
-    """The quantisation group for a layer with ``k`` input features: ``group`` when it divides
-    ``k``, else the largest of 64 or 32 that does (what int4 kernels take), else ``k`` itself."""
-    for g in (group, 64, 32):
-        if g <= group and k % g == 0:
-            return g
-    return k
 
 
 class ConfigError(InputError):
@@ -123,11 +102,11 @@ class ModelConfig:
         """Bytes of one expert at ``precision``, quantisation scales and zeros included."""
         if precision in FORMAT_BPW:
             return round(self.expert_params * FORMAT_BPW[precision] / 8)
-        if precision not in _BITS:
+        if precision not in BITS:
             raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}")
         p = self.expert_params
-        raw = p * _BITS[precision] // 8
-        if _BITS[precision] == 16:
+        raw = p * BITS[precision] // 8
+        if BITS[precision] == 16:
             return raw
         h, f, g = self.hidden_size, self.expert_ffn, self.quant_group_size
         groups = 2 * f * (h // quant_group(h, g)) + h * (f // quant_group(f, g))  # gate/up over hidden, down over FFN
@@ -310,35 +289,6 @@ class HardwareConfig:
     """Where these numbers come from (data sheets, measurements; docs/references.md)."""
     profile: ProfileConfig | None = None
     """Costs measured by ``hobbit calibrate`` (a profile YAML): they replace the roofline."""
-
-
-@dataclass(frozen=True)
-class PrecisionConfig:
-    """How a missing expert is loaded. ``mode``: hobbit (T1/T2 rule) | high | low."""
-
-    LIMITS: ClassVar[dict[str, str]] = {"t1": "[0,1]", "t2": "[0,1]"}
-
-    mode: str = "hobbit"
-    """hobbit (the T1/T2 rule) | high (every miss at high precision) | low (every miss at low precision)."""
-    t1: float = 0.6
-    """A selected expert whose score (the normalised weight ranked above it) is at most t1 loads at high
-    precision; top-1 always does (paper §3.2; 0.6 its default for Mixtral)."""
-    t2: float = 0.9
-    """Scores in (t1, t2] load at low precision; above t2 the expert is skipped (paper §3.2)."""
-    serve_any_cached: bool = False
-    """A cached copy of either precision serves a hit, a low copy serving even an expert the rule loads at high
-    precision (the top-1 included). False: a cached copy serves when it is at least the precision the rule asks (any
-    copy serves an expert the rule would skip). The paper does not say; false keeps its "top-1 always high" and the
-    quality it reports (docs/design.md, Policies)."""
-    multi_token: str = "max"
-    """A pass with many tokens (prefill): max (an expert loads at the highest precision any token needs) | high
-    (at high precision)."""
-    high: str = ""
-    """The format of an expert loaded or computed at high precision, where it differs from the model file's
-    (``system.weights``): HOBBIT on the Jetson ran Q8_0 experts (paper §3.2); empty: the weights' own."""
-    low: str = "int4"
-    """The format of a low-precision copy of an expert: int4 (this project's executor: 4 bits with an fp16 scale
-    and zero per 128 inputs), int8, int2, a ggml type (q4_0, q2_k, ...) or hqq2 (mixtral-offloading's 2-bit)."""
 
 
 def with_policy_nodes(base: type, name: str, registry: dict[str, str]) -> type:
@@ -587,70 +537,6 @@ def offload_tokens(s: SystemConfig, num_experts: int, top_k: int) -> int:
     if s.runtime == "ik_llama.cpp":  # MoE products offloaded only at N tokens per expert on average (PR #520)
         return -(-s.offload_min_batch * num_experts // max(top_k, 1))
     return s.offload_min_batch
-
-
-def check_system(s: SystemConfig) -> None:
-    """Reject bad knobs before the run, naming them."""
-    p, c = s.precision, s.cache
-    if p.mode not in ("hobbit", "high", "low"):
-        raise ConfigError(f"system.precision.mode={p.mode} must be hobbit, high or low")
-    if not 0.0 <= p.t1 <= p.t2 <= 1.0:
-        raise ConfigError(f"system.precision.t1={p.t1}, t2={p.t2}: need 0 <= t1 <= t2 <= 1")
-    if p.multi_token not in ("max", "high"):
-        raise ConfigError(f"system.precision.multi_token={p.multi_token} must be max or high")
-    for group, chosen, registry in (("prefetch.kind", s.prefetch.kind, PREFETCH), ("cache.policy", c.policy, EVICTION)):
-        if chosen not in registry:
-            raise ConfigError(f"system.{group}={chosen} is not one of {', '.join(sorted(registry))}")
-    for where, node, chosen in (("prefetch", s.prefetch, s.prefetch.kind), ("cache", c, c.policy)):
-        knobs = policy_knobs(node, chosen)
-        for problem in getattr(knobs, "problems", list)():  # what a policy's knob ranges cannot say
-            raise ConfigError(f"system.{where}.{chosen}.{problem}")
-    if s.prefetch.precision not in ("rule", "high", "low"):
-        raise ConfigError(f"system.prefetch.precision={s.prefetch.precision} must be rule, high or low")
-    if s.prefetch.fallback not in ("oracle", "history", "none"):
-        raise ConfigError(f"system.prefetch.fallback={s.prefetch.fallback} must be oracle, history or none")
-    if not 1 <= s.prefetch.max_depth <= 8:
-        raise ConfigError(f"system.prefetch.max_depth={s.prefetch.max_depth} must be in 1..8")
-    if not 0.0 <= s.prefetch.fallback_accuracy <= 1.0:
-        raise ConfigError(f"system.prefetch.fallback_accuracy={s.prefetch.fallback_accuracy} must be in [0, 1]")
-    if s.cpu_misses not in ("never", "always", "faster", "split"):
-        raise ConfigError(f"system.cpu_misses={s.cpu_misses} must be never, always, faster or split")
-    if s.placement not in ("cache", "static", "popular"):
-        raise ConfigError(f"system.placement={s.placement} must be cache, static or popular")
-    if not 0.0 <= c.high_fraction <= 1.0:
-        raise ConfigError(f"system.cache.high_fraction={c.high_fraction} must be in [0, 1]")
-    if s.cpu_layer_scope not in ("experts", "whole"):
-        raise ConfigError(f"system.cpu_layer_scope={s.cpu_layer_scope} must be experts or whole")
-    if s.cpu_layer_scope == "whole" and s.placement != "static":
-        raise ConfigError(
-            f"system.cpu_layer_scope=whole: only placement=static keeps layers on the CPU "
-            f"(system={s.name} has placement={s.placement})"
-        )
-    if s.cpu_moe_layers and s.placement != "static":
-        raise ConfigError(
-            f"system.cpu_moe_layers={s.cpu_moe_layers}: only placement=static keeps layers' experts on the CPU "
-            f"(system={s.name} has placement={s.placement})"
-        )
-    if s.gpu_experts_strategy not in ("uniform", "frequency", "front-loading"):
-        raise ConfigError(
-            f"system.gpu_experts_strategy={s.gpu_experts_strategy} must be uniform, frequency or front-loading"
-        )
-    if s.gpu_experts and s.placement != "cache":
-        raise ConfigError(
-            f"system.gpu_experts={s.gpu_experts} keeps experts by count; system={s.name} has placement={s.placement}"
-        )
-    if s.host_cache not in ("lru", "uniform"):
-        raise ConfigError(f"system.host_cache={s.host_cache} must be lru or uniform")
-    if s.numa not in ("single", "replicate"):
-        raise ConfigError(f"system.numa={s.numa} must be single or replicate")
-    if s.copy_stream not in ("separate", "compute"):
-        raise ConfigError(f"system.copy_stream={s.copy_stream} must be separate or compute")
-    if s.host_load not in ("load", "mmap", "stream"):
-        raise ConfigError(f"system.host_load={s.host_load} must be load, mmap or stream")
-    if c.layer_partition not in ("slots", "bytes"):
-        raise ConfigError(f"system.cache.layer_partition={c.layer_partition} must be slots or bytes")
-    if c.wide_step not in ("keep", "bypass"):
-        raise ConfigError(f"system.cache.wide_step={c.wide_step} must be keep or bypass")
 
 
 @dataclass(frozen=True)

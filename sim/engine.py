@@ -16,7 +16,7 @@ import numpy as np
 import simpy
 
 from hobbit.sim.cost import Contention, CostModel
-from hobbit.sim.decide import Decisions, LayerStep
+from hobbit.sim.decisions import Decisions, LayerStep
 from hobbit.sim.timeline import Timeline, demand_insert_at, late_copies, requeue
 from hobbit.sim.workload import Workload
 

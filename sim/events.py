@@ -21,7 +21,7 @@ import numpy as np
 
 from hobbit.sim.config import ConfigError
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import Decisions
+from hobbit.sim.decisions import Decisions
 from hobbit.sim.plain import replay
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
@@ -112,10 +112,24 @@ def build(
     """A schedule from a timeline, its compute/CPU work records (``sim.plain.replay``'s ``rec`` layout) and
     ``copies`` (tid -> (start, end) of each copy that ran)."""
     L = wl.num_layers
+    copy_info = _copy_info(dec, L, window)
+    out, counters = _pass_slices(wl, dec, tl, window)
+    out += _work_slices(dec, work, L, window)
+    for tid, (start, end) in copies.items():
+        info = copy_info.get(tid)
+        if info is None:
+            continue
+        p, args = info
+        name = f"{'load' if args['demand'] else 'prefetch'} L{args['layer']} E{args['expert']} ({args['precision']})"
+        out.append(Slice("link", name, "copy", float(start), float(end), p, args))
+    order = {"token": 0, "layer": 1, "head": 1}
+    out.sort(key=lambda s: (TRACKS.index(s.track), s.start, order.get(s.kind, 2), -s.end))
+    return Schedule(out, counters, np.asarray(tl.pass_start), np.asarray(tl.pass_end), window)
+
+
+def _copy_info(dec: Decisions, L: int, window: tuple[int, int]) -> dict[int, tuple[int, dict]]:
+    """tid -> (its pass, its slice's args) of each copy the window's steps decided."""
     a, b = window
-    out: list[Slice] = []
-    held = occupancy(dec, b * L)
-    counters = []
     copy_info = {}
     for i in range(a * L, b * L):
         step = dec.steps[i]
@@ -131,6 +145,19 @@ def build(
                     "tid": tid,
                 },
             )
+    return copy_info
+
+
+def _pass_slices(
+    wl: Workload, dec: Decisions, tl: Timeline, window: tuple[int, int]
+) -> tuple[list[Slice], list[tuple[float, int, dict]]]:
+    """(each pass's slices, its layers' and its head's, on the compute track; the cache's occupancy as each layer
+    starts) of the window's passes."""
+    L = wl.num_layers
+    a, b = window
+    out: list[Slice] = []
+    held = occupancy(dec, b * L)
+    counters = []
     for p in range(a, b):
         t_start, t_end = float(tl.pass_start[p]), float(tl.pass_end[p])
         phase = "decode" if wl.pass_phase[p] == 1 else "prefill"
@@ -162,6 +189,14 @@ def build(
             )
             begin = end
         out.append(Slice("compute", "lm head", "head", begin, t_end, p))  # the pass's end, after its last layer
+    return out, counters
+
+
+def _work_slices(dec: Decisions, work: list, L: int, window: tuple[int, int]) -> list[Slice]:
+    """The slices of the window's compute and CPU work records (``sim.plain.replay``'s ``rec`` layout): its experts,
+    waits and the rest, the head left out (the rest of the pass, ``_pass_slices``)."""
+    a, b = window
+    out: list[Slice] = []
     for i, kind, start, end, j in work:
         p, layer = divmod(i, L)
         if not a <= p < b or kind == "head":  # the head is the rest of the pass (above)
@@ -183,16 +218,7 @@ def build(
         else:
             name = "wait cpu" if kind == "wait_cpu" else kind
         out.append(Slice("cpu" if kind == "cpu_expert" else "compute", name, kind, float(start), float(end), p, args))
-    for tid, (start, end) in copies.items():
-        info = copy_info.get(tid)
-        if info is None:
-            continue
-        p, args = info
-        name = f"{'load' if args['demand'] else 'prefetch'} L{args['layer']} E{args['expert']} ({args['precision']})"
-        out.append(Slice("link", name, "copy", float(start), float(end), p, args))
-    order = {"token": 0, "layer": 1, "head": 1}
-    out.sort(key=lambda s: (TRACKS.index(s.track), s.start, order.get(s.kind, 2), -s.end))
-    return Schedule(out, counters, np.asarray(tl.pass_start), np.asarray(tl.pass_end), window)
+    return out
 
 
 def simulated(wl: Workload, dec: Decisions, cost: CostModel, demand_first: bool, window: tuple[int, int]) -> Schedule:

@@ -351,20 +351,7 @@ def weights(model: ModelConfig, fmt: str, *, n_gqa: int = 1) -> Weights:
                            n_attn_v=n_wv)  # fmt: skip
 
     experts = {"ffn_gate_exps": f * h, "ffn_up_exps": f * h, "ffn_down_exps": h * f}
-    entries: list[tuple[int, str, int]] = []  # (block, name, parameters) in llama.cpp's order: block, then name
-    per_block: dict[str, list[int]] = {}
-    for name, counts in model.tensors.items():
-        if name.endswith("_exps"):
-            raise ConfigError(f"model {model.name}: tensors holds {name}; routed experts come from the shapes")
-        if len(counts) == n_blocks and name not in _GLOBAL:
-            per_block[name] = counts
-        elif len(counts) == 1:
-            entries.append((-1, name, counts[0]))
-        else:
-            raise ConfigError(f"model {model.name}: tensors[{name}] has {len(counts)} entries, not 1 or {n_blocks}")
-    for b in range(n_blocks):
-        here = {n: c[b] for n, c in per_block.items() if c[b] > 0} | (experts if b >= d else {})
-        entries += [(b, n, here[n]) for n in sorted(here)]
+    entries = _entries(model, experts)
     expert, dense, other = [0] * lay, [0] * lay, 0
     # llama.cpp's counters: the attn_v-like and ffn_down tensors before each one, in its order (without the tensor
     # list, one of each per block: tensor_type's default)
@@ -391,3 +378,24 @@ def weights(model: ModelConfig, fmt: str, *, n_gqa: int = 1) -> Weights:
             _count_bytes(plain, model.other_params, h),
         )
     return Weights(tuple(expert), tuple(dense), other, n_exp, fmt)
+
+
+def _entries(model: ModelConfig, experts: dict[str, int]) -> list[tuple[int, str, int]]:
+    """(block, name, parameters) of each of ``model``'s tensors (``model.tensors``, the routed ``experts`` in each MoE
+    block) in llama.cpp's order: block (-1: the model's global tensors), then name."""
+    d, n_blocks = model.dense_layers, model.dense_layers + model.num_layers
+    entries: list[tuple[int, str, int]] = []
+    per_block: dict[str, list[int]] = {}
+    for name, counts in model.tensors.items():
+        if name.endswith("_exps"):
+            raise ConfigError(f"model {model.name}: tensors holds {name}; routed experts come from the shapes")
+        if len(counts) == n_blocks and name not in _GLOBAL:
+            per_block[name] = counts
+        elif len(counts) == 1:
+            entries.append((-1, name, counts[0]))
+        else:
+            raise ConfigError(f"model {model.name}: tensors[{name}] has {len(counts)} entries, not 1 or {n_blocks}")
+    for b in range(n_blocks):
+        here = {n: c[b] for n, c in per_block.items() if c[b] > 0} | (experts if b >= d else {})
+        entries += [(b, n, here[n]) for n in sorted(here)]
+    return entries

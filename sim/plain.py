@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hobbit.sim.cost import Contention, CostModel
-from hobbit.sim.decide import Decisions
+from hobbit.sim.decisions import Decisions
 from hobbit.sim.timeline import Timeline, late_copies, requeue
 from hobbit.sim.workload import Workload
 
@@ -177,26 +177,7 @@ def _replay_shared(
                 stall += link.now - t0
                 if rec is not None and link.now > t0:
                     rec.append((i, "stall", t0, link.now, -1))
-            while todo:  # the experts whose weights are resident, in arrival order; then wait for the next
-                ready = sorted(
-                    (-1.0 if step.gpu[j].tid < 0 else link.done[step.gpu[j].tid], j)
-                    for j in todo
-                    if step.gpu[j].tid < 0 or step.gpu[j].tid in link.done
-                )
-                if not ready:
-                    t0 = link.now
-                    stall += link.wait_first([step.gpu[j].tid for j in todo]) - t0
-                    if rec is not None:
-                        rec.append((i, "stall", t0, link.now, -1))
-                    continue
-                for _, j in ready:
-                    _, prec, n = step.gpu[j]  # Compute(tid, precision, tokens)
-                    t0 = link.now
-                    link.compute(cost.cached("expert_s", prec, n), f.expert(prec))
-                    if rec is not None:
-                        rec.append((i, "expert", t0, link.now, j))
-                done = {j for _, j in ready}
-                todo = [j for j in todo if j not in done]
+            stall = _experts_shared(step, link, cost, todo, stall, i, rec)
             if step.cpu:
                 cpu_free = _cpu_work(step, cost, max(cpu_free, routed), i, rec)
                 t0 = link.now
@@ -223,6 +204,53 @@ def _cpu_work(step, cost: CostModel, start: float, i: int, rec: list | None) -> 
         rec.append((i, "cpu_expert", start, end, j))
         start = end
     return start
+
+
+def _experts(
+    step, link: _Link, cost: CostModel, t: float, stall: float, i: int, rec: list | None
+) -> tuple[float, float]:
+    """The step's device experts, each when its copy has landed (resident ones first), from ``t``; (when they are
+    done, ``stall`` plus the waits)."""
+    ready = [(-1.0 if g.tid < 0 else link.done_at(g.tid), j) for j, g in enumerate(step.gpu)]
+    for r, j in sorted(ready):
+        if r > t:
+            if rec is not None:
+                rec.append((i, "stall", t, r, -1))
+            stall += r - t
+            t = r
+        _, prec, n = step.gpu[j]  # Compute(tid, precision, tokens)
+        if rec is not None:
+            rec.append((i, "expert", t, t + cost.cached("expert_s", prec, n), j))
+        t += cost.cached("expert_s", prec, n)
+    return t, stall
+
+
+def _experts_shared(
+    step, link: _SharedLink, cost: CostModel, todo: list[int], stall: float, i: int, rec: list | None
+) -> float:
+    """``_experts`` with contention: the step's device experts ``todo`` run as their copies land; ``stall`` plus the
+    time they waited."""
+    while todo:  # the experts whose weights are resident, in arrival order; then wait for the next
+        ready = sorted(
+            (-1.0 if step.gpu[j].tid < 0 else link.done[step.gpu[j].tid], j)
+            for j in todo
+            if step.gpu[j].tid < 0 or step.gpu[j].tid in link.done
+        )
+        if not ready:
+            t0 = link.now
+            stall += link.wait_first([step.gpu[j].tid for j in todo]) - t0
+            if rec is not None:
+                rec.append((i, "stall", t0, link.now, -1))
+            continue
+        for _, j in ready:
+            _, prec, n = step.gpu[j]  # Compute(tid, precision, tokens)
+            t0 = link.now
+            link.compute(cost.cached("expert_s", prec, n), cost.contention.expert(prec))
+            if rec is not None:
+                rec.append((i, "expert", t0, link.now, j))
+        done = {j for _, j in ready}
+        todo = [j for j in todo if j not in done]
+    return stall
 
 
 def replay(
@@ -281,17 +309,7 @@ def replay(
                     if rec is not None:
                         rec.append((i, "stall", t, r, -1))
                     stall, t = r - t, r
-            ready = [(-1.0 if g.tid < 0 else link.done_at(g.tid), j) for j, g in enumerate(step.gpu)]
-            for r, j in sorted(ready):
-                if r > t:
-                    if rec is not None:
-                        rec.append((i, "stall", t, r, -1))
-                    stall += r - t
-                    t = r
-                _, prec, n = step.gpu[j]  # Compute(tid, precision, tokens)
-                if rec is not None:
-                    rec.append((i, "expert", t, t + cost.cached("expert_s", prec, n), j))
-                t += cost.cached("expert_s", prec, n)
+            t, stall = _experts(step, link, cost, t, stall, i, rec)
             if step.cpu:
                 cpu_free = _cpu_work(step, cost, max(cpu_free, routed), i, rec)
                 if rec is not None and cpu_free > t:

@@ -17,140 +17,52 @@ import numpy as np
 
 from hobbit.sim import fast
 from hobbit.sim.bound import pass_bounds
-from hobbit.sim.config import (
-    CacheBase,
-    ConfigError,
-    HardwareConfig,
-    ModelConfig,
-    SystemConfig,
-    check_system,
-    offload_tokens,
-)
+from hobbit.sim.checks import check_profile, check_run, check_topology, check_weights, needs_weights
+from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig, offload_tokens
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import Decider, Decisions, Placement
+from hobbit.sim.decide import Decider
+from hobbit.sim.decisions import Decisions, Placement
 from hobbit.sim.engine import Engine
-from hobbit.sim.flags import Flags, apply_flags
 from hobbit.sim.memory import (
     MemoryFit,
     check_gpu_experts,
     check_layers,
     check_static,
     fit,
-    gib,
     host_ram_share,
-    pools,
 )
 from hobbit.sim.plain import replay
 from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.results import Results, summarise
+from hobbit.sim.sizing import CacheSizing, cache_regions, layer_note, pinned_per_layer, size_cache
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Profiled, Workload, build_workload, chunk_prefill, split_requests
-from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
-from hobbit.traces.knobs import check_knobs
-from hobbit.traces.window import TraceFile
 
 GiB = 2**30
-ENGINES = ("fast", "plain", "simpy")
-
-
-@dataclass(frozen=True)
-class CacheSizing:
-    """Pool sizes of a run, and the device memory they came from."""
-
-    high_slots: int
-    low_slots: int
-    high_bytes: int
-    low_bytes: int
-    free_bytes: int  # device memory left for experts after resident weights, KV cache and reserve
-    derived: str = ""  # what was derived from the knobs (one pool's size from the other's)
-
-
-def check_profile(model: ModelConfig, hw: HardwareConfig) -> None:
-    """A measured profile only holds for the shapes it was measured with."""
-    prof = hw.profile
-    if prof is None:
-        return
-    if (prof.hidden_size, prof.expert_ffn) != (model.hidden_size, model.expert_ffn):
-        raise ConfigError(
-            f"hardware={hw.name} was calibrated for model {prof.model} (hidden {prof.hidden_size}, "
-            f"expert FFN {prof.expert_ffn}), not model={model.name} (hidden {model.hidden_size}, expert "
-            f"FFN {model.expert_ffn}); calibrate again for this model"
-        )
-    if not prof.expert_tokens or len(prof.expert_high_s) != len(prof.expert_tokens):
-        raise ConfigError(f"hardware={hw.name}: profile.expert_tokens and expert_high_s are empty or differ in length")
-    for name in ("expert_low_s", "cpu_expert_s", "head_s"):
-        table = getattr(prof, name)
-        if table and len(table) != len(prof.expert_tokens):
-            raise ConfigError(
-                f"hardware={hw.name}: profile.{name} has {len(table)} values for "
-                f"{len(prof.expert_tokens)} expert_tokens (fix: one per token count, or none)"
-            )
-
-
-def needs_weights(system: SystemConfig) -> bool:
-    """Whether ``system``'s decisions read the gate weights (HOBBIT's T1/T2 precision rule)."""
-    return system.precision.mode == "hobbit"
-
-
-def check_weights(trace: Trace | TraceFile, system: SystemConfig) -> None:
-    """A trace whose source carried no gate weights (``traces.interchange``) cannot drive the T1/T2 rule."""
-    if weights_absent(trace.meta) and needs_weights(system):
-        raise ConfigError(
-            f"trace {trace.path} has no gate weights (its source format carries none; it holds "
-            f"placeholders), so system={system.name}'s T1/T2 rule (system.precision.mode=hobbit) "
-            f"cannot run on it (fix: a uniform-precision system, system.precision.mode=high or low, "
-            f"e.g. system=on-demand, freetoken or tec)"
-        )
-
-
-def check_topology(trace: Trace | TraceFile, model: ModelConfig) -> None:
-    m = trace.meta.model
-    got = (m.num_layers, m.num_experts, m.top_k)
-    want = (model.num_layers, model.num_experts, model.top_k)
-    if got != want:
-        raise ConfigError(
-            f"trace {trace.path} ({m.name}: {got[0]} MoE layers, {got[1]} experts, top-{got[2]}) does "
-            f"not fit model={model.name} ({want[0]} layers, {want[1]} experts, top-{want[2]}); pick a "
-            f"model with the trace's topology"
-        )
-
-
-def size_cache(
-    model: ModelConfig,
-    hw: HardwareConfig,
-    system: SystemConfig,
-    max_context: int,
-    layer_share: float = 1.0,
-    memory: MemoryFit | None = None,
-    layers: Sequence[int] | None = None,
-) -> CacheSizing:
-    """The cache's pools: explicit sizes, or the free device memory split by ``high_fraction`` (``sim.memory.pools``).
-
-    ``layer_share``: the fraction of the model's MoE layers the trace recorded; the free
-    memory a partial trace's layers may use shrinks in proportion (their share of the cache).
-    ``memory``: the run's memory fit, if already made (else it is made here at ``max_context``).
-    ``layers``: the model's MoE layers the trace recorded (None: as many as ``layer_share`` says, at the mean size);
-    with ``cache.per_layer`` and ``layer_partition=bytes`` a pool's slots are its layers' regions' (``cache_regions``).
-    """
-    c = system.cache
-    mem = memory if memory is not None else fit(model, hw, system, max_context, layer_share)
-    high, low, note, eb = _pool_bytes(model, hw, system, mem, layer_share)
-    slots = [high // eb[HIGH], low // eb[LOW]]
-    cap = layer_cap(model, c)
-    if c.per_layer and c.layer_partition == "bytes":  # the regions' slots, each layer's in experts of its own size
-        lb = recorded_bytes(mem, layers, _recorded_count(model, layer_share))
-        regions = [layer_slots(size, lb[:, pr], c.layer_partition, cap) for pr, size in ((HIGH, high), (LOW, low))]
-        slots = [int(r.sum()) for r in regions]
-        if cap:
-            high = min(high, int((regions[HIGH] * lb[:, HIGH]).sum()))
-            low = min(low, int((regions[LOW] * lb[:, LOW]).sum()))
-    elif cap:
-        layers_n = _recorded_count(model, layer_share)
-        slots = [min(n, cap * layers_n) for n in slots]
-        high, low = min(high, slots[HIGH] * eb[HIGH]), min(low, slots[LOW] * eb[LOW])
-    return CacheSizing(slots[HIGH], slots[LOW], high, low, mem.free_bytes, note)
+# check_profile, check_topology, check_weights and needs_weights live in sim.checks; the app imports them from here too
+__all__ = [
+    "PREPARED_KEPT",
+    "Setup",
+    "check_profile",
+    "check_topology",
+    "check_weights",
+    "configure",
+    "describe",
+    "gpu_experts",
+    "host_bandwidth",
+    "host_ram_over",
+    "lay_out",
+    "needs",
+    "needs_weights",
+    "place",
+    "prepare",
+    "simulate",
+    "time_decisions",
+    "timed_workload",
+    "walk_and_time",
+]
 
 
 def host_bandwidth(hw: HardwareConfig, system: SystemConfig) -> HardwareConfig:
@@ -159,113 +71,6 @@ def host_bandwidth(hw: HardwareConfig, system: SystemConfig) -> HardwareConfig:
     if system.numa == "single" and hw.numa_nodes > 1:
         return dataclasses.replace(hw, cpu_mem_gbps=hw.cpu_mem_gbps / hw.numa_nodes)
     return hw
-
-
-def _recorded_count(model: ModelConfig, layer_share: float) -> int:
-    """How many of the model's MoE layers a trace that recorded ``layer_share`` of them holds."""
-    return max(round(model.num_layers * layer_share), 1)
-
-
-def _pool_bytes(
-    model: ModelConfig, hw: HardwareConfig, system: SystemConfig, mem: MemoryFit, layer_share: float
-) -> tuple[int, int, str, tuple[int, int]]:
-    """(high pool bytes, low pool bytes, the note of what was derived, one expert's bytes (high: the mean over the
-    model's layers, low)) before any cap per layer; a pool set under one expert is refused."""
-    c = system.cache
-    eb = (round(sum(mem.expert_bytes) / len(mem.expert_bytes)), mem.low_bytes)
-    high, low, note = pools(mem, model, hw, system)
-    if c.high_bytes < 0 and c.low_bytes < 0:  # a partial trace's layers take their share of the free memory
-        mode = system.precision.mode
-        share = 1.0 if mode == "high" else 0.0 if mode == "low" else c.high_fraction
-        budget = int(mem.free_bytes * layer_share)
-        high = int(budget * share)
-        low = budget - high
-    for name, size, one in (("high_bytes", high, eb[HIGH]), ("low_bytes", low, eb[LOW])):
-        if 0 < size < one and getattr(c, name) >= 0:
-            raise ConfigError(
-                f"system.cache.{name}={size} is smaller than one expert ({one} bytes); use 0 for no pool or at least "
-                f"{one}"
-            )
-    return high, low, note, eb
-
-
-def recorded_bytes(mem: MemoryFit, layers: Sequence[int] | None, count: int) -> np.ndarray:
-    """One expert's bytes (high, low) in each layer of a trace, [L, 2] int64: the model's MoE ``layers`` it recorded;
-    None: ``count`` layers, each the mean over the model's layers (all of them, exactly, when it recorded them all)."""
-    if layers is None:
-        if count == len(mem.expert_bytes):
-            layers = range(count)
-        else:
-            mean = round(sum(mem.expert_bytes) / len(mem.expert_bytes))
-            return np.array([[mean, mem.low_bytes]] * count, np.int64).reshape(-1, 2)
-    return np.array([[mem.expert_bytes[i], mem.low_bytes] for i in layers], np.int64).reshape(-1, 2)
-
-
-def layer_slots(pool_bytes: int, layer_bytes: Sequence[int] | np.ndarray, partition: str, cap: int = 0) -> np.ndarray:
-    """A per-layer pool's slots in each layer, [L] int64, in experts of each layer's own size (``layer_bytes``), by
-    ``cache.layer_partition``: ``slots``, every layer as many as the pool's bytes over one expert of every layer
-    (pool_bytes // sum(layer_bytes)); ``bytes``, every layer the same bytes, floor(pool_bytes / L / layer_bytes[l])
-    of its own experts. ``cap`` > 0: at most that many in a layer (``layer_cap``)."""
-    eb = np.maximum(np.asarray(layer_bytes, np.int64), 1)
-    L = len(eb)
-    if L == 0 or pool_bytes <= 0:
-        return np.zeros(L, np.int64)
-    if partition == "slots":
-        n = np.full(L, pool_bytes // int(eb.sum()), np.int64)
-    elif partition == "bytes":
-        n = pool_bytes // (L * eb)  # floor((pool_bytes / L) / eb), in integers
-    else:
-        raise ConfigError(f"system.cache.layer_partition={partition} must be slots or bytes")
-    return np.minimum(n, cap) if cap > 0 else n
-
-
-def cache_regions(
-    model: ModelConfig,
-    hw: HardwareConfig,
-    system: SystemConfig,
-    memory: MemoryFit,
-    layer_share: float,
-    layer_bytes: np.ndarray,
-) -> np.ndarray:
-    """A per-layer cache's split (``cache.per_layer``): each pool's slots in each of the trace's layers, [2, L] int64,
-    by ``cache.layer_partition`` (``layer_slots``) and ``layer_cap``, before TEC's pinned hot set and staging slots
-    take theirs (``simulate``). ``layer_bytes``: one expert's bytes (high, low) in each layer, [L, 2]."""
-    high, low, _, _ = _pool_bytes(model, hw, system, memory, layer_share)
-    c = system.cache
-    cap = layer_cap(model, c)
-    lb = np.asarray(layer_bytes, np.int64).reshape(-1, 2)
-    return np.stack([layer_slots(size, lb[:, pr], c.layer_partition, cap) for pr, size in ((HIGH, high), (LOW, low))])
-
-
-def layer_note(c: CacheBase, sizing: CacheSizing, regions: np.ndarray, layer_bytes: np.ndarray) -> str:
-    """What a per-layer split leaves, for results.json ``memory.notes``: each pool's slots per layer (the same in
-    every layer, or the least and the most) and the bytes they use of the pools'."""
-    L = regions.shape[1]
-    lb = np.asarray(layer_bytes, np.int64).reshape(-1, 2)
-    parts = []
-    for pr, name, size in ((HIGH, "high", sizing.high_bytes), (LOW, "low", sizing.low_bytes)):
-        if size <= 0:
-            continue
-        r = regions[pr]
-        lo, hi = (int(r.min()), int(r.max())) if L else (0, 0)
-        if lo == hi:
-            parts.append(f"{lo} {name} slot{'' if lo == 1 else 's'} in each of {L} layers")
-        else:
-            parts.append(f"{lo}-{hi} {name} slots per layer ({int(r.sum())} in {L} layers)")
-    used = int((regions[HIGH] * lb[:, HIGH]).sum() + (regions[LOW] * lb[:, LOW]).sum())
-    total = sizing.high_bytes + sizing.low_bytes
-    what = " and ".join(parts) if parts else "no pool"
-    return f"cache per layer (layer_partition={c.layer_partition}): {what}, {gib(used)} of {gib(total)} used"
-
-
-def layer_cap(model: ModelConfig, c: CacheBase) -> int:
-    """A pool's most slots per layer by ``layer_slots`` / ``layer_share`` (0: no cap), at most the layer's experts."""
-    caps = []
-    if c.layer_slots:
-        caps.append(c.layer_slots)
-    if c.layer_share:
-        caps.append(max(int(c.layer_share * model.num_experts), 4 * model.top_k))
-    return min(min(caps), model.num_experts) if caps else 0
 
 
 def place(
@@ -321,11 +126,6 @@ def gpu_experts(system: SystemConfig, L: int, E: int, profile: Profiled | None) 
         return frozenset((layer, e) for layer in range(L) for e in range(min(n, E)))
     order = np.argsort(-profile.expert_counts().ravel(), kind="stable")[: n * L]  # the most used pairs overall
     return frozenset((int(i) // E, int(i) % E) for i in order)
-
-
-def pinned_per_layer(system: SystemConfig, sizing: CacheSizing, num_layers: int) -> int:
-    """Slots per layer ``cache.layer_pinned`` takes from the high pool for the hot set."""
-    return int(system.cache.layer_pinned * (sizing.high_slots // max(num_layers, 1)))
 
 
 _PREPARED: OrderedDict[tuple, tuple] = OrderedDict()  # the last few prepared traces, most recent last
@@ -477,15 +277,6 @@ def configure(
     return Setup(memory, sizing, placement, cost, per_layer, slots, cpu_faster, miss_costs, profile_matrices, layout)
 
 
-def checked(model: ModelConfig, hw: HardwareConfig, system: SystemConfig) -> Flags:
-    """Every knob of the run checked, and ``system`` with its runtime's flags applied (``Flags.system``)."""
-    for prefix, cfg in (("model.", model), ("hardware.", hw), ("system.", system)):
-        check_knobs(cfg, prefix)
-    flags = apply_flags(system, model.num_layers, model.dense_layers, model.num_experts)
-    check_system(flags.system)
-    return flags
-
-
 def simulate(
     trace: Trace,
     model: ModelConfig,
@@ -514,92 +305,112 @@ def simulate(
     ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end.
     ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``)."""
     t_wall = time.perf_counter()
-    flags = checked(model, hw, system)
+    flags = check_run(model, hw, system, trace, profile, engine=engine)
     system = flags.system
-    check_topology(trace, model)
-    check_weights(trace, system)
-    check_profile(model, hw)
-    if engine not in ENGINES:
-        raise ConfigError(f"engine={engine} must be one of {', '.join(ENGINES)}")
     rng = rng if rng is not None else np.random.default_rng(0)
-    if profile is not None:
-        check_topology(profile, model)
+    trace, wl, prof = timed_workload(trace, system, rng, profile, profile_share, context)
+    setup = configure(wl, trace.meta.layers, model, hw, system, max(wl.pass_context), prof, host_ram_over(wl, system))
+    dec, tl, bound, mix = walk_and_time(wl, system, setup, engine, keep_log, keep_decisions, progress)
+    res = summarise(
+        trace, wl, dec, tl, model, hw, system, setup.sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
+    )
+    describe(res, setup, system, flags.unmodelled, wl.num_layers)
+    res.workload, res.cost = wl, setup.cost
+    return res
+
+
+def timed_workload(
+    trace: Trace,
+    system: SystemConfig,
+    rng: np.random.Generator,
+    profile: Trace | None,
+    profile_share: float,
+    context: int,
+) -> tuple[Trace, Workload, Workload | None]:
+    """(the timed trace, its workload, the profiling requests' workload or None) as ``simulate`` replays them:
+    ``lay_out``'s, each prompt in passes of at most ``system.ubatch`` tokens, every pass attending over ``context``
+    tokens more."""
     trace, wl, prof = lay_out(trace, system, rng, profile, profile_share)
     if system.ubatch:  # a prompt runs in passes of at most -ub tokens
         n = system.ubatch
         wl = wl.derived(("ubatch", n), lambda: chunk_prefill(wl, n))
     if context:  # every pass also attends over the history already in the KV cache
         wl = dataclasses.replace(wl, pass_context=[c + context for c in wl.pass_context])
+    return trace, wl, prof
 
-    def host_ram(memory: MemoryFit) -> MemoryFit:  # how many of the host-side reads RAM serves, over this trace
+
+def host_ram_over(wl: Workload, system: SystemConfig) -> Callable[[MemoryFit], MemoryFit]:
+    """``configure``'s ``host_ram`` for a run over ``wl``: how many of the host-side reads RAM serves, over it."""
+
+    def host_ram(memory: MemoryFit) -> MemoryFit:
         passes = list(zip(wl.pass_start, wl.pass_end))
         return wl.derived(
             ("host_ram", memory, system.host_cache), lambda: host_ram_share(memory, system, wl.ids, passes)
         )
 
-    setup = configure(wl, trace.meta.layers, model, hw, system, max(wl.pass_context), prof, host_ram)
-    sizing, placement, cost, per_layer, slots = setup.sizing, setup.placement, setup.cost, setup.per_layer, setup.slots
-    cpu_faster, miss_costs, profile_matrices = setup.cpu_faster, setup.miss_costs, setup.profile_matrices
-    streamed = None
+    return host_ram
+
+
+def walk_and_time(
+    wl: Workload,
+    system: SystemConfig,
+    setup: Setup,
+    engine: str,
+    keep_log: bool = False,
+    keep_decisions: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Decisions, Timeline, np.ndarray, dict[str, float] | None]:
+    """(the decisions, their times, each pass's bound, the rule's mix or None) of ``system`` over ``wl`` by ``engine``:
+    streamed a chunk of passes at a time where the compiled core can and nothing is to be kept (``fast.stream``),
+    else walked whole, then timed (``simulate``'s docstring)."""
+    s = setup
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
         streamed = fast.stream(
             wl,
             system,
-            slots,
-            per_layer,
-            cost,
+            s.slots,
+            s.per_layer,
+            s.cost,
             system.demand_first,
-            placement,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
+            s.placement,
+            cpu_faster=s.cpu_faster,
+            miss_costs=s.miss_costs,
+            profile=s.profile_matrices,
             progress=progress,
         )
-    if streamed is not None:
-        dec, tl = streamed.decisions, streamed.timeline
-    elif engine == "fast":
+        if streamed is not None:  # the walk computed the bound and counted the rule's classes as it read the trace
+            mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes)
+            return streamed.decisions, streamed.timeline, streamed.bound, mix
+    if engine == "fast":
         dec = fast.decide_or_refer(
             wl,
             system,
-            slots,
-            per_layer,
-            placement,
+            s.slots,
+            s.per_layer,
+            s.placement,
             keep_log=keep_log,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
+            cpu_faster=s.cpu_faster,
+            miss_costs=s.miss_costs,
+            profile=s.profile_matrices,
         )
     else:
         dec = Decider(
             wl,
             system,
-            slots,
-            per_layer,
-            placement,
+            s.slots,
+            s.per_layer,
+            s.placement,
             keep_log=keep_log,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
+            cpu_faster=s.cpu_faster,
+            miss_costs=s.miss_costs,
+            profile=s.profile_matrices,
         ).run()
-    if streamed is None:
-        tl = time_decisions(wl, dec, cost, system.demand_first, engine)
-        if progress is not None:
-            progress(len(wl.pass_start), len(wl.pass_start))
-    if streamed is not None:  # the walk computed the bound and counted the rule's classes as it read the trace
-        bound = streamed.bound
-    else:
-        bound = (fast.pass_bounds if engine == "fast" else pass_bounds)(wl, cost, system)
-    mix = (
-        fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes if streamed is not None else None)
-        if engine == "fast"
-        else None
-    )
-    res = summarise(
-        trace, wl, dec, tl, model, hw, system, sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
-    )
-    describe(res, setup, system, flags.unmodelled, wl.num_layers)
-    res.workload, res.cost = wl, cost
-    return res
+    tl = time_decisions(wl, dec, s.cost, system.demand_first, engine)
+    if progress is not None:
+        progress(len(wl.pass_start), len(wl.pass_start))
+    bound = (fast.pass_bounds if engine == "fast" else pass_bounds)(wl, s.cost, system)
+    mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, None) if engine == "fast" else None
+    return dec, tl, bound, mix
 
 
 def describe(res: Results, setup: Setup, system: SystemConfig, unmodelled: Sequence[str], num_layers: int) -> None:

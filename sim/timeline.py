@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from hobbit.sim.decide import LayerStep
+    from hobbit.sim.decisions import LayerStep
 
 
 @dataclass

@@ -26,13 +26,14 @@ from typing import ClassVar
 import numpy as np
 
 from hobbit.sim import fast
+from hobbit.sim.checks import Described, check_run
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig
 from hobbit.sim.fast import rule
 from hobbit.sim.fast.walk import NEVER
 from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
-from hobbit.sim.run import check_profile, check_topology, check_weights, checked, configure, describe, needs
+from hobbit.sim.run import Setup, configure, describe, needs
 from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
 from hobbit.traces import window
 from hobbit.traces.arrays import TraceArrays
@@ -143,18 +144,6 @@ def uses_profile(system: SystemConfig) -> bool:
     )
 
 
-def check_windowed(system: SystemConfig, path: str | os.PathLike) -> None:
-    """Refuse ``system`` on the trace at ``path`` read a window at a time where the compiled walk cannot decide for it
-    (the reference walk reads the whole trace), with the fix."""
-    why = fast.unsupported(system)
-    if why is not None:
-        raise ConfigError(
-            f"system={system.name} cannot run on trace {path} read a window at a time: the compiled walk does not "
-            f"implement {why}, and the reference walk reads the whole trace (fix: window_tokens=0, which reads the "
-            f"trace whole)"
-        )
-
-
 def log_records(scan: window.Scan, system: SystemConfig, ubatch: int) -> int:
     """An upper bound on a run's steps and log records over ``scan``'s passes (``fast._walk_inputs``' room, summed
     over the trace), which picks the log tables' integer type."""
@@ -186,19 +175,19 @@ def simulate_file(
     context: int = 0,
     stop_tokens: int | None = None,
     scan: window.Scan | None = None,
+    engine: str = "fast",
 ) -> Results:
     """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
     at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk.
     ``stop_tokens``: the trace's first tokens alone (a request's edge, ``traces.window.TraceFile.head``); ``scan``:
-    the file's scan of them where the caller has it (a ``TraceFile``'s: its runs read the key columns once)."""
+    the file's scan of them where the caller has it (a ``TraceFile``'s: its runs read the key columns once);
+    ``engine``: fast alone (refused otherwise, as every check of the inputs: ``sim.checks.check_run``)."""
     t_wall = time.perf_counter()
-    flags = checked(model, hw, system)
-    system = flags.system
-    check_profile(model, hw)
-    check_windowed(system, path)
-    if window_tokens < 1:
-        raise ConfigError(f"sim.window_tokens={window_tokens} must be >= 1 for a windowed run (0 reads it whole)")
     file = str(path)
+    described = Described(scan.meta if scan is not None else read_meta(file), file)
+    profiled = Described(read_meta(profile), str(profile)) if profile is not None else None
+    flags = check_run(model, hw, system, described, profiled, engine=engine, window_tokens=window_tokens)
+    system = flags.system
     scan = scan if scan is not None else window.scan(file, stop_tokens)
     meta, stop = scan.meta, stop_tokens
     rng = rng if rng is not None else np.random.default_rng(0)
@@ -209,20 +198,60 @@ def simulate_file(
     after = _after(file, meta, window_tokens, skip, stop, system.ubatch) if "future_uses" in needs(system) else None
     timed = _windows(file, scan.meta, window_tokens, skip, stop, p, rng, system.ubatch, context, after)
     first = next(timed)
-    stand_in = Trace(meta, first[1], file)  # the topology's and the weights' checks read the metadata
-    check_topology(stand_in, model)
-    check_weights(stand_in, system)
-    prof = None
-    if uses_profile(system) and (profile is not None or n_prof > 0):
-        prof = RequestMatrices()
-        source = str(profile) if profile is not None else file
-        pmeta = read_meta(source) if profile is not None else meta  # its metadata alone: no rows are counted
-        if profile is not None:
-            check_topology(Trace(pmeta, first[1], source), model)
-        for a in window.windows(source, pmeta, window_tokens, 0, skip if profile is None else None):
-            prof.add(build_workload(Trace(pmeta, a, source), "none"))
+    stand_in = Trace(meta, first[1], file)  # what the results read of the trace: its metadata
+    prof = _profile_matrices(system, file, meta, profiled, window_tokens, n_prof, skip)
     wl0 = first[0].wl
     max_context = int(scan.request_context[n_prof:].max()) + context
+    host_ram = _host_ram(system, file, meta, window_tokens, skip, stop)
+    setup = configure(wl0, meta.layers, model, hw, system, max_context, prof, host_ram)
+    totals, columns, mix, n_windows = _stream(_chain(first, timed), system, setup, scan, progress)
+    passes, start, end, stall = columns.table()
+    res = summarise(
+        stand_in,
+        wl0,
+        totals.decisions,
+        totals.timeline(start, end, stall),
+        model,
+        hw,
+        system,
+        setup.sizing,
+        "fast",
+        time.perf_counter() - t_wall,
+        mix=mix,
+        passes=passes,
+    )
+    res.summary["windows"] = {"tokens": int(window_tokens), "count": n_windows}
+    describe(res, setup, system, flags.unmodelled, wl0.num_layers)
+    res.workload, res.cost = None, setup.cost
+    return res
+
+
+def _profile_matrices(
+    system: SystemConfig,
+    file: str,
+    meta: TraceMeta,
+    profiled: Described | None,
+    tokens: int,
+    n_prof: int,
+    skip: int,
+) -> RequestMatrices | None:
+    """The profiling requests' activation matrices, where ``system`` reads them (``uses_profile``): the profiling
+    trace's (``profiled``), else the first ``n_prof`` requests (``skip`` tokens) of the trace at ``file``; None
+    without either."""
+    if not uses_profile(system) or (profiled is None and n_prof <= 0):
+        return None
+    prof = RequestMatrices()
+    source = profiled.path if profiled is not None and profiled.path is not None else file
+    pmeta = profiled.meta if profiled is not None else meta  # its metadata alone: no rows are counted
+    for a in window.windows(source, pmeta, tokens, 0, skip if profiled is None else None):
+        prof.add(build_workload(Trace(pmeta, a, source), "none"))
+    return prof
+
+
+def _host_ram(
+    system: SystemConfig, file: str, meta: TraceMeta, tokens: int, skip: int, stop: int | None
+) -> Callable[[MemoryFit], MemoryFit]:
+    """``configure``'s ``host_ram`` for the timed windows of the trace at ``file``."""
 
     def host_ram(memory: MemoryFit) -> MemoryFit:
         """``host_ram_share`` over the timed windows: their largest expert id, then (a page cache replayed over their
@@ -230,10 +259,10 @@ def simulate_file(
         layers = [i for i in memory.host_layers if i < len(meta.layers)]
         if system.host_cache != "lru" or not layers:
             return replayed_share(memory, system, lambda: iter(()), layers, 1)
-        E = 1 + max(int(a.expert_ids.max()) for a in window.windows(file, meta, window_tokens, skip, stop))
+        E = 1 + max(int(a.expert_ids.max()) for a in window.windows(file, meta, tokens, skip, stop))
 
         def keys() -> Iterator[np.ndarray]:
-            for a in window.windows(file, meta, window_tokens, skip, stop):
+            for a in window.windows(file, meta, tokens, skip, stop):
                 wl = build_workload(Trace(meta, a, file), "none")
                 if system.ubatch:
                     wl = chunk_prefill(wl, system.ubatch)
@@ -241,7 +270,18 @@ def simulate_file(
 
         return replayed_share(memory, system, keys, layers, E)
 
-    setup = configure(wl0, meta.layers, model, hw, system, max_context, prof, host_ram)
+    return host_ram
+
+
+def _stream(
+    windows: Iterator[tuple[fast.Window, TraceArrays]],
+    system: SystemConfig,
+    setup: Setup,
+    scan: window.Scan,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[fast.Totals, PassColumns, dict[str, float], int]:
+    """(the walk's and the timing's totals, passes.parquet's columns, the rule's mix, how many windows) of ``system``
+    over the timed ``windows``, walked and timed as they are read (``fast.stream_windows``)."""
     columns = PassColumns(scan.passes)
     total = scan.passes
     counted = system.precision.mode != "hobbit"  # the walk counts HOBBIT's classes only under HOBBIT's rule
@@ -250,7 +290,7 @@ def simulate_file(
 
     def laid_out() -> Iterator[fast.Window]:
         nonlocal n_windows
-        for w, _ in _chain(first, timed):
+        for w, _ in windows:
             n_windows += 1
             if counted:
                 mix_n[:] += rule.hobbit_counts(
@@ -284,27 +324,7 @@ def simulate_file(
             f"system={system.name}'s LIRS ran out of the entries it counts out; a whole trace hands such a run to the "
             f"reference walk (fix: window_tokens=0)"
         )
-    passes, start, end, stall = columns.table()
-    tl = totals.timeline(start, end, stall)
-    mix = fast.mix_of(totals.classes if totals.classes is not None else mix_n)
-    res = summarise(
-        stand_in,
-        wl0,
-        totals.decisions,
-        tl,
-        model,
-        hw,
-        system,
-        setup.sizing,
-        "fast",
-        time.perf_counter() - t_wall,
-        mix=mix,
-        passes=passes,
-    )
-    res.summary["windows"] = {"tokens": int(window_tokens), "count": n_windows}
-    describe(res, setup, system, flags.unmodelled, wl0.num_layers)
-    res.workload, res.cost = None, setup.cost
-    return res
+    return totals, columns, fast.mix_of(totals.classes if totals.classes is not None else mix_n), n_windows
 
 
 def _chain(first: tuple[fast.Window, TraceArrays], rest: Iterator[tuple[fast.Window, TraceArrays]]):

@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from hobbit.catalogue.machine import hardware_config
-from hobbit.sim.config import ConfigError, check_system
+from hobbit.sim.config import ConfigError
 from hobbit.sim.cost import GB, CostModel
 from hobbit.sim.run import host_bandwidth
+from hobbit.sim.system_checks import check_system
 
 from sim_helpers import compose_sim
 

@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hobbit.sim import fast
-from hobbit.sim.config import ConfigError, ModelConfig, check_system, policy_knobs
-from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, DecisionTables, tables_from_steps
+from hobbit.sim.config import ConfigError, ModelConfig, policy_knobs
+from hobbit.sim.decisions import HIGH_LOAD, LOW_LOAD, DecisionTables, tables_from_steps
 from hobbit.sim.policies.eviction import belady, eam_priority, multidim
 from hobbit.sim.policies.registry import EVICTION, PREFETCH
 from hobbit.sim.run import simulate
+from hobbit.sim.system_checks import check_system
 from hobbit.traces.io import Trace
 from hobbit.traces.synthetic import SyntheticConfig, generate
 

@@ -17,21 +17,22 @@ from hobbit.sim.config import (
     ConfigError,
     HardwareConfig,
     ModelConfig,
-    PrecisionConfig,
     PrefetchConfig,
     SystemConfig,
-    check_system,
 )
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider, Placement
+from hobbit.sim.decide import Decider
+from hobbit.sim.decisions import HIGH_HIT, LOW_HIT, SKIPPED, Placement
 from hobbit.sim.engine import Engine
 from hobbit.sim.memory import fit
 from hobbit.sim.plain import replay
 from hobbit.sim.policies import make_eviction
 from hobbit.sim.policies.base import HIGH, PolicyInputs
 from hobbit.sim.policies.cache import ExpertCache
+from hobbit.sim.precisions import PrecisionConfig
 from hobbit.sim.results import hit_rate, prefetch_counts
 from hobbit.sim.run import simulate
+from hobbit.sim.system_checks import check_system
 from hobbit.sim.workload import Workload
 
 from sim_helpers import bundled, compose_sim, decode_workload

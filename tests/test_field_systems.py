@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from hobbit.sim.decide import CPU, HIGH_HIT, HIGH_LOAD, SKIPPED
+from hobbit.sim.decisions import CPU, HIGH_HIT, HIGH_LOAD, SKIPPED
 from hobbit.sim.run import simulate
 
 from sim_helpers import bundled, compose_sim
@@ -62,7 +62,7 @@ def test_tec_caps_each_layers_cache_at_its_share_of_the_experts(trace):
     res = _run(trace, "tec", "hardware=h200-pcie5")
     assert res.summary["cache"]["high_slots"] == 8 * 32
     cfg = compose_sim("system=tec", "hardware=h200-pcie5", "model=qwen1.5-moe-a2.7b")
-    from hobbit.sim.run import size_cache
+    from hobbit.sim.sizing import size_cache
 
     assert size_cache(cfg.model, cfg.hardware, cfg.system, 4096).high_slots == 45 * cfg.model.num_layers
     # per layer: a layer's misses never evict another layer's experts
@@ -96,7 +96,7 @@ def test_llama_cpp_cache_computes_misses_on_the_cpu_and_copies_two_behind(trace)
 
 def test_a_cap_on_slots_per_layer_shrinks_the_pool(trace):
     cfg = compose_sim("system=on-demand", "hardware=h200-pcie5")
-    from hobbit.sim.run import size_cache
+    from hobbit.sim.sizing import size_cache
 
     full = size_cache(cfg.model, cfg.hardware, cfg.system, 4096)
     capped = dataclasses.replace(cfg.system, cache=dataclasses.replace(cfg.system.cache, layer_slots=3))

@@ -7,7 +7,7 @@ from dataclasses import replace
 import gguf
 import pytest
 
-from hobbit.sim.config import FORMAT_BPW, ConfigError, ModelConfig
+from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.sim.formats import (
     BASE_TYPE,
     FORMATS,
@@ -17,6 +17,7 @@ from hobbit.sim.formats import (
     tensor_type,
     weights,
 )
+from hobbit.sim.precisions import FORMAT_BPW
 
 # gguf's types that are no weight format: integers, f64, and the dot-product intermediates q8_1 and q8_K
 NOT_WEIGHTS = {"I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"}

@@ -12,11 +12,13 @@ from test_fast import assert_same, assert_streamed, streamed
 
 from hobbit.sim import fast
 from hobbit.sim.config import ModelConfig, PrefetchConfig, SystemConfig
-from hobbit.sim.decide import HIGH_HIT, HIGH_LOAD, Decider
+from hobbit.sim.decide import Decider
+from hobbit.sim.decisions import HIGH_HIT, HIGH_LOAD
 from hobbit.sim.memory import fit
 from hobbit.sim.policies.base import HIGH
 from hobbit.sim.policies.registry import EVICTION
-from hobbit.sim.run import cache_regions, layer_slots, recorded_bytes, simulate, size_cache
+from hobbit.sim.run import simulate
+from hobbit.sim.sizing import cache_regions, layer_slots, recorded_bytes, size_cache
 from hobbit.sim.workload import Workload
 from hobbit.traces.io import Trace
 from hobbit.traces.synthetic import SyntheticConfig, generate

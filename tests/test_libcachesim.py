@@ -29,7 +29,8 @@ import dataclasses
 
 import pytest
 
-from hobbit.sim.decide import HIGH_HIT, HIGH_LOAD, Decider
+from hobbit.sim.decide import Decider
+from hobbit.sim.decisions import HIGH_HIT, HIGH_LOAD
 from hobbit.sim.fast import decide_or_refer
 from hobbit.sim.workload import Workload, build_workload
 

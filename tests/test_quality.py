@@ -11,7 +11,8 @@ import torch
 from hobbit.executor.config import QualityConfig
 from hobbit.executor.quality import run_quality
 from hobbit.executor.quant import dequantize, fake_quantize, pack, quantize, unpack
-from hobbit.sim.config import PrecisionConfig, SystemConfig
+from hobbit.sim.config import SystemConfig
+from hobbit.sim.precisions import PrecisionConfig
 
 from conftest import run_cli
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 import yaml
 
-from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig, check_system
+from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
+from hobbit.sim.system_checks import check_system
 
 from sim_helpers import compose_sim
 

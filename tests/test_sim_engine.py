@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.sim.cost import CostModel
-from hobbit.sim.decide import HIGH_LOAD, LOW_LOAD, SKIPPED
+from hobbit.sim.decisions import HIGH_LOAD, LOW_LOAD, SKIPPED
 from hobbit.sim.formats import weights
 from hobbit.sim.policies.base import SKIP
 from hobbit.sim.policies.precision import classes_for
@@ -119,7 +119,7 @@ def test_the_decision_log_is_typed(small):
     """Every record of the decision log names its fields: copies (``Load``, ``CopyKey``), computations
     (``Compute``), log entries (``LogEntry``); precisions are ``Precision`` and served kinds ``Served``;
     and the fields agree with each other (a demand load is waited for by a computation of its step)."""
-    from hobbit.sim.decide import SERVED_NAMES, Compute, CopyKey, Load, LogEntry, Served
+    from hobbit.sim.decisions import SERVED_NAMES, Compute, CopyKey, Load, LogEntry, Served
     from hobbit.sim.policies.base import Precision
 
     cfg = compose_sim("system=hobbit")

@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 from hobbit.sim.config import PrefetchConfig, SystemConfig
-from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SKIPPED, Decider
+from hobbit.sim.decide import Decider
+from hobbit.sim.decisions import HIGH_HIT, LOW_HIT, SKIPPED
 from hobbit.sim.policies import EVICTION, make_eviction
 from hobbit.sim.policies.base import HIGH, LOW, CacheView, Hooked, PolicyInputs, Pool
 from hobbit.sim.policies.cache import ExpertCache

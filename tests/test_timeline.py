@@ -110,7 +110,7 @@ def test_a_window_re_times_only_the_passes_it_needs_and_matches_the_whole_run(sy
     """A timeline of a few passes re-times as many passes as its copies need, not the whole run, and its slices,
     copies and counters are exactly those of re-timing the whole run."""
     from hobbit.sim import events
-    from hobbit.sim.decide import Steps
+    from hobbit.sim.decisions import Steps
     from hobbit.sim.events import parse_window, simulated
     from hobbit.sim.run import simulate
 
