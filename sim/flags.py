@@ -150,6 +150,23 @@ def apply_flags(system: SystemConfig, num_layers: int, dense_layers: int = 0, nu
     return _settle_llama(system, knobs, cpu_layers, whole, unmodelled, num_layers)
 
 
+def _override_layers(flag: str, rules: str, num_layers: int, dense_layers: int) -> set[int]:
+    """The MoE layers whose experts an -ot value's rules (``pattern=CPU``, comma-separated) keep on the CPU; a rule
+    that names another buffer or matches no expert tensor is refused."""
+    out: set[int] = set()
+    for rule in rules.split(","):
+        pattern, _, buffer = rule.rpartition("=")
+        layers = _tensor_layers(pattern, num_layers, dense_layers) if pattern else None
+        if buffer.upper() != "CPU" or layers is None:
+            raise ConfigError(
+                f"system.flags: {flag} {rule}: only rules that keep routed experts on the CPU are modelled "
+                f"(exps=CPU, blk\\.(1[0-9])\\.ffn=CPU); this one matches no expert tensor of the model's "
+                f"{num_layers} MoE layers or names another buffer"
+            )
+        out |= layers
+    return out
+
+
 def _read_llama(
     system: SystemConfig, args: list[str], num_layers: int, dense_layers: int
 ) -> tuple[dict, set[int], int, list[str]]:
@@ -179,16 +196,7 @@ def _read_llama(
             cpu_layers |= set(range(num_layers))
             i += 1
         elif c == "-ot":
-            for rule in value(a).split(","):
-                pattern, _, buffer = rule.rpartition("=")
-                layers = _tensor_layers(pattern, num_layers, dense_layers) if pattern else None
-                if buffer.upper() != "CPU" or layers is None:
-                    raise ConfigError(
-                        f"system.flags: {a} {rule}: only rules that keep routed experts on the CPU are modelled "
-                        f"(exps=CPU, blk\\.(1[0-9])\\.ffn=CPU); this one matches no expert tensor of the model's "
-                        f"{num_layers} MoE layers or names another buffer"
-                    )
-                cpu_layers |= layers
+            cpu_layers |= _override_layers(a, value(a), num_layers, dense_layers)
             i += 2
         elif c == "-ngl":
             # the last N of the n_layer blocks go to the GPU (llama-model.cpp: i_gpu_start = n_layer - n_gpu_layers),
