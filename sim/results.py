@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig
-from hobbit.sim.decide import HIGH_HIT, LOW_HIT, SERVED_NAMES, SKIPPED, Decisions
+from hobbit.sim.decisions import HIGH_HIT, LOW_HIT, SERVED_NAMES, SKIPPED, Decisions
 from hobbit.sim.flags import apply_flags
 from hobbit.sim.memory import Footprint, footprint
 from hobbit.sim.policies.precision import hobbit_classes, rule_mix

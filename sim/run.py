@@ -17,7 +17,7 @@ import numpy as np
 
 from hobbit.sim import fast
 from hobbit.sim.bound import pass_bounds
-from hobbit.sim.checks import check_profile, check_run, check_topology, check_weights, needs_weights
+from hobbit.sim.checks import check_run
 from hobbit.sim.config import HardwareConfig, ModelConfig, SystemConfig, offload_tokens
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import Decider
@@ -41,13 +41,9 @@ from hobbit.sim.workload import Profiled, Workload, build_workload, chunk_prefil
 from hobbit.traces.io import Trace
 
 GiB = 2**30
-# check_profile, check_topology, check_weights and needs_weights live in sim.checks; the app imports them from here too
 __all__ = [
     "PREPARED_KEPT",
     "Setup",
-    "check_profile",
-    "check_topology",
-    "check_weights",
     "configure",
     "describe",
     "gpu_experts",
@@ -55,7 +51,6 @@ __all__ = [
     "host_ram_over",
     "lay_out",
     "needs",
-    "needs_weights",
     "place",
     "prepare",
     "simulate",

@@ -173,7 +173,7 @@ def test_tunes_use_command_run_as_printed_reproduces_its_best_trial(small_trace,
 def test_calibrates_use_command_quotes_what_the_shell_and_hydra_would_split():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from hobbit.commands.executor import calibrated_sim_command
+    from hobbit.studies.validation import calibrated_sim_command
 
     d = Path("/tmp/my profiles/it's here")
     argv = shlex.split(calibrated_sim_command(d, "my-gpu", "mixtral-8x7b-div4"))
@@ -216,8 +216,8 @@ def test_compares_table_has_a_tok_s_column(tmp_path, capsys):
 
 
 def test_validate_and_reproduce_show_tok_s():
-    from hobbit.commands.executor import summary_line
     from hobbit.studies.reproduce import render
+    from hobbit.studies.validation import summary_line
 
     v = {"device": "cpu", "tokens": 10, "mape": 0.1, "bias": 0.0, "noise_mape": 0.01, "p50_abs_ms": 1.0}
     v |= {"p95_abs_ms": 2.0, "mean_simulated_ms": 40.0, "mean_measured_ms": 50.0}

@@ -19,7 +19,6 @@ from typing import ClassVar
 from hobbit.analysis.report import build_report
 from hobbit.analysis.trace_plots import plot_trace_summary
 from hobbit.api import sweep
-from hobbit.commands.executor import summary_line, validate_to
 from hobbit.executor.config import ValidateConfig
 from hobbit.planner.config import PlanConfig
 from hobbit.planner.report import plan_table
@@ -27,6 +26,7 @@ from hobbit.planner.search import plan
 from hobbit.plumbing.glue import CONF, compose, hydra_command
 from hobbit.plumbing.results_io import decode_text
 from hobbit.studies.compare import CompareConfig, compare
+from hobbit.studies.validation import summary_line, validate_to
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_text, read_trace
 from hobbit.traces.stats import render, summarize

@@ -31,11 +31,11 @@ from hobbit.planner.report import write_plan
 from hobbit.planner.settings import RUNTIMES, Runtime, free_for_experts, kv_type, settings
 from hobbit.plumbing.glue import compose, load_hardware
 from hobbit.plumbing.phases import require
+from hobbit.sim.checks import check_topology
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.formats import FORMATS, weights
 from hobbit.sim.memory import GiB
 from hobbit.sim.results import account
-from hobbit.sim.run import check_topology
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.sim.walk_copies import general_walks
 

@@ -29,9 +29,10 @@ from hobbit.conf import CONF_DIR
 from hobbit.plumbing.glue import compose, load_hardware
 from hobbit.plumbing.phases import Phases, require
 from hobbit.plumbing.results_io import tok_s, write_results
+from hobbit.sim.checks import needs_weights
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, SystemConfig
 from hobbit.sim.results import Results
-from hobbit.sim.run import needs_weights, simulate
+from hobbit.sim.run import simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
 from hobbit.sim.walk_copies import general_walks
 from hobbit.sim.windowed import simulate_file
