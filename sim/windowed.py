@@ -156,7 +156,7 @@ def check_windowed(system: SystemConfig, path: str | os.PathLike) -> None:
 
 
 def log_records(scan: window.Scan, system: SystemConfig, ubatch: int) -> int:
-    """An upper bound on a run's steps and log records over ``scan``'s passes (``fast._walk_inputs``' room, summed
+    """An upper bound on a run's steps and log records over ``scan``'s passes (``fast.inputs.walk_inputs``' room, summed
     over the trace), which picks the log tables' integer type."""
     m = scan.meta.model
     L, E, K = len(scan.meta.layers), m.num_experts, m.top_k

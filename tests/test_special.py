@@ -307,7 +307,7 @@ def test_which_copy_a_run_uses(monkeypatch):
     monkeypatch.setattr(fast.special, "core", lambda policy, variant=None: SimpleNamespace(walk=walks[variant]))
     monkeypatch.setattr(fast.NOTICE, "entry", fast.NOTICE.entry)
     compiled: set[str] = set()
-    monkeypatch.setattr(fast, "_compiled", lambda d: d.name in compiled)
+    monkeypatch.setattr(fast.compiling, "_compiled", lambda d: d.name in compiled)
     pick = {}
     for mode in ("auto", "specialised", "general"):
         monkeypatch.setenv("HOBBIT_WALK", mode)
