@@ -542,19 +542,8 @@ def simulate(
     cpu_faster, miss_costs, profile_matrices = setup.cpu_faster, setup.miss_costs, setup.profile_matrices
     streamed = None
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
-        streamed = fast.stream(
-            wl,
-            system,
-            slots,
-            per_layer,
-            cost,
-            system.demand_first,
-            placement,
-            cpu_faster=cpu_faster,
-            miss_costs=miss_costs,
-            profile=profile_matrices,
-            progress=progress,
-        )
+        run = fast.Run(system, slots, per_layer, placement, cpu_faster, miss_costs, profile_matrices)
+        streamed = fast.stream(wl, run, cost, system.demand_first, progress=progress)
     if streamed is not None:
         dec, tl = streamed.decisions, streamed.timeline
     elif engine == "fast":

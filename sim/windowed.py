@@ -265,19 +265,17 @@ def simulate_file(
         if progress is not None:
             progress(columns.n, max(total, columns.n))
 
-    totals = fast.stream_windows(
-        laid_out(),
+    run = fast.Run(
         system,
         setup.slots,
         setup.per_layer,
-        setup.cost,
-        on_chunk,
-        system.demand_first,
         setup.placement,
         setup.cpu_faster,
         setup.miss_costs,
         setup.profile_matrices,
-        records=log_records(scan, system, system.ubatch),
+    )
+    totals = fast.stream_windows(
+        laid_out(), run, setup.cost, on_chunk, system.demand_first, records=log_records(scan, system, system.ubatch)
     )
     if totals is None:
         raise ConfigError(

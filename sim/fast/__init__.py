@@ -52,6 +52,8 @@ from hobbit.sim.fast.compiling import (
 from hobbit.sim.fast.decisions import decide, decide_or_refer
 from hobbit.sim.fast.inputs import (
     PassKinds,
+    Run,
+    Window,
     first_uses,
     future_csr,
     mix_of,
@@ -67,7 +69,7 @@ from hobbit.sim.fast.inputs import (
     workload_kinds,
 )
 from hobbit.sim.fast.replay import Times, pass_bounds, time_decisions
-from hobbit.sim.fast.streaming import CHUNK_STEPS, Chunk, Streamed, Totals, Window, stream, stream_windows
+from hobbit.sim.fast.streaming import CHUNK_STEPS, Chunk, Streamed, Totals, stream, stream_windows
 
 __all__ = [
     "CHUNK_STEPS",
@@ -82,6 +84,7 @@ __all__ = [
     "Chunk",
     "CompileNotice",
     "PassKinds",
+    "Run",
     "Streamed",
     "Times",
     "Totals",

@@ -19,7 +19,7 @@ from hobbit.sim.decide import (
 )
 from hobbit.sim.fast import special, walk
 from hobbit.sim.fast.compiling import first_use, policy_walk
-from hobbit.sim.fast.inputs import unsupported, walk_inputs
+from hobbit.sim.fast.inputs import Run, Window, unsupported, walk_inputs
 from hobbit.sim.policies.registry import prefetcher_class
 from hobbit.sim.workload import Workload
 
@@ -65,7 +65,8 @@ def decide(
 ) -> Decisions:
     """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled (each policy and prefetcher by
     the compiled part its own file gives)."""
-    state_args, inputs = walk_inputs(wl, system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    run = Run(system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    state_args, inputs = walk_inputs(Window(wl), run)
     state = walk.walk_state(**state_args)
     walk_of = policy_walk(system.cache.policy, special.Variant.of(inputs))
     with first_use(walk_of):

@@ -18,7 +18,7 @@ from hobbit.sim.decide import (
     layer_regions,
     log_dtype,
 )
-from hobbit.sim.fast import rule, special, walk
+from hobbit.sim.fast import bound, rule, special, walk
 from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
 from hobbit.sim.policies.precision import EPS
@@ -185,91 +185,61 @@ def region_offsets(slots: Any, num_layers: int, per_layer: bool) -> np.ndarray:
     return roff
 
 
+class Run(NamedTuple):
+    """What the compiled walk decides by, besides the trace: the system, the cache's slots (``decide.cache_slots``'
+    argument) and each copy's bytes, and what ``sim.decide.Decider`` also takes: the placement, whether the CPU
+    computes a miss faster than a copy (``cpu_faster(precision, tokens)``), a miss's copy and CPU seconds
+    (``miss_costs``: FreeToken's split) and the prefetchers' profile."""
+
+    system: SystemConfig
+    slots: Any
+    expert_bytes: Any
+    placement: Placement | None = None
+    cpu_faster: Callable[[int, int], bool] | None = None
+    miss_costs: Callable[[int, int], tuple[float, float]] | None = None
+    profile: list[np.ndarray] | None = None
+
+
+class Window(NamedTuple):
+    """Consecutive whole passes of a trace, laid out for replay (``stream_windows``): ``wl`` holds them, its tokens
+    numbered from 0 (``Workload.token_in_request`` counts from each request's first token in the trace); ``first_pass``
+    is the trace's number of its first pass, ``prev_request`` the request of the pass before it (-1: none)."""
+
+    wl: Workload
+    first_pass: int = 0
+    prev_request: int = -1
+    future: tuple[np.ndarray, np.ndarray] | None = None  # Belady's lists of the window (``window_future``)
+
+
 def walk_inputs(
-    wl: Workload,
-    system: SystemConfig,
-    slots: Any,
-    expert_bytes: Any,
-    placement: Placement | None,
-    cpu_faster: Callable[[int, int], bool] | None,
-    miss_costs: Callable[[int, int], tuple[float, float]] | None,
-    profile: list[np.ndarray] | None,
-    bound_inputs: tuple | None = None,
-    window: tuple[int, int] = (0, -1),
+    window: Window,
+    run: Run,
+    bounds: bound.Tables | None = None,
     records: int | None = None,
-    future: tuple[np.ndarray, np.ndarray] | None = None,
     prev_ids: np.ndarray | None = None,
 ) -> tuple[dict[str, Any], walk.Inputs]:
-    """(``walk.walk_state``'s arguments by name, the walk's ``inputs``) for ``system``; with ``bound_inputs``
-    (``bound_inputs``) the walk also writes each pass's bound into ``inputs.bound.out`` and counts the selections of
-    each class into ``inputs.bound.cls_n``. ``wl`` is a window of a longer trace when ``window`` = (the trace's
-    number of its first pass, the request of the pass before it) says so (``Window``), and then ``future`` is
-    Belady's lists for it (``Window.future``) and ``prev_ids`` the selections of the last layer of the pass before;
-    ``records``: the run's most steps and records in any log table, which picks the tables' type (``wl``'s, by
-    default)."""
+    """(``walk.walk_state``'s arguments by name, the walk's ``inputs``) for ``run`` over the passes of ``window``
+    (``Window``: a whole trace, or a window of a longer one, and then ``prev_ids`` the selections of the last layer of
+    the pass before); with ``bounds`` (``bound_inputs``) the walk also writes each pass's bound into
+    ``inputs.bound.out`` and counts the selections of each class into ``inputs.bound.cls_n``. ``records``: the run's
+    most steps and records in any log table, which picks the tables' type (the window's, by default)."""
+    wl, system = window.wl, run.system
     why = unsupported(system)
     if why is not None:
         raise ValueError(f"the compiled walk does not implement {why}")
-    p, pf, ev = system.precision, system.prefetch, system.cache
-    L = wl.num_layers
-    E = wl.num_experts
-    max_t, sizes = pass_tokens(wl)
-    placement = placement or Placement()
-    resident = np.zeros((L, E), np.bool_)
-    for layer, e in placement.resident:
-        resident[layer, e] = True
-    cpu_layer = np.zeros(L, np.bool_)
-    cpu_layer[list(placement.cpu_layers)] = True
+    pf, ev = system.prefetch, system.cache
+    L, E = wl.num_layers, wl.num_experts
+    sizes = pass_tokens(wl)[1]
     pf_cls, ev_cls = prefetcher_class(pf.kind), eviction_class(ev.policy)
-    needs = pf_cls.needs | ev_cls.needs
-    depth = pf.max_depth
-    if wl.pred_ids is not None and "predictions" in needs:  # the trace's own arrays (the walk reads depth of them)
-        pred, pred_w = narrow(wl.pred_ids, "pred_ids"), frozen(wl.pred_weights)
-    else:
-        pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
     future_uses = "future_uses" in ev_cls.needs  # Belady's: the walk moves each key's next use on (``Space.next_use``)
-    if not future_uses:
-        fut_off, fut_steps = np.zeros(1, np.int64), np.zeros(1, np.int64)
-    elif future is not None:
-        fut_off, fut_steps = future
-    else:
-        fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl))
-    # the prefetchers' compiled parts build their state from the reference prefetchers: the run's as it runs, each
-    # other with its defaults (``walk.walk_state``)
-    prefetcher = pf_cls(policy_knobs(pf, pf.kind), PolicyInputs(num_layers=L, depth=depth, profile=profile))
-    pf_part = special.prefetch_part(pf.kind)
-    most = pf_part.most(prefetcher, E) if pf_part is not None and pf_part.most is not None else 0
-    prefetchers = []
-    for name in special.prefetchers():
-        part = special.prefetch_part(name)
-        ref = prefetcher if name == pf.kind else prefetcher_class(name)(None, PolicyInputs(num_layers=L, depth=depth))
-        prefetchers.append((part.state if part is not None else None, ref))
-    eam_lib = np.zeros((0, L, E))  # MoE-Infinity's library, normalised per layer, as ``Space.library``
-    if pf.kind == "eam" and getattr(prefetcher, "library", None) is not None:
-        eam_lib = np.ascontiguousarray(prefetcher._lib_norm)  # pyright: ignore[reportAttributeAccessIssue]
-    mixed = p.mode == "hobbit"
-    uniform = LOW if p.mode == "low" else HIGH
-    prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if mixed else uniform
-    prefetching = pf_cls.loads_ahead and system.cpu_misses != "always"
-    cpu_faster = cpu_faster or (lambda prec, n: True)
-    miss_costs = miss_costs or (lambda prec, n: (1.0, 1.0))
-    faster = np.zeros((2, max_t + 1), np.bool_)
-    copy_s, cpu_s = np.ones(2), np.ones(max_t + 1)
-    if system.cpu_misses == "faster":
-        for prec in (HIGH, LOW):
-            faster[prec, 1:] = [cpu_faster(prec, n) for n in range(1, max_t + 1)]
-    if system.cpu_misses == "split":
-        copy_s = np.array([miss_costs(prec, 1)[0] for prec in (HIGH, LOW)])
-        cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
-    per_expert = np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64)
-    room = L * int(np.sum((3 + depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + most + 2))
+    most, prefetchers, eam_lib = _prefetchers(wl, system, run.profile)
+    room = L * int(np.sum((3 + pf.max_depth) * np.minimum(E, sizes * wl.top_k) + pf.staging_slots + most + 2))
     # the log tables' type: int32 when it numbers all
     log = np.zeros(0, log_dtype(records if records is not None else max(room, len(wl.pass_start) * L)))
-    roff = region_offsets(slots, L, bool(ev.per_layer))
     state_args = {
         "num_layers": L,
         "num_experts": E,
-        "roff": roff,
+        "roff": region_offsets(run.slots, L, bool(ev.per_layer)),
         "per_layer": bool(ev.per_layer),
         "staging": int(pf.staging_slots),
         "log_proto": log,
@@ -280,8 +250,51 @@ def walk_inputs(
         "future": future_uses,
         "prefetchers": prefetchers,
     }
+    inputs = walk.Inputs(
+        _routing(window, pf_cls.needs | ev_cls.needs, prev_ids),
+        _rule(system),
+        _place(wl, run),
+        _evict(window, future_uses),
+        _prefetch(system, pf_cls, most),
+        _cpu(system, pass_tokens(wl)[0], run),
+        _bound(wl, bounds),
+        log,
+    )
+    return state_args, inputs
+
+
+def _prefetchers(wl: Workload, system: SystemConfig, profile: list[np.ndarray] | None) -> tuple:
+    """(the proposals a step may make beyond ``max_depth`` layers' (``CompiledPrefetch.most``),
+    each compiled prefetcher's (state builder, reference prefetcher), MoE-Infinity's library normalised per layer).
+    The prefetchers' compiled parts build their state from the reference prefetchers: the run's as it runs, each other
+    with its defaults (``walk.walk_state``)."""
+    pf, L, E = system.prefetch, wl.num_layers, wl.num_experts
+    depth = pf.max_depth
+    prefetcher = prefetcher_class(pf.kind)(
+        policy_knobs(pf, pf.kind), PolicyInputs(num_layers=L, depth=depth, profile=profile)
+    )
+    pf_part = special.prefetch_part(pf.kind)
+    most = pf_part.most(prefetcher, E) if pf_part is not None and pf_part.most is not None else 0
+    prefetchers = []
+    for name in special.prefetchers():
+        part = special.prefetch_part(name)
+        ref = prefetcher if name == pf.kind else prefetcher_class(name)(None, PolicyInputs(num_layers=L, depth=depth))
+        prefetchers.append((part.state if part is not None else None, ref))
+    eam_lib = np.zeros((0, L, E))  # MoE-Infinity's library, normalised per layer, as ``Space.library``
+    if pf.kind == "eam" and getattr(prefetcher, "library", None) is not None:
+        eam_lib = np.ascontiguousarray(prefetcher._lib_norm)  # pyright: ignore[reportAttributeAccessIssue]
+    return most, prefetchers, eam_lib
+
+
+def _routing(window: Window, needs: Any, prev_ids: np.ndarray | None) -> walk.Routing:
+    """The trace as the walk reads it: ``window``'s, with the trace's predictions where the policies need them."""
+    wl = window.wl
+    if wl.pred_ids is not None and "predictions" in needs:  # the trace's own arrays (the walk reads depth of them)
+        pred, pred_w = narrow(wl.pred_ids, "pred_ids"), frozen(wl.pred_weights)
+    else:
+        pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
     pa = wl.pass_arrays()
-    routing = walk.Routing(
+    return walk.Routing(
         ids=narrow(wl.ids, "expert_ids"),
         weights=frozen(wl.weights),
         pred=pred,
@@ -291,41 +304,92 @@ def walk_inputs(
         pass_request=pa.request,
         token_in_request=np.asarray(wl.token_in_request, np.int64),
         top_k=wl.top_k,
-        first_pass=int(window[0]),
-        prev_request=int(window[1]),
+        first_pass=int(window.first_pass),
+        prev_request=int(window.prev_request),
         prev_ids=narrow(prev_ids if prev_ids is not None else np.zeros((0, wl.top_k), np.int16), "expert_ids"),
     )
+
+
+def _rule(system: SystemConfig) -> walk.Rule:
+    """The precision rule as the walk takes it."""
+    p = system.precision
+    mixed = p.mode == "hobbit"
     hobbit_rule, rule_hi, rule_lo = rule_args(p.mode, p.t1, p.t2)
-    rule_in = walk.Rule(
+    return walk.Rule(
         hobbit_rule=hobbit_rule,
         rule_hi=rule_hi,
         rule_lo=rule_lo,
         mixed=mixed,
-        uniform=int(uniform),
+        uniform=int(LOW if p.mode == "low" else HIGH),
         any_prec=bool(p.serve_any_cached),
         multi_high=p.multi_token == "high" and mixed,
     )
-    place = walk.Place(
+
+
+def _place(wl: Workload, run: Run) -> walk.Place:
+    """Where the experts live (``run.placement``) and what the pools keep."""
+    system, ev, L, E = run.system, run.system.cache, wl.num_layers, wl.num_experts
+    placement = run.placement or Placement()
+    resident = np.zeros((L, E), np.bool_)
+    for layer, e in placement.resident:
+        resident[layer, e] = True
+    cpu_layer = np.zeros(L, np.bool_)
+    cpu_layer[list(placement.cpu_layers)] = True
+    sizes = pass_tokens(wl)[1]
+    return walk.Place(
         resident=resident,
         cpu_layer=cpu_layer,
         wide_bypass=bool(ev.per_layer and ev.wide_step == "bypass"),
         offload_at=offload_tokens(system, wl.num_experts, wl.top_k),
         per_layer=bool(ev.per_layer),
-        per_expert=per_expert,
+        per_expert=np.maximum(1, np.round(sizes * wl.top_k / wl.num_experts)).astype(np.int64),
         # [L, 2]: a copy charges its layer's bytes (read-only whatever it was given as: one compiled walk)
-        expert_bytes=frozen(layer_bytes(expert_bytes, wl.num_layers)),
+        expert_bytes=frozen(layer_bytes(run.expert_bytes, wl.num_layers)),
     )
-    evict = walk.Evict(fut_off=fut_off, fut_steps=fut_steps)
-    prefetch = walk.Prefetch(
+
+
+def _evict(window: Window, future_uses: bool) -> walk.Evict:
+    """Belady's lists (``future_csr``) where the policy reads each key's next use: the window's own (``Window.future``)
+    or the trace's, made once for it."""
+    wl = window.wl
+    if not future_uses:
+        fut_off, fut_steps = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    elif window.future is not None:
+        fut_off, fut_steps = window.future
+    else:
+        fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl))
+    return walk.Evict(fut_off=fut_off, fut_steps=fut_steps)
+
+
+def _prefetch(system: SystemConfig, pf_cls: Any, most: int) -> walk.Prefetch:
+    """The prefetcher as the walk takes it."""
+    p, pf = system.precision, system.prefetch
+    uniform = LOW if p.mode == "low" else HIGH
+    prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if p.mode == "hobbit" else uniform
+    return walk.Prefetch(
         kind=special.prefetchers().index(pf.kind),
-        max_depth=depth,
+        max_depth=pf.max_depth,
         history=pf.fallback == "history",
         prefetch_prec=int(prefetch_prec),
-        prefetching=bool(prefetching),
+        prefetching=bool(pf_cls.loads_ahead and system.cpu_misses != "always"),
         staging=int(pf.staging_slots),
         most=int(most),
     )
-    cpu = walk.Cpu(
+
+
+def _cpu(system: SystemConfig, max_t: int, run: Run) -> walk.Cpu:
+    """Misses computed on the CPU, with the run's per-token-count tables up to ``max_t`` tokens."""
+    cpu_faster = run.cpu_faster or (lambda prec, n: True)
+    miss_costs = run.miss_costs or (lambda prec, n: (1.0, 1.0))
+    faster = np.zeros((2, max_t + 1), np.bool_)
+    copy_s, cpu_s = np.ones(2), np.ones(max_t + 1)
+    if system.cpu_misses == "faster":
+        for prec in (HIGH, LOW):
+            faster[prec, 1:] = [cpu_faster(prec, n) for n in range(1, max_t + 1)]
+    if system.cpu_misses == "split":
+        copy_s = np.array([miss_costs(prec, 1)[0] for prec in (HIGH, LOW)])
+        cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
+    return walk.Cpu(
         misses=walk.CPU_MISSES.index(system.cpu_misses),
         insert=int(system.cpu_insert),
         faster=faster,
@@ -334,8 +398,12 @@ def walk_inputs(
         split_threshold=float(system.split_threshold),
         split_max_fetch=int(system.split_max_fetch),
     )
-    if bound_inputs is None:
-        bnd = walk.Bound(
+
+
+def _bound(wl: Workload, bounds: bound.Tables | None) -> walk.Bound:
+    """The bound's tables as the walk takes them (``bounds``; None: the walk computes no bound)."""
+    if bounds is None:
+        return walk.Bound(
             on=False,
             dense=np.zeros((1, 2)),
             whole=np.zeros(1, np.bool_),
@@ -346,9 +414,7 @@ def walk_inputs(
             out=np.zeros(1),
             cls_n=np.zeros(3, np.int64),
         )
-    else:
-        bnd = walk.Bound(True, *bound_inputs, out=np.zeros(len(wl.pass_start)), cls_n=np.zeros(3, np.int64))
-    return state_args, walk.Inputs(routing, rule_in, place, evict, prefetch, cpu, bnd, log)
+    return walk.Bound(True, *bounds, out=np.zeros(len(wl.pass_start)), cls_n=np.zeros(3, np.int64))
 
 
 def timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -> tuple:
@@ -371,10 +437,11 @@ def fill_cpu(cost: CostModel, cpu_s: np.ndarray) -> None:
 
 def bound_inputs(
     wl: Workload, cost: CostModel, system: SystemConfig, per_pass_s: tuple[np.ndarray, np.ndarray] | None = None
-) -> tuple:
-    """``bound.pass_bounds``'s tables (the walk's too, ``walk_inputs``): (dense seconds per pass [P, 2] and the layers
-    run whole on the CPU (``per_pass``, ``whole_layers``), head seconds per pass (``per_pass_s`` when given), the cheapest device seconds of an expert per token count, its CPU seconds,
-    whether the CPU computes)."""
+) -> bound.Tables:
+    """``bound.pass_bounds``'s tables (the walk's too, ``walk_inputs``; ``bound.Tables``): dense seconds per pass
+    [P, 2] and the layers run whole on the CPU (``per_pass``, ``whole_layers``), head seconds per pass
+    (``per_pass_s`` when given), the cheapest device seconds of an expert per token count, its CPU seconds, whether
+    the CPU computes."""
     precisions = {"hobbit": (HIGH, LOW), "high": (HIGH,), "low": (LOW,)}[system.precision.mode]
     uses_cpu = system.cpu_misses != "never" or system.placement == "static"
     max_t, sizes = pass_tokens(wl)
@@ -386,4 +453,4 @@ def bound_inputs(
     dense, other = (
         per_pass_s if per_pass_s is not None else per_pass(cost, sizes, wl.pass_arrays().context, workload_kinds(wl))
     )
-    return dense, whole_layers(cost, wl.num_layers), other, expert_min, cpu_s, uses_cpu
+    return bound.Tables(dense, whole_layers(cost, wl.num_layers), other, expert_min, cpu_s, uses_cpu)

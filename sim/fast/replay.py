@@ -22,50 +22,32 @@ from hobbit.sim.workload import Workload
 
 
 def replay_passes(
-    wl: Workload,
     cost: CostModel,
     shared: bool | None,
-    p0: int,
-    p1: int,
-    tables: tuple,
-    per_tid: tuple,
+    span: timing.Span,
+    tables: timing.Tables,
+    per_tid: tuple[np.ndarray, np.ndarray],
     inputs: tuple,
     demand_first: bool,
-    link: tuple,
-    base: int,
-    out: tuple,
-    first_pass: int = 0,
+    link: timing.Link,
+    clock: timing.Clock,
 ) -> None:
-    """The timing of passes ``p0:p1`` (``timing.replay`` or, with contention, ``replay_shared``); ``wl``'s passes,
-    the per-pass ``inputs`` and ``out`` start at pass ``first_pass`` (a window's, ``stream``)."""
+    """The timing of the passes of ``span`` (``timing.replay`` or, with contention, ``replay_shared``): ``per_tid``
+    the seconds and bytes of each transfer, ``inputs`` the per-pass and per-token-count seconds (``timing_inputs``),
+    whose passes, as ``clock``'s, start at pass ``span.first_pass`` (a window's, ``stream``)."""
     f = cost.contention
     dense, other, expert, cpu_s = inputs[:4]
-    args = (
-        p0,
-        p1,
-        wl.num_layers,
-        *tables,
-        *per_tid,
-        dense,
-        whole_layers(cost, wl.num_layers),
-        other,
-        expert,
-        cpu_s,
-        float(cost.issue_s()),
-        bool(demand_first),
-        bool(cost.serial_copies),
-        bool(cost.clear_queue),
-        link,
-        base,
-        first_pass,
-        *out,
+    costs = timing.Costs(
+        *per_tid, dense, whole_layers(cost, span.num_layers), other, expert, cpu_s, float(cost.issue_s())
     )
+    rules = timing.Rules(bool(demand_first), bool(cost.serial_copies), bool(cost.clear_queue))
     if shared if shared is not None else f.active:
+        shares = timing.Shares(float(f.link), float(f.dense), float(f.high), float(f.low))
         with first_use(timing.replay_shared):
-            timing.replay_shared(*args, float(f.link), float(f.dense), float(f.high), float(f.low))
+            timing.replay_shared(span, tables, costs, rules, link, clock, shares)
     else:
         with first_use(timing.replay):
-            timing.replay(*args)
+            timing.replay(span, tables, costs, rules, link, clock)
 
 
 def time_decisions(
@@ -84,20 +66,17 @@ def time_decisions(
     with first_use(timing.link_state):
         link = timing.link_state(tab.loads)
     replay_passes(
-        wl,
         cost,
         shared,
-        0,
-        P,
-        (tab.loads, tab.gpu, tab.cpu, tab.cancel),
+        timing.Span(0, P, wl.num_layers, 0, 0),
+        timing.Tables(tab.loads, tab.gpu, tab.cpu, tab.cancel),
         (inputs[4][layer, prec], inputs[5][layer, prec]),
         inputs,
         demand_first,
         link,
-        0,
-        out,
+        timing.Clock(*out),
     )
-    started, done, fs, ls = link[3], link[4], link[5], link[6]
+    started, done, fs, ls = link.started, link.done, link.fs, link.ls
     tl = Timeline(
         *out,
         link_busy_s=float(fs[timing.BUSY]),
@@ -136,19 +115,9 @@ class Times(Mapping):
 def pass_bounds(wl: Workload, cost: CostModel, system: SystemConfig) -> np.ndarray:
     """``sim.bound.pass_bounds`` compiled: the same bound."""
     p = system.precision
-    dense, whole, other, expert_min, cpu_s, uses_cpu = bound_inputs(wl, cost, system)
+    pa = wl.pass_arrays()
+    sel = bound.Selections(narrow(wl.ids, "expert_ids"), frozen(wl.weights), pa.start, pa.end)
     with first_use(bound.pass_bounds):
         return bound.pass_bounds(
-            narrow(wl.ids, "expert_ids"),
-            frozen(wl.weights),
-            *rule_args(p.mode, p.t1, p.t2),
-            wl.pass_arrays().start,
-            wl.pass_arrays().end,
-            dense,
-            whole,
-            other,
-            expert_min,
-            cpu_s,
-            wl.num_experts,
-            uses_cpu,
+            sel, bound.Rule(*rule_args(p.mode, p.t1, p.t2)), bound_inputs(wl, cost, system), wl.num_experts
         )

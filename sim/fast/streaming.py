@@ -8,17 +8,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from hobbit.sim.config import SystemConfig
 from hobbit.sim.cost import CostModel
 from hobbit.sim.decide import (
     Decisions,
     NotKept,
-    Placement,
 )
 from hobbit.sim.fast import special, timing, walk
 from hobbit.sim.fast.compiling import first_use, policy_walk
 from hobbit.sim.fast.decisions import decisions_of
-from hobbit.sim.fast.inputs import bound_inputs, fill_cpu, pass_tokens, timing_inputs, walk_inputs
+from hobbit.sim.fast.inputs import Run, Window, bound_inputs, fill_cpu, pass_tokens, timing_inputs, walk_inputs
 from hobbit.sim.fast.replay import replay_passes
 from hobbit.sim.policies.registry import eviction_class
 from hobbit.sim.timeline import Timeline
@@ -33,17 +31,6 @@ class Streamed(NamedTuple):
     timeline: Timeline
     bound: np.ndarray
     classes: np.ndarray | None
-
-
-class Window(NamedTuple):
-    """Consecutive whole passes of a trace, laid out for replay (``stream_windows``): ``wl`` holds them, its tokens
-    numbered from 0 (``Workload.token_in_request`` counts from each request's first token in the trace); ``first_pass``
-    is the trace's number of its first pass, ``prev_request`` the request of the pass before it (-1: none)."""
-
-    wl: Workload
-    first_pass: int = 0
-    prev_request: int = -1
-    future: tuple[np.ndarray, np.ndarray] | None = None  # Belady's lists of the window (``window_future``)
 
 
 class Chunk(NamedTuple):
@@ -95,15 +82,9 @@ CHUNK_STEPS = 1 << 14  # a streamed run (``stream``) walks and times this many s
 
 def stream(
     wl: Workload,
-    system: SystemConfig,
-    slots: Any,
-    expert_bytes: Any,
+    run: Run,
     cost: CostModel,
     demand_first: bool = True,
-    placement: Placement | None = None,
-    cpu_faster: Callable[[int, int], bool] | None = None,
-    miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
-    profile: list[np.ndarray] | None = None,
     chunk_steps: int | None = None,
     shared: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -127,21 +108,7 @@ def stream(
         if progress is not None:
             progress(c.p1, P)
 
-    totals = stream_windows(
-        [Window(wl)],
-        system,
-        slots,
-        expert_bytes,
-        cost,
-        keep,
-        demand_first,
-        placement,
-        cpu_faster,
-        miss_costs,
-        profile,
-        chunk_steps,
-        shared,
-    )
+    totals = stream_windows([Window(wl)], run, cost, keep, demand_first, chunk_steps, shared)
     if totals is None:
         return None
     return Streamed(totals.decisions, totals.timeline(ps, pe, pass_stall), bnd, totals.classes)
@@ -149,16 +116,10 @@ def stream(
 
 def stream_windows(
     windows: Iterable[Window],
-    system: SystemConfig,
-    slots: Any,
-    expert_bytes: Any,
+    run: Run,
     cost: CostModel,
     on_chunk: Callable[[Chunk], None],
     demand_first: bool = True,
-    placement: Placement | None = None,
-    cpu_faster: Callable[[int, int], bool] | None = None,
-    miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
-    profile: list[np.ndarray] | None = None,
     chunk_steps: int | None = None,
     shared: bool | None = None,
     records: int | None = None,
@@ -173,20 +134,81 @@ def stream_windows(
 
     The timing numbers copies afresh for each chunk: the copies a later step can still name (held in a slot,
     staged, queued or on the link when the chunk starts) first, in order, then the chunk's own loads, so its
-    per-copy arrays hold those and no others."""
-    state = walk_of = None
-    fs, ls = np.zeros(6), np.zeros(6, np.int64)
-    ls[timing.CUR] = -1
-    space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted): the previous chunk's
-    demand = dropped = np.zeros(0, np.bool_)
-    gone = np.zeros(0, np.int8)
-    started = done = dur = np.zeros(0)
-    nbytes = np.zeros(0, np.int64)
-    waiting = np.zeros(0, np.int64)  # the link's queue and the copy on it, as transfer ids
-    layer_stall = decode_stall = demand_n = prefetch_n = classes = None
-    n_passes = 0
-    prev_ids = None  # the selections of the last layer of the last pass walked
+    per-copy arrays hold those and no others (``_Carried``)."""
+    s = _Streaming(run, cost, on_chunk, demand_first, shared)
     for window in windows:
+        if not s.window(window, chunk_steps or CHUNK_STEPS, records):
+            return None
+    return s.totals()
+
+
+class _Carried:
+    """The timing's state from one chunk to the next: the copies it still knows of, as sorted transfer ids
+    (``space``), with their demand marks, seconds, bytes, start and end times and clear_queue marks; the link's
+    floats and ints (``fs``, ``ls``); the link's queue and the copy on it, as transfer ids (``waiting``)."""
+
+    def __init__(self) -> None:
+        self.fs, self.ls = np.zeros(6), np.zeros(6, np.int64)
+        self.ls[timing.CUR] = -1
+        self.space = np.zeros(0, np.int64)  # the transfer ids the timing's arrays are indexed by (sorted)
+        self.demand = np.zeros(0, np.bool_)
+        self.gone = np.zeros(0, np.int8)
+        self.started = self.done = self.dur = np.zeros(0)
+        self.nbytes = np.zeros(0, np.int64)
+        self.waiting = np.zeros(0, np.int64)
+
+    def live(self, state: walk.State) -> np.ndarray:
+        """The copies a later step can still name: held in a slot, staged, queued or on the link (sorted)."""
+        held = np.concatenate([state.pool[:, :, walk.TRANSFER].ravel(), state.stg_tid.ravel(), self.waiting])
+        return np.unique(held[held >= 0])
+
+    def link(
+        self, live: np.ndarray, tid0: int, loads: np.ndarray, dur_of: np.ndarray, nbytes_of: np.ndarray
+    ) -> timing.Link:
+        """The link for a chunk whose loads are ``loads`` (transfer ids ``tid0`` on): the copies ``live`` carried,
+        then the chunk's own (``timing.carry``), the queue in the chunk's numbering."""
+        with first_use(timing.carry):
+            ok, self.space, self.demand, self.dur, self.nbytes, self.started, self.done, self.gone = timing.carry(
+                self.space, live, tid0, loads, dur_of, nbytes_of, self.demand, self.dur, self.nbytes, self.started,
+                self.done, self.gone,
+            )  # fmt: skip
+        if not ok:
+            raise AssertionError("a copy the timing must still know of is not in its arrays")
+        space, waiting, ls = self.space, self.waiting, self.ls
+        dropped = np.zeros(len(space) + 1, np.bool_)
+        n_wait = len(waiting) - (ls[timing.CUR] >= 0)
+        q = np.zeros(n_wait + len(loads) + len(space) + 1, np.int64)  # a copy dropped comes back once at most
+        q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
+        ls[timing.HEAD], ls[timing.TAIL] = 0, n_wait
+        if ls[timing.CUR] >= 0:
+            ls[timing.CUR] = np.searchsorted(space, waiting[-1])
+        return timing.Link(self.demand, q, dropped, self.started, self.done, self.fs, ls, self.gone)
+
+    def wait(self, q: np.ndarray) -> None:
+        """After a chunk: the queue ``q`` and the copy on the link, as transfer ids."""
+        ls = self.ls
+        self.waiting = self.space[q[ls[timing.HEAD] : ls[timing.TAIL]]]
+        if ls[timing.CUR] >= 0:
+            self.waiting = np.append(self.waiting, self.space[ls[timing.CUR]])
+
+
+class _Streaming:
+    """``stream_windows``' run: the walk's state and its copy of the walk (from the first window), the timing's state
+    (``_Carried``) and the sums over the chunks (``Totals``')."""
+
+    def __init__(
+        self, run: Run, cost: CostModel, on_chunk: Callable[[Chunk], None], demand_first: bool, shared: bool | None
+    ) -> None:
+        self.run, self.cost, self.on_chunk, self.demand_first, self.shared = run, cost, on_chunk, demand_first, shared
+        self.state: Any = None
+        self.walk_of: Any = None
+        self.carried = _Carried()
+        self.n_passes = 0
+        self.prev_ids = None  # the selections of the last layer of the last pass walked
+
+    def window(self, window: Window, chunk_steps: int, records: int | None) -> bool:
+        """The window's passes, a chunk at a time; false when LIRS ran out of its counted-out entries."""
+        system = self.run.system
         wl, first = window.wl, window.first_pass
         L, P = wl.num_layers, len(wl.pass_start)
         if first > 0 and window.future is None and "future_uses" in eviction_class(system.cache.policy).needs:
@@ -195,118 +217,92 @@ def stream_windows(
                 "(Window.future)"
             )
         max_t, _ = pass_tokens(wl)
-        inputs = timing_inputs(wl, cost, expert_bytes, max_t)
-        state_args, walk_in = walk_inputs(
-            wl,
-            system,
-            slots,
-            expert_bytes,
-            placement,
-            cpu_faster,
-            miss_costs,
-            profile,
-            bound_inputs(wl, cost, system, inputs[:2]),
-            window=(first, window.prev_request),
-            records=records,
-            future=window.future,
-            prev_ids=prev_ids,
-        )
-        if state is None:
-            state = walk.walk_state(**state_args)
-            walk_of = policy_walk(system.cache.policy, special.Variant.of(walk_in))
-            layer_stall, decode_stall = np.zeros(L), np.zeros(L)
-            demand_n, prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
-            classes = np.zeros(3, np.int64)
-        assert walk_of is not None and layer_stall is not None and decode_stall is not None
-        assert demand_n is not None and prefetch_n is not None and classes is not None
-        cpu_known = False  # the window's CPU expert times, looked up once a chunk computes experts there
-        n_passes += P
-        dur_of, nbytes_of = inputs[4], inputs[5]
-        decode = wl.pass_arrays().phase == 1
-        ps, pe = np.zeros(P), np.zeros(P)
-        pool, stg_tid, st = state.pool, state.stg_tid, state.st
-        per = max(1, (chunk_steps or CHUNK_STEPS) // max(L, 1))  # passes per chunk
+        inputs = timing_inputs(wl, self.cost, self.run.expert_bytes, max_t)
+        bounds = bound_inputs(wl, self.cost, system, inputs[:2])
+        state_args, walk_in = walk_inputs(window, self.run, bounds, records, self.prev_ids)
+        if self.state is None:
+            self.state = walk.walk_state(**state_args)
+            self.walk_of = policy_walk(system.cache.policy, special.Variant.of(walk_in))
+            self.layer_stall, self.decode_stall = np.zeros(L), np.zeros(L)
+            self.demand_n, self.prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
+            self.classes = np.zeros(3, np.int64)
+        self.n_passes += P
+        self.cpu_known = False  # the window's CPU expert times, looked up once a chunk computes experts there
+        self.ps, self.pe = np.zeros(P), np.zeros(P)
+        self.decode = wl.pass_arrays().phase == 1
+        per = max(1, chunk_steps // max(L, 1))  # passes per chunk
         for p0 in range(first, first + P, per):
-            p1 = min(first + P, p0 + per)
-            tid0 = int(st[walk.NEXT_TID])
-            held = np.concatenate([pool[:, :, walk.TRANSFER].ravel(), stg_tid.ravel(), waiting])
-            live = np.unique(held[held >= 0])
-            with first_use(walk_of):
-                out = walk_of(state, walk_in, p0, p1)
-            loads, gpu, cpu, cancel = out.loads, out.gpu, out.cpu, out.cancel  # views of the buffers, out.logs
-            state = state._replace(pins=out.pins, logs=out.logs)
-            del out
-            if st[walk.OVERFLOW]:
-                return None
-            with first_use(timing.carry):
-                ok, space, demand, dur, nbytes, started, done, gone = timing.carry(
-                    space, live, tid0, loads, dur_of, nbytes_of, demand, dur, nbytes, started, done, gone
-                )
-            if not ok:
-                raise AssertionError("a copy the timing must still know of is not in its arrays")
-            n_new = len(loads)
-            dropped = np.zeros(len(space) + 1, np.bool_)
-            n_wait = len(waiting) - (ls[timing.CUR] >= 0)
-            q = np.zeros(n_wait + n_new + len(space) + 1, np.int64)  # a copy dropped comes back once at most
-            q[:n_wait] = np.searchsorted(space, waiting[:n_wait])
-            ls[timing.HEAD], ls[timing.TAIL] = 0, n_wait
-            if ls[timing.CUR] >= 0:
-                ls[timing.CUR] = np.searchsorted(space, waiting[-1])
-            for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
-                if not timing.renumber(t, live, tid0, len(live)):
-                    raise AssertionError("a step names a copy the timing was not told to keep")
-            if len(cpu) and not cpu_known:
-                fill_cpu(cost, inputs[3])
-                cpu_known = True
-            link = (demand, q, dropped, started, done, fs, ls, gone)
-            n = (p1 - p0) * L
-            stall = np.zeros(n)
-            replay_passes(
-                wl,
-                cost,
-                shared,
-                p0,
-                p1,
-                (loads, gpu, cpu, cancel),
-                (dur, nbytes),
-                inputs,
-                demand_first,
-                link,
-                len(live),
-                (ps, pe, stall, np.zeros(n)),
-                first,
+            if not self.chunk(window, walk_in, inputs, p0, min(first + P, p0 + per)):
+                return False
+        self.classes += walk_in.bound.cls_n
+        self.prev_ids = np.array(wl.ids[wl.pass_start[-1] : wl.pass_end[-1], L - 1], np.int16)
+        return True
+
+    def chunk(self, window: Window, walk_in: walk.Inputs, inputs: tuple, p0: int, p1: int) -> bool:
+        """Passes ``p0:p1`` of ``window``: walked, timed, counted and handed on (``on_chunk``)."""
+        first, L = window.first_pass, window.wl.num_layers
+        st, carried = self.state.st, self.carried
+        tid0 = int(st[walk.NEXT_TID])
+        live = carried.live(self.state)
+        with first_use(self.walk_of):
+            out = self.walk_of(self.state, walk_in, p0, p1)
+        loads, gpu, cpu, cancel = out.loads, out.gpu, out.cpu, out.cancel  # views of the buffers, out.logs
+        self.state = self.state._replace(pins=out.pins, logs=out.logs)
+        del out
+        if st[walk.OVERFLOW]:
+            return False
+        link = carried.link(live, tid0, loads, inputs[4], inputs[5])
+        for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
+            if not timing.renumber(t, live, tid0, len(live)):
+                raise AssertionError("a step names a copy the timing was not told to keep")
+        if len(cpu) and not self.cpu_known:
+            fill_cpu(self.cost, inputs[3])
+            self.cpu_known = True
+        n = (p1 - p0) * L
+        stall = np.zeros(n)
+        replay_passes(
+            self.cost,
+            self.shared,
+            timing.Span(p0, p1, L, len(live), first),
+            timing.Tables(loads, gpu, cpu, cancel),
+            (carried.dur, carried.nbytes),
+            inputs,
+            self.demand_first,
+            link,
+            timing.Clock(self.ps, self.pe, stall, np.zeros(n)),
+        )
+        w0, w1 = p0 - first, p1 - first
+        with first_use(timing.tally):
+            timing.tally(
+                loads, L, stall, self.decode[w0:w1], self.demand_n, self.prefetch_n, self.layer_stall, self.decode_stall
             )
-            w0, w1 = p0 - first, p1 - first
-            with first_use(timing.tally):
-                timing.tally(loads, L, stall, decode[w0:w1], demand_n, prefetch_n, layer_stall, decode_stall)
-            waiting = space[q[ls[timing.HEAD] : ls[timing.TAIL]]]
-            if ls[timing.CUR] >= 0:
-                waiting = np.append(waiting, space[ls[timing.CUR]])
-            on_chunk(
-                Chunk(p0, p1, window, ps[w0:w1], pe[w0:w1], stall.reshape(-1, L).sum(axis=1), walk_in.bound.out[w0:w1])
-            )
-        classes += walk_in.bound.cls_n
-        prev_ids = np.array(wl.ids[wl.pass_start[-1] : wl.pass_end[-1], L - 1], np.int16)
-    if state is None:
-        raise ValueError("a streamed run needs at least one window of passes")
-    assert layer_stall is not None and decode_stall is not None
-    dec = decisions_of(
-        state.st,
-        state.served,
-        state.mass,
-        slots,
-        system,
-        NotKept(n_passes * len(layer_stall)),
-        None,
-        (demand_n, prefetch_n),
-    )
-    return Totals(
-        dec,
-        float(fs[timing.BUSY]),
-        int(ls[timing.MOVED]),
-        int(ls[timing.CANCELLED]),
-        int(ls[timing.LATE]),
-        layer_stall,
-        decode_stall,
-        classes if system.precision.mode == "hobbit" else None,
-    )
+        carried.wait(link.q)
+        bound = walk_in.bound.out[w0:w1]
+        self.on_chunk(Chunk(p0, p1, window, self.ps[w0:w1], self.pe[w0:w1], stall.reshape(-1, L).sum(axis=1), bound))
+        return True
+
+    def totals(self) -> Totals:
+        """What the run counted (``Totals``)."""
+        if self.state is None:
+            raise ValueError("a streamed run needs at least one window of passes")
+        run, carried = self.run, self.carried
+        dec = decisions_of(
+            self.state.st,
+            self.state.served,
+            self.state.mass,
+            run.slots,
+            run.system,
+            NotKept(self.n_passes * len(self.layer_stall)),
+            None,
+            (self.demand_n, self.prefetch_n),
+        )
+        return Totals(
+            dec,
+            float(carried.fs[timing.BUSY]),
+            int(carried.ls[timing.MOVED]),
+            int(carried.ls[timing.CANCELLED]),
+            int(carried.ls[timing.LATE]),
+            self.layer_stall,
+            self.decode_stall,
+            self.classes if run.system.precision.mode == "hobbit" else None,
+        )
