@@ -45,6 +45,7 @@ from hobbit.sim.policies.base import HIGH, LOW
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.timeline import Timeline
+from hobbit.sim.walk_copies import walk_copies
 from hobbit.sim.workload import Profiled, Workload, build_workload, chunk_prefill, split_requests
 from hobbit.traces.interchange import weights_absent
 from hobbit.traces.io import Trace
@@ -541,8 +542,9 @@ def simulate(
     sizing, placement, cost, per_layer, slots = setup.sizing, setup.placement, setup.cost, setup.per_layer, setup.slots
     cpu_faster, miss_costs, profile_matrices = setup.cpu_faster, setup.miss_costs, setup.profile_matrices
     streamed = None
+    walks = walk_copies() if engine == "fast" else "auto"  # the process's choice of walk copies (``fast.policy_walk``)
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
-        run = fast.Run(system, slots, per_layer, placement, cpu_faster, miss_costs, profile_matrices)
+        run = fast.Run(system, slots, per_layer, placement, cpu_faster, miss_costs, profile_matrices, walks)
         streamed = fast.stream(wl, run, cost, system.demand_first, progress=progress)
     if streamed is not None:
         dec, tl = streamed.decisions, streamed.timeline
@@ -557,6 +559,7 @@ def simulate(
             cpu_faster=cpu_faster,
             miss_costs=miss_costs,
             profile=profile_matrices,
+            walks=walks,
         )
     else:
         dec = Decider(

@@ -33,6 +33,7 @@ from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
 from hobbit.sim.run import check_profile, check_topology, check_weights, checked, configure, describe, needs
+from hobbit.sim.walk_copies import walk_copies
 from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
 from hobbit.traces import window
 from hobbit.traces.arrays import TraceArrays
@@ -273,6 +274,7 @@ def simulate_file(
         setup.cpu_faster,
         setup.miss_costs,
         setup.profile_matrices,
+        walk_copies(),  # the process's choice of compiled walk copies, passed down (``fast.policy_walk``)
     )
     totals = fast.stream_windows(
         laid_out(), run, setup.cost, on_chunk, system.demand_first, records=log_records(scan, system, system.ubatch)

@@ -24,7 +24,7 @@ except ImportError:  # not POSIX: no lock, every process compiles for itself (as
 
 from hobbit.sim.fast import bound, special, timing
 from hobbit.sim.fast.jit import quick_inlining
-from hobbit.sim.walk_copies import walk_copies
+from hobbit.sim.walk_copies import WALK_COPIES
 
 # Seconds (low, high) numba takes to compile each entry point, measured on a 2-core VM (numba compiles on one core,
 # so more cores do not shorten it; a faster core does; benchmarks/first_compile.py). The walk is most of it: one
@@ -146,11 +146,15 @@ def _compiled(d) -> bool:
     return bool(getattr(d, "overloads", None)) or _in_cache(d)
 
 
-def policy_walk(policy: str, variant: special.Variant | None = None) -> Callable:
+def policy_walk(policy: str, variant: special.Variant | None = None, walks: str = WALK_COPIES[0]) -> Callable:
     """The walk compiled for eviction policy ``policy`` (``special.core``) for a run of settings ``variant`` (None:
-    the policy's general copy), as ``walk_copies`` chooses; an entry point ``NOTICE`` announces. Every copy decides
-    alike; a specialised one compiles about a fifth less code than the general one."""
-    mode = walk_copies()
+    the policy's general copy), as ``walks`` chooses (``sim.walk_copies.WALK_COPIES``): ``auto`` the variant's copy
+    unless only the general one is compiled already, ``specialised`` the variant's, ``general`` the general one; an
+    entry point ``NOTICE`` announces. Every copy decides alike; a specialised one compiles about a fifth less code
+    than the general one."""
+    mode = walks
+    if mode not in WALK_COPIES:
+        raise ValueError(f"walks={mode!r}: one of {', '.join(WALK_COPIES)}")
     if variant is None or mode == "general":
         d = special.core(policy).walk
     else:

@@ -62,13 +62,14 @@ def decide(
     cpu_faster: Callable[[int, int], bool] | None = None,
     miss_costs: Callable[[int, int], tuple[float, float]] | None = None,
     profile: list[np.ndarray] | None = None,
+    walks: str = "auto",
 ) -> Decisions:
     """``Decider(...).run()`` for a system ``unsupported`` does not refuse, compiled (each policy and prefetcher by
-    the compiled part its own file gives)."""
-    run = Run(system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile)
+    the compiled part its own file gives; ``walks``: which copy of the policy's walk, ``compiling.policy_walk``)."""
+    run = Run(system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile, walks)
     state_args, inputs = walk_inputs(Window(wl), run)
     state = walk.walk_state(**state_args)
-    walk_of = policy_walk(system.cache.policy, special.Variant.of(inputs))
+    walk_of = policy_walk(system.cache.policy, special.Variant.of(inputs), walks)
     with first_use(walk_of):
         out = walk_of(state, inputs, 0, len(wl.pass_start))
     logs, served, mass, st = (
@@ -113,9 +114,19 @@ def decide_or_refer(
     keep_log: bool = False,
     **kw,
 ) -> Decisions:
-    """The compiled walk where it implements ``system``, else the reference's (same decisions either way)."""
+    """The compiled walk where it implements ``system``, else the reference's (same decisions either way);
+    ``walks`` in ``kw``: which copy of the compiled walk (``decide``)."""
+    walks = kw.pop("walks", "auto")
     if unsupported(system, keep_log) is None:
         return decide(
-            wl, system, slots, expert_bytes, placement, kw.get("cpu_faster"), kw.get("miss_costs"), kw.get("profile")
+            wl,
+            system,
+            slots,
+            expert_bytes,
+            placement,
+            kw.get("cpu_faster"),
+            kw.get("miss_costs"),
+            kw.get("profile"),
+            walks,
         )
     return Decider(wl, system, slots, expert_bytes, placement, keep_log=keep_log, **kw).run()

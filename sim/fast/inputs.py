@@ -189,7 +189,8 @@ class Run(NamedTuple):
     """What the compiled walk decides by, besides the trace: the system, the cache's slots (``decide.cache_slots``'
     argument) and each copy's bytes, and what ``sim.decide.Decider`` also takes: the placement, whether the CPU
     computes a miss faster than a copy (``cpu_faster(precision, tokens)``), a miss's copy and CPU seconds
-    (``miss_costs``: FreeToken's split) and the prefetchers' profile."""
+    (``miss_costs``: FreeToken's split) and the prefetchers' profile; and which copy of the walk decides (``walks``:
+    every copy decides alike)."""
 
     system: SystemConfig
     slots: Any
@@ -198,6 +199,7 @@ class Run(NamedTuple):
     cpu_faster: Callable[[int, int], bool] | None = None
     miss_costs: Callable[[int, int], tuple[float, float]] | None = None
     profile: list[np.ndarray] | None = None
+    walks: str = "auto"  # which compiled copy of the policy's walk runs (``compiling.policy_walk``)
 
 
 class Window(NamedTuple):

@@ -222,7 +222,7 @@ class _Streaming:
         state_args, walk_in = walk_inputs(window, self.run, bounds, records, self.prev_ids)
         if self.state is None:
             self.state = walk.walk_state(**state_args)
-            self.walk_of = policy_walk(system.cache.policy, special.Variant.of(walk_in))
+            self.walk_of = policy_walk(system.cache.policy, special.Variant.of(walk_in), self.run.walks)
             self.layer_stall, self.decode_stall = np.zeros(L), np.zeros(L)
             self.demand_n, self.prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
             self.classes = np.zeros(3, np.int64)
