@@ -37,6 +37,7 @@ from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.results import Results, summarise
 from hobbit.sim.sizing import CacheSizing, cache_regions, layer_note, pinned_per_layer, size_cache
 from hobbit.sim.timeline import Timeline
+from hobbit.sim.walk_copies import walk_copies
 from hobbit.sim.workload import Profiled, Workload, build_workload, chunk_prefill, split_requests
 from hobbit.traces.io import Trace
 
@@ -359,20 +360,10 @@ def walk_and_time(
     streamed a chunk of passes at a time where the compiled core can and nothing is to be kept (``fast.stream``),
     else walked whole, then timed (``simulate``'s docstring)."""
     s = setup
+    walks = walk_copies() if engine == "fast" else "auto"  # the process's choice of walk copies (``fast.policy_walk``)
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
-        streamed = fast.stream(
-            wl,
-            system,
-            s.slots,
-            s.per_layer,
-            s.cost,
-            system.demand_first,
-            s.placement,
-            cpu_faster=s.cpu_faster,
-            miss_costs=s.miss_costs,
-            profile=s.profile_matrices,
-            progress=progress,
-        )
+        run = fast.Run(system, s.slots, s.per_layer, s.placement, s.cpu_faster, s.miss_costs, s.profile_matrices, walks)
+        streamed = fast.stream(wl, run, s.cost, system.demand_first, progress=progress)
         if streamed is not None:  # the walk computed the bound and counted the rule's classes as it read the trace
             mix = fast.rule_mix(wl, system.precision.t1, system.precision.t2, streamed.classes)
             return streamed.decisions, streamed.timeline, streamed.bound, mix
@@ -387,6 +378,7 @@ def walk_and_time(
             cpu_faster=s.cpu_faster,
             miss_costs=s.miss_costs,
             profile=s.profile_matrices,
+            walks=walks,
         )
     else:
         dec = Decider(

@@ -1,5 +1,6 @@
 """Which compiled copy of a policy's walk the runs of a process use (``sim.fast.policy_walk``), read from
-``$HOBBIT_WALK``. Apart from the compiled core, so that commands and launchers that only set it (a sweep's launcher
+``$HOBBIT_WALK`` where a run starts (``sim.run.simulate``, ``sim.windowed``) and passed down to the compiled core as
+an argument (``sim.fast.Run.walks``). Apart from the compiled core, so that commands and launchers that only set it (a sweep's launcher
 starts without numba) need not import it.
 
 - ``auto`` (the default): the copy specialised for the run's settings (``sim.fast.special.Variant``), unless only

@@ -34,6 +34,7 @@ from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
 from hobbit.sim.run import Setup, configure, describe, needs
+from hobbit.sim.walk_copies import walk_copies
 from hobbit.sim.workload import RequestMatrices, build_workload, chunk_prefill
 from hobbit.traces import window
 from hobbit.traces.arrays import TraceArrays
@@ -145,7 +146,7 @@ def uses_profile(system: SystemConfig) -> bool:
 
 
 def log_records(scan: window.Scan, system: SystemConfig, ubatch: int) -> int:
-    """An upper bound on a run's steps and log records over ``scan``'s passes (``fast._walk_inputs``' room, summed
+    """An upper bound on a run's steps and log records over ``scan``'s passes (``fast.inputs.walk_inputs``' room, summed
     over the trace), which picks the log tables' integer type."""
     m = scan.meta.model
     L, E, K = len(scan.meta.layers), m.num_experts, m.top_k
@@ -305,19 +306,18 @@ def _stream(
         if progress is not None:
             progress(columns.n, max(total, columns.n))
 
-    totals = fast.stream_windows(
-        laid_out(),
+    run = fast.Run(
         system,
         setup.slots,
         setup.per_layer,
-        setup.cost,
-        on_chunk,
-        system.demand_first,
         setup.placement,
         setup.cpu_faster,
         setup.miss_costs,
         setup.profile_matrices,
-        records=log_records(scan, system, system.ubatch),
+        walk_copies(),  # the process's choice of compiled walk copies, passed down (``fast.policy_walk``)
+    )
+    totals = fast.stream_windows(
+        laid_out(), run, setup.cost, on_chunk, system.demand_first, records=log_records(scan, system, system.ubatch)
     )
     if totals is None:
         raise ConfigError(

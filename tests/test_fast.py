@@ -90,7 +90,7 @@ def assert_streamed(got, whole) -> None:
 
 def streamed(trace, model, hw, system, chunk_passes: int, **kw):
     """``simulate`` streaming, ``chunk_passes`` passes at a time."""
-    with mock.patch.object(fast, "CHUNK_STEPS", chunk_passes * model.num_layers):
+    with mock.patch.object(fast.streaming, "CHUNK_STEPS", chunk_passes * model.num_layers):
         return simulate(trace, model, hw, system, keep_decisions=False, **kw)
 
 
@@ -300,7 +300,7 @@ def test_a_streamed_run_holds_the_trace_and_little_more():
     cfg = compose_sim("system=hobbit")
     peaks = {}
     for keep in (True, False):
-        with mock.patch.object(fast, "CHUNK_STEPS", 32 * cfg.model.num_layers):
+        with mock.patch.object(fast.streaming, "CHUNK_STEPS", 32 * cfg.model.num_layers):
             simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=keep)  # compiled code loaded
             run._PREPARED.clear()
             tracemalloc.start()

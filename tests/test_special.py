@@ -296,32 +296,34 @@ def test_a_specialised_copy_refuses_another_runs_settings(monkeypatch):
 
 def test_which_copy_a_run_uses(monkeypatch):
     """``auto`` takes the run's own copy, unless only the policy's general one is compiled; ``general`` and
-    ``specialised`` take theirs; anything else is refused, naming the variable."""
+    ``specialised`` take theirs; anything else is refused, naming the argument, or the variable a run reads it from."""
     from types import SimpleNamespace
 
     from hobbit.sim import fast
     from hobbit.sim.config import ConfigError
+    from hobbit.sim.walk_copies import walk_copies
 
     v = special.Variant("none", "never", False, False)
     walks = {None: SimpleNamespace(name="general"), v: SimpleNamespace(name="own")}
     monkeypatch.setattr(fast.special, "core", lambda policy, variant=None: SimpleNamespace(walk=walks[variant]))
     monkeypatch.setattr(fast.NOTICE, "entry", fast.NOTICE.entry)
     compiled: set[str] = set()
-    monkeypatch.setattr(fast, "_compiled", lambda d: d.name in compiled)
+    monkeypatch.setattr(fast.compiling, "_compiled", lambda d: d.name in compiled)
     pick = {}
     for mode in ("auto", "specialised", "general"):
-        monkeypatch.setenv("HOBBIT_WALK", mode)
         for have in ((), ("general",), ("own",), ("general", "own")):
             compiled = set(have)
-            pick[mode, have] = fast.policy_walk("lru", v).name
+            pick[mode, have] = fast.policy_walk("lru", v, mode).name
     assert pick["auto", ()] == pick["auto", ("own",)] == pick["auto", ("general", "own")] == "own"
     assert pick["auto", ("general",)] == "general"
     assert {pick["specialised", h] for h in ((), ("general",))} == {"own"}
     assert {pick["general", h] for h in ((), ("own",))} == {"general"}
     assert fast.policy_walk("lru").name == "general"  # no variant: the general copy
-    monkeypatch.setenv("HOBBIT_WALK", "fastest")
+    with pytest.raises(ValueError, match="walks='fastest'"):
+        fast.policy_walk("lru", v, "fastest")
+    monkeypatch.setenv("HOBBIT_WALK", "fastest")  # the process's choice, read where a run starts (``sim.run``)
     with pytest.raises(ConfigError, match="HOBBIT_WALK='fastest'"):
-        fast.policy_walk("lru", v)
+        walk_copies()
 
 
 def test_a_sweep_runs_general_copies(monkeypatch):

@@ -195,9 +195,7 @@ def test_beladys_window_ends_with_each_keys_next_use_after_it():
     with pytest.raises(ValueError, match="Window.future"):
         fast.stream_windows(
             [fast.Window(head), fast.Window(tail, cut, head.pass_request[-1])],
-            cfg.system,
-            s.slots,
-            s.per_layer,
+            fast.Run(cfg.system, s.slots, s.per_layer),
             s.cost,
             lambda c: None,
         )
@@ -271,7 +269,7 @@ def test_a_chunk_names_its_window_and_passes():
         wins.append(fast.Window(w, first, prev))
         first, prev = first + len(w.pass_start), w.pass_request[-1]
     seen = []
-    fast.stream_windows(wins, cfg.system, s.slots, s.per_layer, s.cost, seen.append, chunk_steps=64)
+    fast.stream_windows(wins, fast.Run(cfg.system, s.slots, s.per_layer), s.cost, seen.append, chunk_steps=64)
     assert [c.p0 for c in seen] == [0] + [c.p1 for c in seen[:-1]] and seen[-1].p1 == first
     for c in seen:
         assert c.window.first_pass <= c.p0 < c.p1 <= c.window.first_pass + len(c.window.wl.pass_start)

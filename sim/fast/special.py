@@ -95,7 +95,7 @@ class Variant(NamedTuple):
 
     @classmethod
     def of(cls, inputs: Any) -> Variant:
-        """The variant of ``inputs`` (``walk.Inputs``, as ``fast._walk_inputs`` builds them)."""
+        """The variant of ``inputs`` (``walk.Inputs``, as ``fast.inputs.walk_inputs`` builds them)."""
         return cls(
             prefetchers()[inputs.prefetch.kind],
             template.CPU_MISSES[inputs.cpu.misses],

@@ -18,6 +18,8 @@ every call).
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -27,6 +29,92 @@ FREE_AT, BUSY, LEFT, CUR_START, CLOCK, CPU_FREE = range(6)  # fs (FREE_AT is ``n
 # the compute stream's time in ``replay``; CPU_FREE: when the CPU's experts are done)
 HEAD, TAIL, MOVED, CANCELLED, CUR, LATE = range(6)  # ls (LATE: ``Timeline.late``)
 GONE, BACK = 1, 2  # a copy's mark in ``gone`` (clear_queue): dropped from the queue; queued again as a demand load
+
+
+class Span(NamedTuple):
+    """The passes a replay times: ``p0:p1`` of a trace of ``num_layers`` layers; the per-pass arrays' row 0 is pass
+    ``first_pass`` (a window's, in a streamed run); the passes' loads are the transfers ``base``, ``base + 1``, .. of
+    the link's arrays."""
+
+    p0: int
+    p1: int
+    num_layers: int
+    base: int
+    first_pass: int
+
+
+class Tables(NamedTuple):
+    """The decision log's tables for the passes (``sim.fast.walk``'s, rows in step order)."""
+
+    loads: Any
+    gpu: Any
+    cpu: Any
+    cancel: Any
+
+
+class Costs(NamedTuple):
+    """The seconds and bytes a replay charges: per transfer (``dur``, ``nbytes``), per pass (``dense_s`` [P, 2],
+    ``other_s``), per layer (``whole``: the layer runs whole on the CPU), per precision and token count
+    (``expert_s``), per token count on the CPU (``cpu_s``), and a copy's issue (``issue``)."""
+
+    dur: Any
+    nbytes: Any
+    dense_s: Any
+    whole: Any
+    other_s: Any
+    expert_s: Any
+    cpu_s: Any
+    issue: float
+
+
+class Rules(NamedTuple):
+    """How the link runs: demand loads ahead of prefetches, copies on the compute stream, the queue cleared at each
+    step (``CostModel.serial_copies``, ``clear_queue``)."""
+
+    demand_first: bool
+    serial: bool
+    clear: bool
+
+
+class Shares(NamedTuple):
+    """The contention's slow-downs (``replay_shared``; ``cost.Contention``)."""
+
+    link: float
+    dense: float
+    high: float
+    low: float
+
+
+class Link(NamedTuple):
+    """The link's state (``link_state``), carried from one replay to the next: which copies are demand loads, the
+    queue, cancel marks, start and end times (NaN: never ran), ``fs``, ``ls`` and the clear_queue marks."""
+
+    demand: Any
+    q: Any
+    dropped: Any
+    started: Any
+    done: Any
+    fs: Any
+    ls: Any
+    gone: Any
+
+
+class Clock(NamedTuple):
+    """A replay's times, written: per pass (by its row), and per step of the range (the range's first step is 0)."""
+
+    pass_start: Any
+    pass_end: Any
+    step_stall: Any
+    step_end: Any
+
+
+class Rows(NamedTuple):
+    """Each table's first row of each step of the range, and the end (``_setup``)."""
+
+    lo_l: Any
+    lo_g: Any
+    lo_c: Any
+    lo_x: Any
 
 
 @njit(cache=True)
@@ -60,11 +148,13 @@ def _insert(q, ls, demand, gone, tid, first, demand_first):
 
 
 @njit(cache=True, _nrt=False)
-def _requeue(q, ls, demand, dropped, cancel, x0, x1, lo, hi, demand_first, gone, clear, gpu, g0, g1):
-    """``timeline.requeue``: with ``clear`` every prefetch not started leaves (``gone``), then the cancelled copies not
-    started (``cancel``'s rows ``x0:x1``), then those the step uses (``gpu``'s rows ``g0:g1``) that had left come
-    back as demand loads, then the loads ``lo:hi`` join. The tables come whole with their row ranges: a slice made
-    at every step would cost a reference count each."""
+def _requeue(link, tables, rules, x0, x1, lo, hi, g0, g1):
+    """``timeline.requeue``: with ``rules.clear`` every prefetch not started leaves (``gone``), then the cancelled
+    copies not started (``cancel``'s rows ``x0:x1``), then those the step uses (``gpu``'s rows ``g0:g1``) that had
+    left come back as demand loads, then the loads ``lo:hi`` join. The tables come whole with their row ranges: a
+    slice made at every step would cost a reference count each."""
+    q, ls, demand, dropped, gone = link.q, link.ls, link.demand, link.dropped, link.gone
+    cancel, gpu, clear, demand_first = tables.cancel, tables.gpu, rules.clear, rules.demand_first
     if clear:
         w = ls[HEAD]
         for r in range(ls[HEAD], ls[TAIL]):
@@ -170,24 +260,24 @@ def renumber(table, live, first, base):
 
 
 @njit(cache=True)
-def _setup(i0, n_steps, loads, gpu, cpu, cancel):
-    """Each table's first row of each of the steps ``i0:i0 + n_steps`` (and the end), the most GPU rows of one."""
-    lo_l, lo_g = _offsets(loads, i0, n_steps), _offsets(gpu, i0, n_steps)
-    lo_c, lo_x = _offsets(cpu, i0, n_steps), _offsets(cancel, i0, n_steps)
+def _setup(i0, n_steps, tables):
+    """Each table's first row of each of the steps ``i0:i0 + n_steps`` (and the end: ``Rows``), the most GPU rows of
+    one."""
+    lo_l, lo_g = _offsets(tables.loads, i0, n_steps), _offsets(tables.gpu, i0, n_steps)
+    lo_c, lo_x = _offsets(tables.cpu, i0, n_steps), _offsets(tables.cancel, i0, n_steps)
     max_g = 1
     for i in range(n_steps):
         max_g = max(max_g, lo_g[i + 1] - lo_g[i])
-    return lo_l, lo_g, lo_c, lo_x, max_g
+    return Rows(lo_l, lo_g, lo_c, lo_x), max_g
 
 
 @njit(cache=True)
 def link_state(loads):
-    """The link's state for a run whose copies are ``loads`` (transfer id = row): which loads are demand, the queue,
-    cancel marks, start and end times, ``fs``, ``ls`` and the clear_queue marks (``gone``)."""
+    """The link's state (``Link``) for a run whose copies are ``loads`` (transfer id = row)."""
     n_loads = loads.shape[0]
     fs, ls = np.zeros(6), np.zeros(6, np.int64)
     ls[CUR] = -1
-    return (
+    return Link(
         loads[:, 1] == 1,
         np.zeros(2 * n_loads + 1, np.int64),  # a copy joins at most twice (dropped, then back: clear_queue)
         np.zeros(n_loads + 1, np.bool_),
@@ -258,279 +348,237 @@ def _cpu_end(cpu, cpu_s, c0, c1, start):
 
 
 @njit(cache=True)
-def replay(
-    p0,
-    p1,
-    num_layers,
-    loads,
-    gpu,
-    cpu,
-    cancel,
-    dur,
-    nbytes,
-    dense_s,
-    whole,
-    other_s,
-    expert_s,
-    cpu_s,
-    issue,
-    demand_first,
-    serial,
-    clear,
-    link,
-    base,
-    first_pass,
-    pass_start,
-    pass_end,
-    step_stall,
-    step_end,
-):
-    """``plain.replay`` without contention, passes ``p0:p1``, continuing ``link`` (``link_state``; updated in
-    place): their times into ``pass_start`` and ``pass_end`` (by pass: pass p's row is p - ``first_pass``, as in
-    ``dense_s`` and ``other_s``, a window's rows in a streamed run) and ``step_stall`` and ``step_end``
-    (by step of the range: the range's first step is 0); ``started`` / ``done`` of
-    ``link`` NaN for a copy that never ran. The tables hold these passes' rows; their loads are the transfers
-    ``base``, ``base + 1``, .. of ``link``'s arrays (``dur``, ``nbytes``, ``started`` and ``done`` are indexed by
-    transfer)."""
-    L = num_layers
-    i0, n_steps = p0 * L, (p1 - p0) * L
-    lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
-    demand, q, dropped, started, done, fs, ls, gone = link
+def replay(span, tables, costs, rules, link, clock):
+    """``plain.replay`` without contention, the passes of ``span`` (``Span``), continuing ``link`` (``link_state``;
+    updated in place): their times into ``clock`` (``Clock``: by pass, pass p's row p - ``span.first_pass``, as in
+    ``costs.dense_s`` and ``costs.other_s``, a window's rows in a streamed run; by step of the range, its first step
+    0); ``started`` / ``done`` of ``link`` NaN for a copy that never ran. ``tables`` (``Tables``) hold these passes'
+    rows; their loads are the transfers ``span.base``, ``span.base + 1``, .. of ``link``'s arrays (``costs.dur``,
+    ``costs.nbytes``, ``link.started`` and ``link.done`` are indexed by transfer)."""
+    L = span.num_layers
+    rows, max_g = _setup(span.p0 * L, (span.p1 - span.p0) * L, tables)
     ready = np.zeros(max_g)
     order, tmp = np.zeros(max_g, np.int64), np.zeros(max_g, np.int64)
-    _replay_steps(
-        p0, p1, L, loads, gpu, cpu, cancel, dur, nbytes, dense_s, whole, other_s, expert_s, cpu_s, issue,
-        demand_first, serial, clear, demand, q, dropped, started, done, fs, ls, gone, base, first_pass, pass_start,
-        pass_end, step_stall, step_end, lo_l, lo_g, lo_c, lo_x, ready, order, tmp,
-    )  # fmt: skip
+    _replay_steps(span, tables, costs, rules, link, clock, rows, ready, order, tmp)
 
 
 @njit(cache=True, _nrt=False)
-def _replay_steps(
-    p0, p1, L, loads, gpu, cpu, cancel, dur, nbytes, dense_s, whole, other_s, expert_s, cpu_s, issue, demand_first,
-    serial, clear, demand, q, dropped, started, done, fs, ls, gone, base, first_pass, pass_start, pass_end,
-    step_stall, step_end, lo_l, lo_g, lo_c, lo_x, ready, order, tmp,
-):  # fmt: skip
+def _replay_steps(span, tables, costs, rules, link, clock, rows, ready, order, tmp):
     """``replay``'s steps, over the arrays it made: compiled without reference counts, so the link's helpers it
     inlines (``_start_next``, ``_insert``) count none for their arrays on every copy."""
+    L, p0, first_pass = span.num_layers, span.p0, span.first_pass
+    dense_s, whole, other_s, issue = costs.dense_s, costs.whole, costs.other_s, costs.issue
+    lo_l, lo_c, lo_x = rows.lo_l, rows.lo_c, rows.lo_x
+    fs = link.fs
     t, cpu_free = fs[CLOCK], fs[CPU_FREE]
-    for p in range(p0, p1):
+    for p in range(p0, span.p1):
         pw = p - first_pass  # the pass's row of the per-pass arrays (a window's, in a streamed run)
-        pass_start[pw] = t
+        clock.pass_start[pw] = t
         for layer in range(L):
             i = (p - p0) * L + layer
-            g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
             t += dense_s[pw, 1 if whole[layer] else 0]
             routed = t
             if nl and issue:
                 t += issue * nl
-            if nl or lo_x[i + 1] > lo_x[i] or clear:  # _Link.enqueue at t
-                while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
-                    _start_next(q, fs, ls, dur, nbytes, started, done)
-                if not clear and lo_x[i + 1] == lo_x[i]:  # only loads join (``_requeue``'s last part, without its
-                    # call: a dozen arrays passed on every step)
-                    for tid in range(base + lo_l[i], base + lo_l[i + 1]):
-                        _insert(q, ls, demand, gone, tid, demand[tid], demand_first)
-                else:
-                    _requeue(
-                        q,
-                        ls,
-                        demand,
-                        dropped,
-                        cancel,
-                        lo_x[i],
-                        lo_x[i + 1],
-                        base + lo_l[i],
-                        base + lo_l[i + 1],
-                        demand_first,
-                        gone,
-                        clear,
-                        gpu,
-                        g0,
-                        g1,
-                    )
-                if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
-                    fs[FREE_AT] = t
-                    _start_next(q, fs, ls, dur, nbytes, started, done)
-            stall = 0.0
-            t_ready = t  # when the experts could start: a copy ahead landing after it is late
-            if serial and nl:  # copies on the compute stream: every one of the step's lands before an expert runs
-                r = t
-                for tid in range(base + lo_l[i], base + lo_l[i + 1]):
-                    while np.isnan(done[tid]):
-                        _start_next(q, fs, ls, dur, nbytes, started, done)
-                    r = max(r, done[tid])
-                stall, t = r - t, r
-            ng = g1 - g0
-            for j in range(ng):
-                tid = gpu[g0 + j, 1]
-                if tid < 0:
-                    ready[j] = -1.0
-                else:
-                    while np.isnan(done[tid]):  # done_at
-                        _start_next(q, fs, ls, dur, nbytes, started, done)
-                    ready[j] = done[tid]
-                    if not demand[tid] and ready[j] > t_ready:
-                        ls[LATE] += 1
-            order_few(ready, ng, order, tmp)
-            for j in range(ng):
-                r = ready[order[j]]
-                if r > t:
-                    stall += r - t
-                    t = r
-                row = g0 + order[j]
-                t += expert_s[gpu[row, 2], gpu[row, 3]]
+            if nl or lo_x[i + 1] > lo_x[i] or rules.clear:  # _Link.enqueue at t
+                _enqueue(tables, costs, rules, link, rows, i, span.base, t)
+            stall, t = _experts(tables, costs, rules, link, rows, i, span.base, t, ready, order, tmp)
             if lo_c[i + 1] > lo_c[i]:
-                cpu_free = _cpu_end(cpu, cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))
+                cpu_free = _cpu_end(tables.cpu, costs.cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))
                 t = max(t, cpu_free)
-            step_stall[i] = stall
-            step_end[i] = t
+            clock.step_stall[i] = stall
+            clock.step_end[i] = t
         t += other_s[pw]
-        pass_end[pw] = t
+        clock.pass_end[pw] = t
     fs[CLOCK], fs[CPU_FREE] = t, cpu_free
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def _enqueue(tables, costs, rules, link, rows, i, base, t):
+    """``_Link.enqueue`` at ``t`` (``replay``'s step ``i``): the copies due by then start, the step's cancels and
+    loads change the queue (``_requeue``), and the link, idle, starts the next."""
+    q, fs, ls, demand, gone = link.q, link.fs, link.ls, link.demand, link.gone
+    dur, nbytes, started, done = costs.dur, costs.nbytes, link.started, link.done
+    lo_l, lo_x = rows.lo_l, rows.lo_x
+    while ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
+        _start_next(q, fs, ls, dur, nbytes, started, done)
+    if not rules.clear and lo_x[i + 1] == lo_x[i]:  # only loads join (``_requeue``'s last part, without its call)
+        for tid in range(base + lo_l[i], base + lo_l[i + 1]):
+            _insert(q, ls, demand, gone, tid, demand[tid], rules.demand_first)
+    else:
+        _requeue(
+            link,
+            tables,
+            rules,
+            lo_x[i],
+            lo_x[i + 1],
+            base + lo_l[i],
+            base + lo_l[i + 1],
+            rows.lo_g[i],
+            rows.lo_g[i + 1],
+        )
+    if ls[TAIL] > ls[HEAD] and fs[FREE_AT] <= t:
+        fs[FREE_AT] = t
+        _start_next(q, fs, ls, dur, nbytes, started, done)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _experts(tables, costs, rules, link, rows, i, base, t, ready, order, tmp):
+    """``replay``'s step ``i`` from ``t``: its copies on the compute stream land (``serial``), then its experts run
+    as their weights arrive; (the step's stall, the time it ends)."""
+    q, fs, ls, demand, started, done = link.q, link.fs, link.ls, link.demand, link.started, link.done
+    dur, nbytes, expert_s, gpu = costs.dur, costs.nbytes, costs.expert_s, tables.gpu
+    g0, g1, l0, l1 = rows.lo_g[i], rows.lo_g[i + 1], rows.lo_l[i], rows.lo_l[i + 1]
+    stall = 0.0
+    t_ready = t  # when the experts could start: a copy ahead landing after it is late
+    if rules.serial and l1 > l0:  # copies on the compute stream: every one of the step's lands before an expert runs
+        r = t
+        for tid in range(base + l0, base + l1):
+            while np.isnan(done[tid]):
+                _start_next(q, fs, ls, dur, nbytes, started, done)
+            r = max(r, done[tid])
+        stall, t = r - t, r
+    ng = g1 - g0
+    for j in range(ng):
+        tid = gpu[g0 + j, 1]
+        if tid < 0:
+            ready[j] = -1.0
+        else:
+            while np.isnan(done[tid]):  # done_at
+                _start_next(q, fs, ls, dur, nbytes, started, done)
+            ready[j] = done[tid]
+            if not demand[tid] and ready[j] > t_ready:
+                ls[LATE] += 1
+    order_few(ready, ng, order, tmp)
+    for j in range(ng):
+        r = ready[order[j]]
+        if r > t:
+            stall += r - t
+            t = r
+        row = g0 + order[j]
+        t += expert_s[gpu[row, 2], gpu[row, 3]]
+    return stall, t
+
+
 @njit(cache=True)
-def replay_shared(
-    p0,
-    p1,
-    num_layers,
-    loads,
-    gpu,
-    cpu,
-    cancel,
-    dur,
-    nbytes,
-    dense_s,
-    whole,
-    other_s,
-    expert_s,
-    cpu_s,
-    issue,
-    demand_first,
-    serial,
-    clear,
-    link,
-    base,
-    first_pass,
-    pass_start,
-    pass_end,
-    step_stall,
-    step_end,
-    f_link,
-    f_dense,
-    f_high,
-    f_low,
-):
-    """``plain._replay_shared``: ``replay`` with the overlap of copies and compute charged (``Contention``)."""
-    L = num_layers
-    i0, n_steps = p0 * L, (p1 - p0) * L
-    lo_l, lo_g, lo_c, lo_x, max_g = _setup(i0, n_steps, loads, gpu, cpu, cancel)
-    demand, q, dropped, started, done, fs, ls, gone = link
+def replay_shared(span, tables, costs, rules, link, clock, shares):
+    """``plain._replay_shared``: ``replay`` with the overlap of copies and compute charged (``Shares``)."""
+    L = span.num_layers
+    rows, max_g = _setup(span.p0 * L, (span.p1 - span.p0) * L, tables)
     ready = np.zeros(max_g)
-    rows = np.zeros(max_g, np.int64)
+    picked = np.zeros(max_g, np.int64)
     todo = np.zeros(max_g, np.int64)
     order, tmp = np.zeros(max_g, np.int64), np.zeros(max_g, np.int64)
+    q, fs, ls, demand, started, done = link.q, link.fs, link.ls, link.demand, link.started, link.done
+    dur, nbytes, dense_s, whole, other_s, issue = (
+        costs.dur,
+        costs.nbytes,
+        costs.dense_s,
+        costs.whole,
+        costs.other_s,
+        costs.issue,
+    )
+    lo_l, lo_g, lo_c, lo_x = rows.lo_l, rows.lo_g, rows.lo_c, rows.lo_x
+    f_link, f_dense = shares.link, shares.dense
     cpu_free = fs[CPU_FREE]
-    for p in range(p0, p1):
-        pw = p - first_pass
-        pass_start[pw] = fs[FREE_AT]
+    for p in range(span.p0, span.p1):
+        pw = p - span.first_pass
+        clock.pass_start[pw] = fs[FREE_AT]
         for layer in range(L):
-            i = (p - p0) * L + layer
+            i = (p - span.p0) * L + layer
             g0, g1 = lo_g[i], lo_g[i + 1]
             nl = lo_l[i + 1] - lo_l[i]
             dense = dense_s[pw, 1 if whole[layer] else 0]
             routed = _compute(q, fs, ls, dur, nbytes, started, done, dense, f_dense, f_link)
             if nl and issue:
                 _compute(q, fs, ls, dur, nbytes, started, done, issue * nl, f_dense, f_link)
-            if nl or lo_x[i + 1] > lo_x[i] or clear:
-                _requeue(
-                    q,
-                    ls,
-                    demand,
-                    dropped,
-                    cancel,
-                    lo_x[i],
-                    lo_x[i + 1],
-                    base + lo_l[i],
-                    base + lo_l[i + 1],
-                    demand_first,
-                    gone,
-                    clear,
-                    gpu,
-                    g0,
-                    g1,
-                )
+            if nl or lo_x[i + 1] > lo_x[i] or rules.clear:
+                b = span.base
+                _requeue(link, tables, rules, lo_x[i], lo_x[i + 1], b + lo_l[i], b + lo_l[i + 1], g0, g1)
                 _start(q, fs, ls, dur, started)
-            stall = 0.0
             for row in range(g0, g1):
-                tid = gpu[row, 1]
+                tid = tables.gpu[row, 1]
                 if tid >= 0 and not demand[tid] and np.isnan(done[tid]):
                     ls[LATE] += 1
-            if serial and nl:  # copies on the compute stream: they run alone until the step's last one lands
-                t0 = fs[FREE_AT]
-                for tid in range(base + lo_l[i], base + lo_l[i + 1]):
-                    while np.isnan(done[tid]):
-                        fs[FREE_AT] += fs[LEFT]
-                        _finish(q, fs, ls, dur, nbytes, started, done)
-                stall += fs[FREE_AT] - t0
-            nt = g1 - g0
-            for j in range(nt):
-                todo[j] = g0 + j
-            while nt:  # the experts whose weights are resident, in arrival order; then wait for the next
-                nr = keep = 0
-                for j in range(nt):
-                    tid = gpu[todo[j], 1]
-                    if tid < 0 or not np.isnan(done[tid]):
-                        rows[nr] = todo[j]
-                        ready[nr] = -1.0 if tid < 0 else done[tid]
-                        nr += 1
-                    else:
-                        todo[keep] = todo[j]
-                        keep += 1
-                if nr == 0:
-                    t0 = fs[FREE_AT]
-                    while True:  # wait_first: copies run alone until one of these lands
-                        landed = False
-                        for j in range(nt):
-                            if not np.isnan(done[gpu[todo[j], 1]]):
-                                landed = True
-                                break
-                        if landed:
-                            break
-                        fs[FREE_AT] += fs[LEFT]
-                        _finish(q, fs, ls, dur, nbytes, started, done)
-                    stall += fs[FREE_AT] - t0
-                    continue
-                order_few(ready, nr, order, tmp)
-                for r in range(nr):
-                    row = rows[order[r]]
-                    prec = gpu[row, 2]
-                    _compute(
-                        q,
-                        fs,
-                        ls,
-                        dur,
-                        nbytes,
-                        started,
-                        done,
-                        expert_s[prec, gpu[row, 3]],
-                        f_high if prec == 0 else f_low,
-                        f_link,
-                    )
-                nt = keep
+            stall = 0.0 + _serial_shared(costs, rules, link, span.base + lo_l[i], span.base + lo_l[i + 1])
+            stall = _experts_shared(tables, costs, link, shares, g0, g1, ready, picked, todo, order, tmp, stall)
             if lo_c[i + 1] > lo_c[i]:
-                cpu_free = _cpu_end(cpu, cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))
-                t = cpu_free  # idle_until: copies run alone until the CPU is done
-                if t > fs[FREE_AT]:
-                    while ls[CUR] >= 0 and fs[FREE_AT] + fs[LEFT] <= t:
-                        fs[FREE_AT] += fs[LEFT]
-                        _finish(q, fs, ls, dur, nbytes, started, done)
-                    if ls[CUR] >= 0:
-                        fs[LEFT] -= t - fs[FREE_AT]
-                    fs[FREE_AT] = t
-            step_stall[i] = stall
-            step_end[i] = fs[FREE_AT]
-        pass_end[pw] = _compute(q, fs, ls, dur, nbytes, started, done, other_s[pw], f_dense, f_link)
+                cpu_free = _cpu_end(tables.cpu, costs.cpu_s, lo_c[i], lo_c[i + 1], max(cpu_free, routed))
+                _idle_until(costs, link, cpu_free)
+            clock.step_stall[i] = stall
+            clock.step_end[i] = fs[FREE_AT]
+        clock.pass_end[pw] = _compute(q, fs, ls, dur, nbytes, started, done, other_s[pw], f_dense, f_link)
     fs[CPU_FREE] = cpu_free
+
+
+@njit(cache=True, inline="always")
+def _serial_shared(costs, rules, link, lo, hi):
+    """``replay_shared``'s copies on the compute stream (``serial``): the copies run alone until the step's last
+    (transfers ``lo:hi``) lands; the stall."""
+    if not (rules.serial and hi > lo):
+        return 0.0
+    q, fs, ls, started, done = link.q, link.fs, link.ls, link.started, link.done
+    t0 = fs[FREE_AT]
+    for tid in range(lo, hi):
+        while np.isnan(done[tid]):
+            fs[FREE_AT] += fs[LEFT]
+            _finish(q, fs, ls, costs.dur, costs.nbytes, started, done)
+    return fs[FREE_AT] - t0
+
+
+@njit(cache=True, inline="always")
+def _experts_shared(tables, costs, link, shares, g0, g1, ready, picked, todo, order, tmp, stall):
+    """``replay_shared``'s experts of a step (``gpu``'s rows ``g0:g1``): those whose weights are resident, in arrival
+    order, then a wait for the next to land; ``stall`` with the waits added."""
+    q, fs, ls, started, done = link.q, link.fs, link.ls, link.started, link.done
+    dur, nbytes, expert_s, gpu = costs.dur, costs.nbytes, costs.expert_s, tables.gpu
+    nt = g1 - g0
+    for j in range(nt):
+        todo[j] = g0 + j
+    while nt:  # the experts whose weights are resident, in arrival order; then wait for the next
+        nr = keep = 0
+        for j in range(nt):
+            tid = gpu[todo[j], 1]
+            if tid < 0 or not np.isnan(done[tid]):
+                picked[nr] = todo[j]
+                ready[nr] = -1.0 if tid < 0 else done[tid]
+                nr += 1
+            else:
+                todo[keep] = todo[j]
+                keep += 1
+        if nr == 0:
+            t0 = fs[FREE_AT]
+            while True:  # wait_first: copies run alone until one of these lands
+                landed = False
+                for j in range(nt):
+                    if not np.isnan(done[gpu[todo[j], 1]]):
+                        landed = True
+                        break
+                if landed:
+                    break
+                fs[FREE_AT] += fs[LEFT]
+                _finish(q, fs, ls, dur, nbytes, started, done)
+            stall += fs[FREE_AT] - t0
+            continue
+        order_few(ready, nr, order, tmp)
+        for r in range(nr):
+            row = picked[order[r]]
+            prec = gpu[row, 2]
+            factor = shares.high if prec == 0 else shares.low
+            _compute(q, fs, ls, dur, nbytes, started, done, expert_s[prec, gpu[row, 3]], factor, shares.link)
+        nt = keep
+    return stall
+
+
+@njit(cache=True, inline="always")
+def _idle_until(costs, link, t):
+    """``idle_until``: copies run alone until ``t`` (the CPU's experts done)."""
+    q, fs, ls, started, done = link.q, link.fs, link.ls, link.started, link.done
+    if t > fs[FREE_AT]:
+        while ls[CUR] >= 0 and fs[FREE_AT] + fs[LEFT] <= t:
+            fs[FREE_AT] += fs[LEFT]
+            _finish(q, fs, ls, costs.dur, costs.nbytes, started, done)
+        if ls[CUR] >= 0:
+            fs[LEFT] -= t - fs[FREE_AT]
+        fs[FREE_AT] = t

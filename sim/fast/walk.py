@@ -668,7 +668,7 @@ STATE = State._fields
 
 
 class Routing(NamedTuple):
-    """The trace as the walk reads it (``fast._walk_inputs``): per token, per pass."""
+    """The trace as the walk reads it (``fast.inputs.walk_inputs``): per token, per pass."""
 
     ids: Any  # [N, L, K] int16: each token's experts per layer
     weights: Any  # [N, L, K]: their gate weights
@@ -774,7 +774,7 @@ class Out(NamedTuple):
 
 
 class Inputs(NamedTuple):
-    """Everything the walk reads and does not carry from one pass to the next (``fast._walk_inputs``)."""
+    """Everything the walk reads and does not carry from one pass to the next (``fast.inputs.walk_inputs``)."""
 
     routing: Routing
     rule: Rule
