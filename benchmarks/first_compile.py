@@ -6,9 +6,9 @@ Each measurement runs in a fresh process with ``NUMBA_CACHE_DIR`` pointed at an 
 from a cache: it simulates the bundled trace's first 2 requests (``use_cache=false``: no result cache either) for
 each system named, in turn, in one process (as ``hobbit compare`` would), and sums the time of every entry point's
 compilation (numba's ``numba:compile`` events of the core's entry points: each policy's walk, the replays, the
-bound). The first list runs as ``hobbit sim`` does (``HOBBIT_WALK`` unset: a walk specialised for each system's
+bound). The first list runs as ``hobbit sim`` does (``walks`` unset: a walk specialised for each system's
 settings); ``--all`` adds every preset of conf/system as ``make demo``'s comparison of every system compiles them
-(``HOBBIT_WALK=general``: one walk per eviction policy). Prints each entry point's seconds, then ``first_compile_s=<f>`` for the first list (target: 30 s for
+(``walks="general"``: one walk per eviction policy). Prints each entry point's seconds, then ``first_compile_s=<f>`` for the first list (target: 30 s for
 the default system on a 2-core machine) and, with ``--all``, ``all_presets_compile_s=<f>`` (target: no more than
 the 113 s the whole core took before it was split by policy).
 """
@@ -47,7 +47,7 @@ keep = np.flatnonzero(tr.arrays.request_id < np.unique(tr.arrays.request_id)[2])
 tr = Trace(tr.meta, tr.arrays.take(keep), tr.path)
 t0 = time.perf_counter()
 for system in sys.argv[2].split(","):
-    hobbit.simulate(tr, system=system, keep_decisions=False)
+    hobbit.simulate(tr, system=system, keep_decisions=False, walks=sys.argv[3] or None)
 print(json.dumps({"entries": times, "wall_s": time.perf_counter() - t0}))
 """
 
@@ -56,9 +56,10 @@ def measure(systems: list[str], walks: str = "") -> dict:
     from hobbit.commands.demo import bundled_trace
 
     with tempfile.TemporaryDirectory(prefix="hobbit-numba-") as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "HOBBIT_WALK": walks}
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        env.pop("HOBBIT_WALK", None)  # the run's choice is its argument
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(bundled_trace()), ",".join(systems)],
+            [sys.executable, "-c", CHILD, str(bundled_trace()), ",".join(systems), walks],
             env=env,
             capture_output=True,
             text=True,

@@ -13,7 +13,6 @@ name here means what it means on the command line.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -37,7 +36,7 @@ from hobbit.sim.results import Results
 from hobbit.sim.run import lay_out
 from hobbit.sim.run import simulate as simulate_configs
 from hobbit.sim.sizing import size_cache
-from hobbit.sim.walk_copies import general_walks
+from hobbit.sim.walk_copies import GENERAL
 from hobbit.sim.windowed import check_whole_read, simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces import io as trace_io
@@ -170,15 +169,16 @@ def simulate(
     *,
     keep_log: bool = False,
     keep_decisions: bool = True,
+    walks: str | None = None,
     **knobs: Any,
 ) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hardware`` (defaults: conf/sim.yaml's:
     mixtral-8x7b, rtx4090-pcie4, hobbit). No files are written. ``keep_decisions=False`` streams the run (the same
-    results, in the trace's memory and little more, without ``Results.decisions.steps``)."""
+    results, in the trace's memory and little more, without ``Results.decisions.steps``). ``walks``: which compiled copy
+    of the policy's walk runs (``hobbit.sim.walk_copies``: the same decisions; ``general`` for many runs)."""
     tr = trace if isinstance(trace, Trace) else read_trace(trace)
-    return simulate_config(
-        tr, configure(model, hardware, system, **knobs), keep_log=keep_log, keep_decisions=keep_decisions
-    )
+    cfg = configure(model, hardware, system, **knobs)
+    return simulate_config(tr, cfg, keep_log=keep_log, keep_decisions=keep_decisions, walks=walks)
 
 
 def simulate_config(
@@ -187,10 +187,11 @@ def simulate_config(
     keep_log: bool = False,
     keep_decisions: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    walks: str | None = None,
 ) -> Results:
     """One run of a composed ``SimConfig`` (what ``hobbit sim`` runs); no files are written. ``keep_decisions=False``:
     the run streams (``hobbit.sim.run.simulate``): the same results in the trace's memory and little more, without
-    the decisions' records."""
+    the decisions' records. ``walks``: ``simulate``'s."""
     profile = read_trace(cfg.profile_trace) if cfg.profile_trace else None
     return simulate_configs(
         trace,
@@ -205,14 +206,19 @@ def simulate_config(
         keep_decisions=keep_decisions,
         progress=progress,
         context=cfg.context,
+        walks=walks,
     )
 
 
 def simulate_file_config(
-    path: str | Path, cfg: SimConfig, progress: Callable[[int, int], None] | None = None
+    path: str | Path,
+    cfg: SimConfig,
+    progress: Callable[[int, int], None] | None = None,
+    walks: str | None = None,
 ) -> Results:
     """One run of a composed ``SimConfig`` over the trace file at ``path``, read ``cfg.window_tokens`` tokens at a time
-    (``hobbit.sim.windowed``: the memory a window's, not the trace's); no files are written."""
+    (``hobbit.sim.windowed``: the memory a window's, not the trace's); no files are written. ``walks``:
+    ``simulate``'s."""
     return simulate_file(
         path,
         cfg.model,
@@ -225,6 +231,7 @@ def simulate_file_config(
         progress=progress,
         context=cfg.context,
         engine=cfg.engine,
+        walks=walks,
     )
 
 
@@ -260,12 +267,13 @@ def check(
     check_placement(memory, model, hardware, system, len(trace.meta.layers))
 
 
-def preload(cfg: SimConfig) -> None:
+def preload(cfg: SimConfig, walks: str | None = None) -> None:
     """What ``simulate_config(read_trace(cfg.trace), cfg)`` loads, without the run: the trace (and ``cfg.profile_trace``)
     read, laid out for replay as the run lays it out, and the engine's compiled code loaded by a run of ``cfg`` over the
     trace's first ``PRELOAD_REQUESTS`` requests. A process that then forks workers (a sweep's launcher,
     ``hobbit.plumbing.launcher``) hands them all of it, so they neither read, lay out nor load it again: one copy of the trace's
-    arrays for every worker (shared, copy-on-write)."""
+    arrays for every worker (shared, copy-on-write). ``walks``: the copy of the policy's walk the workers run
+    (``simulate``'s)."""
     if cfg.window_tokens:  # a trace read a window at a time is never held whole: each worker reads its own windows
         return
     trace = read_trace(trace_file(cfg.trace, cfg.model, cfg.seed))
@@ -275,7 +283,7 @@ def preload(cfg: SimConfig) -> None:
     ids = np.unique(req)
     if len(ids) > PRELOAD_REQUESTS:
         trace = Trace(trace.meta, trace.arrays.take(np.flatnonzero(req < ids[PRELOAD_REQUESTS])), trace.path)
-    simulate_config(trace, cfg, keep_decisions=False)
+    simulate_config(trace, cfg, keep_decisions=False, walks=walks)
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:
@@ -284,25 +292,28 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[list[str]]:
     return [[_knob(k, v) for k, v in zip(keys, combo)] for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def _point(trace: Trace | Path, cfg: SimConfig, out: Path | None, overrides: list[str]) -> dict[str, Any]:
-    """One sweep point (in a joblib worker): simulate (a trace file a window at a time, ``cfg.window_tokens``); with
-    ``out``, write its run directory."""
+def _point(trace: Trace | Path, cfg: SimConfig, out: Path | None, overrides: list[str], walks: str) -> dict[str, Any]:
+    """One sweep point (in a joblib worker): simulate (a trace file a window at a time, ``cfg.window_tokens``) with
+    the ``walks`` copies of the walk; with ``out``, write its run directory."""
     if cfg.window_tokens:
         file = trace.path if isinstance(trace, Trace) else trace
         if file is None:
             raise ConfigError(f"window_tokens={cfg.window_tokens} reads a trace file; this trace was made in memory")
-        res = simulate_file_config(file, cfg)
+        res = simulate_file_config(file, cfg, walks=walks)
     else:
-        res = simulate_config(trace if isinstance(trace, Trace) else read_trace(trace), cfg, keep_decisions=False)
+        tr = trace if isinstance(trace, Trace) else read_trace(trace)
+        res = simulate_config(tr, cfg, keep_decisions=False, walks=walks)
     if out is not None:
         write_results(res, out)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
     return res.summary
 
 
-def _points(trace: Trace | Path, items: list[tuple[SimConfig, Path | None, list[str]]]) -> list[dict[str, Any]]:
+def _points(
+    trace: Trace | Path, items: list[tuple[SimConfig, Path | None, list[str]]], walks: str
+) -> list[dict[str, Any]]:
     """A chunk of sweep points in one worker: the trace arrives and is laid out once for all of them."""
-    return [_point(trace, cfg, out, over) for cfg, out, over in items]
+    return [_point(trace, cfg, out, over, walks) for cfg, out, over in items]
 
 
 def sweep(
@@ -338,15 +349,15 @@ def sweep(
     chunks = [items[i : i + size] for i in range(0, len(items), size)]
     from joblib import Parallel, delayed  # here: a command that runs no sweep does not pay for its import
 
-    # many runs: each policy's general copy of the walk (``fast.policy_walk``), compiled once for all the points
+    # many runs: each policy's general copy of the walk (``hobbit.sim.walk_copies``), compiled once for all the points
+    walks = GENERAL if len(cfgs) > 1 else None
     summaries: list[dict[str, Any]] = []
-    with general_walks() if len(cfgs) > 1 else contextlib.nullcontext():
-        jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk) for chunk in chunks)
-        done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
-        with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:
-            for part in done:
-                summaries += part
-                bar.update(len(part))
+    jobs = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_points)(tr, chunk, walks) for chunk in chunks)
+    done = cast("Iterable[list[dict[str, Any]]]", jobs)  # return_as="generator": each chunk's summaries, in order
+    with tqdm(total=len(points), desc="sweep", unit="run", disable=not progress) as bar:
+        for part in done:
+            summaries += part
+            bar.update(len(part))
     rows = [
         {**{f"knob.{o.partition('=')[0]}": o.partition("=")[2] for o in over}, **flatten(s)}
         for s, over in zip(summaries, points)

@@ -286,6 +286,7 @@ def simulate(
     keep_decisions: bool = True,
     progress: Callable[[int, int], None] | None = None,
     context: int = 0,
+    walks: str | None = None,
 ) -> Results:
     """Simulate ``system`` replaying ``trace`` for ``model`` on ``hw``.
 
@@ -299,14 +300,16 @@ def simulate(
     decisions' records (``Results.decisions.steps``), the steps' times (``Results.timeline.step_stall``, ``step_end``)
     and the copies' (``transfer_start``, ``transfer_done``) are not kept.
     ``progress(passes timed, passes)``: called as a streamed run goes (after each chunk), else once at the end.
-    ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``)."""
+    ``context``: tokens already in the KV cache when each request starts (``SimConfig.context``). ``walks``: which
+    compiled copy of the policy's walk runs (``sim.walk_copies``; the same decisions)."""
     t_wall = time.perf_counter()
+    walks = walk_copies(walks) if engine == "fast" else "auto"
     flags = check_run(model, hw, system, trace, profile, engine=engine)
     system = flags.system
     rng = rng if rng is not None else np.random.default_rng(0)
     trace, wl, prof = timed_workload(trace, system, rng, profile, profile_share, context)
     setup = configure(wl, trace.meta.layers, model, hw, system, max(wl.pass_context), prof, host_ram_over(wl, system))
-    dec, tl, bound, mix = walk_and_time(wl, system, setup, engine, keep_log, keep_decisions, progress)
+    dec, tl, bound, mix = walk_and_time(wl, system, setup, engine, keep_log, keep_decisions, progress, walks)
     res = summarise(
         trace, wl, dec, tl, model, hw, system, setup.sizing, engine, time.perf_counter() - t_wall, bound=bound, mix=mix
     )
@@ -355,12 +358,12 @@ def walk_and_time(
     keep_log: bool = False,
     keep_decisions: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    walks: str = "auto",
 ) -> tuple[Decisions, Timeline, np.ndarray, dict[str, float] | None]:
     """(the decisions, their times, each pass's bound, the rule's mix or None) of ``system`` over ``wl`` by ``engine``:
     streamed a chunk of passes at a time where the compiled core can and nothing is to be kept (``fast.stream``),
-    else walked whole, then timed (``simulate``'s docstring)."""
+    else walked whole, then timed (``simulate``'s docstring; ``walks``: ``sim.walk_copies``)."""
     s = setup
-    walks = walk_copies() if engine == "fast" else "auto"  # the process's choice of walk copies (``fast.policy_walk``)
     if engine == "fast" and not keep_decisions and not keep_log and fast.unsupported(system) is None:
         run = fast.Run(system, s.slots, s.per_layer, s.placement, s.cpu_faster, s.miss_costs, s.profile_matrices, walks)
         streamed = fast.stream(wl, run, s.cost, system.demand_first, progress=progress)

@@ -28,7 +28,7 @@ import pandas as pd
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SystemConfig, policy_knobs
 from hobbit.sim.policies.eviction.multidim import MultiDimKnobs
 from hobbit.sim.run import simulate
-from hobbit.sim.walk_copies import general_walks
+from hobbit.sim.walk_copies import GENERAL
 from hobbit.sim.windowed import simulate_file
 from hobbit.traces.io import Trace, atomic_write_json, atomic_write_parquet, atomic_write_text, pid_alive
 from hobbit.traces.window import TraceFile
@@ -105,9 +105,10 @@ def evaluate(trace: Trace | TraceFile, cfg: TuneConfig, system: SystemConfig) ->
             window_tokens=trace.window_tokens,
             stop_tokens=trace.stop_tokens,
             scan=trace.scan,
+            walks=GENERAL,  # many trials: each policy's general copy of the walk, compiled once
         )
     else:
-        res = simulate(trace, cfg.model, cfg.hardware, system, rng, engine="fast", keep_decisions=False)
+        res = simulate(trace, cfg.model, cfg.hardware, system, rng, engine="fast", keep_decisions=False, walks=GENERAL)
     s = res.summary
     return s["decode_ms_per_token"]["mean"], s["quality_proxy"]["degraded_mass"]
 
@@ -254,7 +255,6 @@ def fail_orphans(study: Any) -> list[int]:
     return failed
 
 
-@general_walks()  # many runs: each policy's general copy of the walk (sim.fast.policy_walk)
 def tune(trace: Trace | TraceFile, cfg: TuneConfig) -> dict[str, Any]:
     """Run (or continue) the study over ``trace`` (read whole, or a ``TraceFile`` each trial reads a window at a
     time); write trials.parquet, experiment/tuned.yaml, tune.json."""

@@ -177,13 +177,16 @@ def simulate_file(
     stop_tokens: int | None = None,
     scan: window.Scan | None = None,
     engine: str = "fast",
+    walks: str | None = None,
 ) -> Results:
     """``simulate`` of the trace at ``path`` (and the profiling trace at ``profile``), read ``window_tokens`` tokens
     at a time (the module's docstring: what differs). ``progress(passes timed, passes)`` after each chunk.
     ``stop_tokens``: the trace's first tokens alone (a request's edge, ``traces.window.TraceFile.head``); ``scan``:
     the file's scan of them where the caller has it (a ``TraceFile``'s: its runs read the key columns once);
-    ``engine``: fast alone (refused otherwise, as every check of the inputs: ``sim.checks.check_run``)."""
+    ``engine``: fast alone (refused otherwise, as every check of the inputs: ``sim.checks.check_run``); ``walks``:
+    which compiled copy of the policy's walk runs (``sim.walk_copies``)."""
     t_wall = time.perf_counter()
+    walks = walk_copies(walks)
     file = str(path)
     described = Described(scan.meta if scan is not None else read_meta(file), file)
     profiled = Described(read_meta(profile), str(profile)) if profile is not None else None
@@ -205,7 +208,7 @@ def simulate_file(
     max_context = int(scan.request_context[n_prof:].max()) + context
     host_ram = _host_ram(system, file, meta, window_tokens, skip, stop)
     setup = configure(wl0, meta.layers, model, hw, system, max_context, prof, host_ram)
-    totals, columns, mix, n_windows = _stream(_chain(first, timed), system, setup, scan, progress)
+    totals, columns, mix, n_windows = _stream(_chain(first, timed), system, setup, scan, progress, walks)
     passes, start, end, stall = columns.table()
     res = summarise(
         stand_in,
@@ -280,9 +283,11 @@ def _stream(
     setup: Setup,
     scan: window.Scan,
     progress: Callable[[int, int], None] | None,
+    walks: str,
 ) -> tuple[fast.Totals, PassColumns, dict[str, float], int]:
     """(the walk's and the timing's totals, passes.parquet's columns, the rule's mix, how many windows) of ``system``
-    over the timed ``windows``, walked and timed as they are read (``fast.stream_windows``)."""
+    over the timed ``windows``, walked and timed as they are read (``fast.stream_windows``) by the ``walks`` copy of
+    its policy's walk (``sim.walk_copies``)."""
     columns = PassColumns(scan.passes)
     total = scan.passes
     counted = system.precision.mode != "hobbit"  # the walk counts HOBBIT's classes only under HOBBIT's rule
@@ -314,7 +319,7 @@ def _stream(
         setup.cpu_faster,
         setup.miss_costs,
         setup.profile_matrices,
-        walk_copies(),  # the process's choice of compiled walk copies, passed down (``fast.policy_walk``)
+        walks,
     )
     totals = fast.stream_windows(
         laid_out(), run, setup.cost, on_chunk, system.demand_first, records=log_records(scan, system, system.ubatch)

@@ -133,8 +133,7 @@ def test_a_newly_registered_prefetcher_takes_the_compiled_path():
         tr = bundled(3)
         ref = simulate(tr, cfg.model, cfg.hardware, system, engine="plain")
         for mode in ("general", "specialised"):
-            with mock.patch.dict(os.environ, {"HOBBIT_WALK": mode}):
-                got = simulate(tr, cfg.model, cfg.hardware, system, engine="fast")
+            got = simulate(tr, cfg.model, cfg.hardware, system, engine="fast", walks=mode)
             assert got.decisions.steps == ref.decisions.steps, mode
             assert got.summary["decode_ms_per_token"] == pytest.approx(ref.summary["decode_ms_per_token"], rel=1e-9)
             assert got.decisions.prefetch_issued == ref.decisions.prefetch_issued > 0
@@ -193,11 +192,11 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
         from sim_helpers import bundled, compose_sim
         cfg = compose_sim("system=moe-offloading")
         wl = build_workload(bundled(1))
-        decide(wl, cfg.system, (6, 0), [[1, 1]] * wl.num_layers)
+        decide(wl, cfg.system, (6, 0), [[1, 1]] * wl.num_layers, walks="specialised")
         print(" ".join(sorted(seen)))
         """
     )
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "HOBBIT_WALK": "specialised"}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=Path(__file__).resolve().parent,
@@ -266,8 +265,7 @@ def test_a_copy_specialised_for_a_runs_settings_decides_as_the_general_copy(
     tr = bundled(3)
     got = {}
     for mode in ("general", "specialised"):
-        monkeypatch.setenv("HOBBIT_WALK", mode)
-        got[mode] = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False)
+        got[mode] = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False, walks=mode)
     mod = special.core(cfg.system.cache.policy, variant)  # the copy the run took: compiled for its settings
     assert mod.walk.signatures and mod.PREFETCHER == special.prefetchers().index(prefetcher)
     assert (mod.MISSES, mod.HISTORY, mod.BOUND_CPU) == (walk.CPU_MISSES.index(misses), int(history), int(bound_cpu))
@@ -286,12 +284,11 @@ def test_a_specialised_copy_refuses_another_runs_settings(monkeypatch):
 
     from sim_helpers import bundled, compose_sim
 
-    monkeypatch.setenv("HOBBIT_WALK", "specialised")
     hobbit = special.Variant("hobbit", "never", False, False)
     monkeypatch.setattr(special.Variant, "of", classmethod(lambda cls, inputs: hobbit))
     other = compose_sim("system=hobbit-no-prefetch")
     with pytest.raises(ValueError, match="specialised for other settings"):
-        simulate(bundled(1), other.model, other.hardware, other.system, keep_decisions=False)
+        simulate(bundled(1), other.model, other.hardware, other.system, keep_decisions=False, walks="specialised")
 
 
 def test_which_copy_a_run_uses(monkeypatch):
@@ -321,9 +318,15 @@ def test_which_copy_a_run_uses(monkeypatch):
     assert fast.policy_walk("lru").name == "general"  # no variant: the general copy
     with pytest.raises(ValueError, match="walks='fastest'"):
         fast.policy_walk("lru", v, "fastest")
-    monkeypatch.setenv("HOBBIT_WALK", "fastest")  # the process's choice, read where a run starts (``sim.run``)
+    with pytest.raises(ConfigError, match="walks='fastest'"):  # a run's argument (``sim.run.simulate``'s walks)
+        walk_copies("fastest")
+    monkeypatch.setenv("HOBBIT_WALK", "specialised")  # a run given no choice: the environment's, where it is set
+    assert walk_copies() == "specialised" and walk_copies("general") == "general"
+    monkeypatch.setenv("HOBBIT_WALK", "fastest")
     with pytest.raises(ConfigError, match="HOBBIT_WALK='fastest'"):
         walk_copies()
+    monkeypatch.delenv("HOBBIT_WALK")
+    assert walk_copies() == "auto"
 
 
 def test_a_sweep_runs_general_copies(monkeypatch):
@@ -333,12 +336,49 @@ def test_a_sweep_runs_general_copies(monkeypatch):
 
     seen = []
     monkeypatch.delenv("HOBBIT_WALK", raising=False)
-    monkeypatch.setattr(
-        api, "_points", lambda tr, chunk: seen.append(os.environ.get("HOBBIT_WALK")) or [{}] * len(chunk)
-    )
+    monkeypatch.setattr(api, "_points", lambda tr, chunk, walks: seen.append(walks) or [{}] * len(chunk))
     api.sweep(None, {"system": ["hobbit", "on-demand"]}, progress=False)
     api.sweep(None, {"system.precision.t1": [0.5, 0.6]}, progress=False)
     assert set(seen) == {"general"} and "HOBBIT_WALK" not in os.environ
     seen.clear()
     api.sweep(None, {"system.precision.t1": [0.5]}, progress=False)
     assert seen == [None]
+
+
+def test_no_code_sets_the_walk_copies_variable():
+    """Which copy of a walk runs is an argument (``walks=``) that the commands running many simulations pass
+    (``general``); no library code or command sets ``$HOBBIT_WALK`` (process-global state), and only
+    ``sim.walk_copies`` reads it, as the default of a run given no choice."""
+    root = Path(__file__).resolve().parents[1]
+    readers = []
+    for pkg in ("sim", "traces", "executor", "analysis", "hobbit"):
+        for f in (root / pkg).rglob("*.py"):
+            if f.is_symlink() or "__pycache__" in f.parts:
+                continue
+            text = f.read_text(encoding="utf-8")
+            if "HOBBIT_WALK" in text or "WALK_ENV" in text:
+                readers.append(f.relative_to(root).as_posix())
+            assert not re.search(r"environ\[[^]]*WALK", text), f  # never set
+            assert "putenv" not in text or "WALK" not in text, f
+    assert readers == ["sim/walk_copies.py"], readers
+
+
+def test_the_many_run_commands_pass_general_copies(monkeypatch, tmp_path):
+    """``hobbit plan`` (and compare, reproduce, tune: the same argument at their calls) runs each policy's general
+    copy of the walk, passed down as an argument; a multirun's jobs likewise (``commands.sim.job_walks``)."""
+    from hobbit.commands import sim as sim_command
+    from hobbit.planner import predict
+
+    seen: list[str | None] = []
+    real = predict.simulate_config
+
+    def spy(trace, cfg, **kw):
+        seen.append(kw.get("walks"))
+        return real(trace, cfg, **kw)
+
+    monkeypatch.setattr(predict, "simulate_config", spy)
+    from hobbit.planner.search import plan_for
+
+    plan_for("mixtral-8x7b", "rtx4090-pcie4", runtimes=["llama.cpp"], points=2)
+    assert seen and set(seen) == {"general"}
+    assert sim_command.job_walks() is None  # outside a multirun: the run's own choice

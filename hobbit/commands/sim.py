@@ -36,7 +36,18 @@ def sim_main(cfg: SimConfig) -> None:
     if cfg.sweep_chunk:
         run_chunk(cfg)
         return
-    run_one(cfg)
+    run_one(cfg, walks=job_walks())
+
+
+def job_walks() -> str | None:
+    """The copy of each policy's walk this process's runs use (``hobbit.sim.walk_copies``): each policy's general
+    copy for the jobs of a multirun (many runs, one compile per policy), else the run's choice (None)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from hobbit.sim.walk_copies import GENERAL
+
+    return GENERAL if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN else None
 
 
 def run_chunk(cfg: SimConfig) -> None:
@@ -50,6 +61,8 @@ def run_chunk(cfg: SimConfig) -> None:
     total = spec.get("total")
     sweep_dir = chunk.parent.parent
     base = dataclasses.replace(cfg, sweep_chunk=None)
+    from hobbit.sim.walk_copies import GENERAL  # the points of a sweep: each policy's general copy of the walk
+
     for point in spec["points"]:
         if not claim(chunk, point["index"]):  # another job of this queue has it
             continue
@@ -61,7 +74,8 @@ def run_chunk(cfg: SimConfig) -> None:
         pcfg = guard(pcfg, Path.cwd(), say=lambda _: None)
         check_knobs(pcfg)
         label = point.get("label") or " ".join(point["overrides"])
-        run_one(pcfg, progress=False, label=f"[{point['index'] + 1}/{total}] {label}" if total else label)
+        label = f"[{point['index'] + 1}/{total}] {label}" if total else label
+        run_one(pcfg, progress=False, label=label, walks=GENERAL)
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
         atomic_write_text(
             out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER, sort_keys=False)
@@ -90,10 +104,11 @@ def summary_line(s: dict, label: str | None = None) -> str:
     )
 
 
-def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> None:
+def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None, walks: str | None = None) -> None:
     """One configuration: from the result cache, or simulated; its run directory ``cfg.out_dir``. ``progress``: a
     bar on stderr for a run that takes more than a couple of seconds (passes timed; a sweep's points have none).
-    ``label``: what heads its printed line in place of the system, hardware and model (a sweep point's overrides)."""
+    ``label``: what heads its printed line in place of the system, hardware and model (a sweep point's overrides);
+    ``walks``: which compiled copy of the policy's walk runs (``hobbit.sim.walk_copies``)."""
     from tqdm import tqdm
 
     from hobbit.api import read_trace, simulate_config, simulate_file_config, trace_file
@@ -136,9 +151,9 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None) -> 
 
         # streamed, unless a timeline is to be drawn from the decisions
         if trace is None:
-            res = simulate_file_config(trace_path, cfg, progress=advance)
+            res = simulate_file_config(trace_path, cfg, progress=advance, walks=walks)
         else:
-            res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline), progress=advance)
+            res = simulate_config(trace, cfg, keep_decisions=bool(cfg.timeline), progress=advance, walks=walks)
     if cfg.timeline:  # a range past the trace's end is known now, before anything is written
         parse_window(cfg.timeline_tokens, len(res.timeline.pass_start))
     paths = write_results(res, out)
@@ -182,9 +197,10 @@ class Preload(Callback):
         if OmegaConf.select(config, "hydra.launcher._target_") != FORKING_LAUNCHER:
             return  # joblib's or Ray's workers are fresh processes: they would load it all again
         from hobbit.api import preload
+        from hobbit.sim.walk_copies import GENERAL  # what the jobs run (``job_walks``)
 
         try:
             node = OmegaConf.masked_copy(config, [str(k) for k in config if k not in ("hydra", "out_dir")])
-            preload(guard(load_typed(SimConfig, node), Path.cwd(), say=lambda _: None))
+            preload(guard(load_typed(SimConfig, node), Path.cwd(), say=lambda _: None), walks=GENERAL)
         except Exception as exc:  # noqa: BLE001 - a head start only: each job composes, checks and reports its own
             log.debug(f"preload skipped: {type(exc).__name__}: {exc}")

@@ -105,15 +105,17 @@ def predict_config(
     decode: int = DECODE_TOKENS,
     locality: str | dict[str, float] | None = None,
     trace: str | Path | None = None,
+    walks: str | None = None,
 ) -> Prediction:
     """``predict`` for a composed ``SimConfig`` (its context and seed are the run's; with ``window_tokens``, the trace
-    file is read that many tokens at a time)."""
+    file is read that many tokens at a time); ``walks``: which compiled copy of the policy's walk runs
+    (``hobbit.sim.walk_copies``)."""
     seed, context = cfg.seed, cfg.context
     path = trace if trace is not None else synthetic_trace(cfg.model, prompt, decode, locality_knobs(locality), seed)
     if cfg.window_tokens:
-        s = simulate_file_config(path, cfg).summary
+        s = simulate_file_config(path, cfg, walks=walks).summary
     else:
-        s = simulate_config(read_trace(path), cfg, keep_decisions=False).summary
+        s = simulate_config(read_trace(path), cfg, keep_decisions=False, walks=walks).summary
     prefill_ms = s["prefill_ms_per_request"]["mean"]
     prompt_tokens = s["tokens"]["prefill"] / max(s["requests"], 1)
     decode_ms = s["decode_ms_per_token"]["mean"]

@@ -37,7 +37,7 @@ from hobbit.sim.formats import FORMATS, weights
 from hobbit.sim.memory import GiB
 from hobbit.sim.results import account
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
-from hobbit.sim.walk_copies import general_walks
+from hobbit.sim.walk_copies import GENERAL
 
 LOCALITIES = (
     "low",
@@ -157,7 +157,7 @@ def _predict(todo: list[tuple[str, Point]], bases: dict[str, SimConfig], cfg: Pl
     for name, p in tqdm(todo, desc="plan", unit="setting", disable=None if progress else True):
         try:
             run = dataclasses.replace(bases[name], system=p.system)
-            p.prediction = predict_config(run, prompt=cfg.prompt, trace=trace_path)
+            p.prediction = predict_config(run, prompt=cfg.prompt, trace=trace_path, walks=GENERAL)
             p.account = account(p.prediction.summary, p.system, cfg.model, hw)
         except ConfigError as exc:
             p.error = str(exc)
@@ -182,7 +182,7 @@ def _rank(names: list[str], points: list[Point], failed: dict[str, str], bases: 
         if cfg.trace is None:
             for loc in LOCALITIES:
                 run = dataclasses.replace(bases[name], system=best.system)
-                setattr(best, loc, predict_config(run, prompt=cfg.prompt, locality=loc))
+                setattr(best, loc, predict_config(run, prompt=cfg.prompt, locality=loc, walks=GENERAL))
         rows.append(_row(name, rt, best, hw))
     fits = sorted((r for r in rows if r["fits"]), key=lambda r: -r["decode_tok_s"])
     rows = fits + [r for r in rows if not r["fits"]]
@@ -195,7 +195,6 @@ def _rank(names: list[str], points: list[Point], failed: dict[str, str], bases: 
     return rows, chosen
 
 
-@general_walks()  # many systems: each policy's general copy of the walk, compiled once
 def plan(
     cfg: PlanConfig, out: Path | None = None, progress: bool = True, named: list[str] | tuple[str, ...] = ()
 ) -> Plan:

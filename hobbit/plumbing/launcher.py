@@ -49,7 +49,6 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from hobbit.sim.walk_copies import general_walks
 from hobbit.traces.io import STOPS, raise_interrupt  # STOPS: blocked across each fork (fork_pool)
 
 log = logging.getLogger(__name__)
@@ -133,11 +132,9 @@ class HobbitLauncher(Launcher):
                 "hydra/launcher=joblib starts its own"
             )
             n = 1
-        # many runs: each policy's general copy of the walk (``sim.fast.policy_walk``), compiled once for all the jobs
-        with general_walks() if len(job_overrides) > 1 else contextlib.nullcontext():
-            if n == 1:
-                return [self._run(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
-            return fork_pool(n, len(job_overrides), lambda i: self._run(initial_job_idx + i, job_overrides[i]))
+        if n == 1:
+            return [self._run(initial_job_idx + i, o) for i, o in enumerate(job_overrides)]
+        return fork_pool(n, len(job_overrides), lambda i: self._run(initial_job_idx + i, job_overrides[i]))
 
 
 def _take(token: tuple[int, int], count: int) -> int:

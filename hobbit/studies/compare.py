@@ -34,7 +34,7 @@ from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, SimConfi
 from hobbit.sim.results import Results
 from hobbit.sim.run import simulate
 from hobbit.sim.tune import TuneConfig, best_trials, open_study, suggest, tune
-from hobbit.sim.walk_copies import general_walks
+from hobbit.sim.walk_copies import GENERAL
 from hobbit.sim.windowed import simulate_file
 from hobbit.sim.workload import split_requests
 from hobbit.traces.interchange import weights_absent
@@ -180,7 +180,7 @@ def _runner(
             rng = np.random.default_rng(cfg.seed)
             return simulate_file(
                 tf.path, cfg.model, hw, system, rng, profile_share=cfg.profile_share,
-                window_tokens=tf.window_tokens, scan=tf.scan,
+                window_tokens=tf.window_tokens, scan=tf.scan, walks=GENERAL,
             )  # fmt: skip
 
         return run_file, trace.head(n_held) if n_held else None, None, n_held
@@ -191,8 +191,9 @@ def _runner(
     def run(system: SystemConfig) -> Results:
         rng = np.random.default_rng(cfg.seed)
         return simulate(
-            timed, cfg.model, hw, system, rng, engine="fast", profile=profile, profile_share=0.0, keep_decisions=False
-        )
+            timed, cfg.model, hw, system, rng, engine="fast", profile=profile, profile_share=0.0, keep_decisions=False,
+            walks=GENERAL,  # many systems: each policy's general copy of the walk, compiled once
+        )  # fmt: skip
 
     return run, profile, timed, n_held
 
@@ -255,7 +256,6 @@ def _write(rows: list[dict[str, Any]], trace: Trace | TraceFile, cfg: CompareCon
     return summary
 
 
-@general_walks()  # many systems: each policy's general copy of the walk, compiled once
 def compare(trace: Trace | TraceFile, cfg: CompareConfig, out: Path) -> dict[str, Any]:
     """Run every system (and the tuned HOBBIT) on ``trace`` (read whole, or a ``TraceFile`` each run reads a window at
     a time); write the table, plot and JSON under ``out``."""

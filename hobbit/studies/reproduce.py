@@ -38,7 +38,7 @@ from hobbit.api import configure, simulate_config
 from hobbit.plumbing.results_io import decode_text
 from hobbit.plumbing.timelines import write_sim_timeline
 from hobbit.sim.config import ConfigError, ModelConfig
-from hobbit.sim.walk_copies import general_walks
+from hobbit.sim.walk_copies import GENERAL
 from hobbit.traces.capture import CaptureConfig, capture
 from hobbit.traces.io import atomic_write_json, atomic_write_text, read_meta, read_trace
 from hobbit.traces.tiny import bundled_heldout_text, bundled_model_dir, bundled_phimoe_dir
@@ -228,7 +228,8 @@ def _run(path: Path, model: str, hardware: str, system: str, out: Path, timeline
         p = cfg.system.precision
         flipped = dataclasses.replace(p, serve_any_cached=not p.serve_any_cached)
         cfg = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, precision=flipped))
-    res = simulate_config(read_trace(path), cfg, keep_decisions=timeline is not None)
+    # many systems: each policy's general copy of the walk, compiled once
+    res = simulate_config(read_trace(path), cfg, keep_decisions=timeline is not None, walks=GENERAL)
     if timeline is not None:
         write_sim_timeline(res, cfg.system.demand_first, timeline, out.parent, gantt=False, name=tl_file.name)
     s = res.summary
@@ -499,7 +500,6 @@ def render(table: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- the command
 
 
-@general_walks()  # many systems: each policy's general copy of the walk, compiled once
 def reproduce(cfg: ReproduceConfig, out: Path) -> dict[str, Any]:
     """Capture (or take) the workloads, simulate the grid, write reproduce.{md,json,png}; returns the table."""
     if cfg.trace is not None:

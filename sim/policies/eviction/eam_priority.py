@@ -188,39 +188,67 @@ def victim(state, pool, pr, r0, r1):
     the candidates when it goes before the bound (``enter``). The least candidate is the victim when it goes before
     the bound; when none is left that does, the pool is scanned again."""
     cand, decays, lib = state.cand, state.decay, state.library
-    L, E = state.layers, lib.shape[2]
+    L = state.layers
     layer_now, m = state.now[NOW_STEP] % L, state.match[0]
     set_decays(decays, layer_now)  # each layer's, the same floats as per slot, without a division and a modulo per slot
-    best, bv, bt = -1, 0.0, 0
     if not state.shared or m < 0:  # its victim's slot takes a copy the candidates do not see
         cand[VALID] = 0
     if state.shared and m < 0:
-        least = 1.0 + PROB_FLOOR
-        for dist in range(L - 1, -1, -1):
-            x = (layer_now + dist) % L
-            if best >= 0 and decays[x] * least > bv:  # so is every later layer's
-                return best
-            for j in range(state.n[pr, x]):
-                s = state.slots[pr, x, j]
-                if pool[pr, s, PINNED]:
-                    continue
-                v = decays[x] * least * (1 + pool[pr, s, USES])
-                if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
-                    best, bv, bt = s, v, pool[pr, s, TOUCHED]
+        return _by_layer(state, pool, pr, decays, layer_now)
+    if not state.shared:
+        return _least(pool, pr, r0, r1, decays, lib, m)
+    best = _from_candidates(state, pool, pr, r1 - r0, layer_now, m)
+    if best >= 0:
         return best
-    if not state.shared or m < 0:
-        for s in range(r0, r1):
-            if not free(pool, pr, s):
+    return _scan(state, pool, pr, r0, r1, layer_now, m)
+
+
+@kernel
+def _by_layer(state, pool, pr, decays, layer_now):
+    """``victim`` of a shared pool without a match: layer by layer from the farthest, through each layer's list of its
+    copies, until a layer's least score (its decay x (1 + floor)) is above the best found."""
+    L = state.layers
+    least = 1.0 + PROB_FLOOR
+    best, bv, bt = -1, 0.0, 0
+    for dist in range(L - 1, -1, -1):
+        x = (layer_now + dist) % L
+        if best >= 0 and decays[x] * least > bv:  # so is every later layer's
+            return best
+        for j in range(state.n[pr, x]):
+            s = state.slots[pr, x, j]
+            if pool[pr, s, PINNED]:
                 continue
-            v = score(pool, pr, s, decays, lib, m)
-            if best < 0 or before(v, pool[pr, s, TOUCHED], bv, bt):
+            v = decays[x] * least * (1 + pool[pr, s, USES])
+            if best < 0 or v < bv or (v == bv and pool[pr, s, TOUCHED] < bt):
                 best, bv, bt = s, v, pool[pr, s, TOUCHED]
-        return best
+    return best
+
+
+@kernel
+def _least(pool, pr, r0, r1, decays, lib, m):
+    """``victim`` of a layer's own region: the least copy of slots ``r0:r1``, by a scan."""
+    best, bv, bt = -1, 0.0, 0
+    for s in range(r0, r1):
+        if not free(pool, pr, s):
+            continue
+        v = score(pool, pr, s, decays, lib, m)
+        if best < 0 or before(v, pool[pr, s, TOUCHED], bv, bt):
+            best, bv, bt = s, v, pool[pr, s, TOUCHED]
+    return best
+
+
+@kernel
+def _from_candidates(state, pool, pr, slots, layer_now, m):
+    """``victim`` of a shared pool with match ``m`` from the candidates the last scan kept (``slots``: the pool's
+    size), brought up to date (the layers passed since, the last victim's slot): the least of them when it goes before
+    the bound, which leaves them; -1 when none does (a scan is due)."""
+    cand, decays, lib = state.cand, state.decay, state.library
+    L, E = state.layers, lib.shape[2]
     fv = cand.view(np.float64)
     K = cand.shape[0] - SLOTS
     if cand[VALID] and cand[PR] == pr and cand[MATCH] == m and cand[AT_LAYER] != layer_now:
         passed = (layer_now - cand[AT_LAYER]) % L
-        if passed * E <= r1 - r0:  # a few layers passed (as many copies as their experts, at most); past that, a scan
+        if passed * E <= slots:  # a few layers passed (as many copies as their experts, at most); past that, a scan
             passed_layers(state, fv, pool, pr, cand[AT_LAYER], passed, m, K)
             cand[AT_LAYER] = layer_now
     if cand[VALID] and cand[PR] == pr and cand[MATCH] == m and cand[AT_LAYER] == layer_now:
@@ -230,23 +258,32 @@ def victim(state, pool, pr, r0, r1):
             cand[VALID] = 0
         elif pv >= 0:
             enter(cand, fv, pool, pr, pv, decays, lib, m, K)
-    if cand[VALID] and cand[PR] == pr and cand[MATCH] == m and cand[AT_LAYER] == layer_now:
-        bi = -1
-        for i in range(cand[N]):
-            s = cand[SLOTS + i]
-            if not free(pool, pr, s):
-                continue
-            v = score(pool, pr, s, decays, lib, m)
-            if best < 0 or before(v, pool[pr, s, TOUCHED], bv, bt):
-                best, bv, bt, bi = s, v, pool[pr, s, TOUCHED], i
-        if best >= 0 and before(bv, bt, fv[TH_V], cand[TH_T]):
-            n = cand[N] - 1
-            cand[SLOTS + bi] = cand[SLOTS + n]
-            cand[N] = n
-            cand[PREV], cand[PREV_T] = best, bt
-            return best
-        best = -1
-    # the scan: its K + 1 lowest copies kept in order, the first K as the candidates, the next as the bound
+    if not (cand[VALID] and cand[PR] == pr and cand[MATCH] == m and cand[AT_LAYER] == layer_now):
+        return -1
+    best, bv, bt, bi = -1, 0.0, 0, -1
+    for i in range(cand[N]):
+        s = cand[SLOTS + i]
+        if not free(pool, pr, s):
+            continue
+        v = score(pool, pr, s, decays, lib, m)
+        if best < 0 or before(v, pool[pr, s, TOUCHED], bv, bt):
+            best, bv, bt, bi = s, v, pool[pr, s, TOUCHED], i
+    if best >= 0 and before(bv, bt, fv[TH_V], cand[TH_T]):
+        n = cand[N] - 1
+        cand[SLOTS + bi] = cand[SLOTS + n]
+        cand[N] = n
+        cand[PREV], cand[PREV_T] = best, bt
+        return best
+    return -1
+
+
+@kernel
+def _scan(state, pool, pr, r0, r1, layer_now, m):
+    """``victim`` of a shared pool with match ``m`` by a scan of slots ``r0:r1``: its K + 1 lowest copies kept in
+    order, the first K as the candidates, the next as the bound; the least is the victim."""
+    cand, decays, lib = state.cand, state.decay, state.library
+    fv = cand.view(np.float64)
+    K = cand.shape[0] - SLOTS
     cand[VALID] = 0
     cs, ct, cv = state.scan_i[0], state.scan_i[1], state.scan_v  # K + 1 each
     nc = 0
