@@ -29,8 +29,8 @@ from hobbit.sim import fast
 from hobbit.sim.checks import Described, check_run
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig, PrefetchConfig, SystemConfig
 from hobbit.sim.fast import rule
-from hobbit.sim.fast.walk import NEVER
 from hobbit.sim.memory import MemoryFit, pass_keys, replayed_share
+from hobbit.sim.policies.compiled import NEVER
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.results import Columns, Results, summarise
 from hobbit.sim.run import Setup, configure, describe, needs

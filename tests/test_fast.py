@@ -401,7 +401,7 @@ POLICIES = ["multidim", "belady"]
     low=st.sampled_from([0, 1, 3, 9, 1000]),
     staging=st.sampled_from([0, 0, 1, 3]),
     per_layer=st.booleans(),
-    cpu_misses=st.sampled_from(fast.walk.CPU_MISSES),
+    cpu_misses=st.sampled_from(fast.records.CPU_MISSES),
     cpu_insert=st.sampled_from([0, 0, 1, 3]),
     any_cached=st.booleans(),
     multi=st.sampled_from(["max", "high"]),
@@ -546,7 +546,7 @@ def test_random_traces_and_knobs(
     candidates=st.sampled_from([1, 2, 3, 32]),
     mode=st.sampled_from(["hobbit", "high"]),
     depth=st.integers(1, 3),
-    cpu_misses=st.sampled_from(fast.walk.CPU_MISSES),
+    cpu_misses=st.sampled_from(fast.records.CPU_MISSES),
     chunk=st.sampled_from([1, 3, 1000]),
 )
 def test_eam_priority_keeps_its_candidates_as_the_reference_scans(

@@ -12,13 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hobbit.sim.fast import special, walk
+from hobbit.sim.fast import records, special, walk
 
 
 def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_template():
     dep = special.dependent()
-    assert {"walk", "_pre_admit", "_post_admit", "_serve_one", "_drop_stale", "_new_request"} <= set(dep)
-    assert not {"walk_state", "_grow", "_split_makespan", "_admit", "_note_use", "_use"} & set(dep)  # no hook in them
+    assert {"walk", "_pre_admit", "_copy_in", "_serve_one", "_drop_stale", "_new_request"} <= set(dep)
+    # what no policy changes lives beside the template (``steps``, ``state``, ``records``, ``borrow``): none depends
+    assert set(dep) <= {n for n in vars(walk) if callable(getattr(walk, n))}
+    assert not {"walk_state", "grow", "split_makespan", "admit", "enter", "note_use", "use", "needed"} & set(dep)
     for policy in ("lru", "belady", "lirs"):
         mod = special.core(policy)
         assert mod.POLICY == walk.OWN and mod.OWN_HIT and mod.PICKS_VICTIM
@@ -28,14 +30,13 @@ def test_a_copy_defines_the_policys_functions_and_takes_the_rest_from_the_templa
             assert (
                 getattr(mod, name) is not getattr(walk, name) and getattr(mod, name).py_func.__module__ == mod.__name__
             )
-        for name in (
-            "walk_state",
-            "_grow",
-            "State",
-            "Inputs",
-            "NEVER",
-        ):  # the template's, shared
+        for name in ("grow", "enter", "needed", "Staged", "Rows", "NEVER"):  # the template's, shared
             assert getattr(mod, name) is getattr(walk, name)
+    # a copy's name carries a digest of every module the template takes code from
+    names = special.template_text()
+    for mod_name in ("walk", "steps", "records", "borrow", "order"):
+        src = (Path(walk.__file__).parent / f"{mod_name}.py").read_text(encoding="utf-8")
+        assert src in names, mod_name
 
 
 def test_an_unknown_policy_is_named_with_those_there_are():
@@ -208,11 +209,11 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
     )
     seen = set(out.stdout.split())
     own = "walk_lru_none_never_h0_b0"
-    # the policy's hooks, called from the walk (``_pre_admit`` and ``_post_admit``, inlined there)
+    # the policy's hooks, called from the walk (``_pre_admit`` and ``_copy_in``, inlined there)
     assert {f"{own}.walk", "lru.list_evict", "lru.list_insert"} <= seen
     assert {"lists.push", "lists.unlink"} <= seen, seen
     assert not {x for x in seen if x.startswith("walk_lru_general.")}
-    others = {"compiled.wanted", "eam.best_match", "walk._split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
+    others = {"compiled.wanted", "eam.best_match", "steps.split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
     others |= {"eam_priority.victim", "eam_release.release_evict", "multidim.pruned_evict", "multidim.scan"}
     others |= {
         f"{own}._passed",
@@ -268,7 +269,7 @@ def test_a_copy_specialised_for_a_runs_settings_decides_as_the_general_copy(
         got[mode] = simulate(tr, cfg.model, cfg.hardware, cfg.system, keep_decisions=False, walks=mode)
     mod = special.core(cfg.system.cache.policy, variant)  # the copy the run took: compiled for its settings
     assert mod.walk.signatures and mod.PREFETCHER == special.prefetchers().index(prefetcher)
-    assert (mod.MISSES, mod.HISTORY, mod.BOUND_CPU) == (walk.CPU_MISSES.index(misses), int(history), int(bound_cpu))
+    assert (mod.MISSES, mod.HISTORY, mod.BOUND_CPU) == (records.CPU_MISSES.index(misses), int(history), int(bound_cpu))
     a, b = got["general"], got["specialised"]
     assert a.summary.keys() == b.summary.keys()
     same = [k for k in a.summary if k != "wall_s"]  # all but the run's own wall-clock time

@@ -17,6 +17,7 @@ import pytest
 
 from hobbit.sim import fast
 from hobbit.sim.config import ConfigError
+from hobbit.sim.policies.compiled import NEVER
 from hobbit.sim.run import configure as setup_of
 from hobbit.sim.run import simulate
 from hobbit.sim.windowed import simulate_file
@@ -180,7 +181,7 @@ def test_beladys_window_ends_with_each_keys_next_use_after_it():
     head = dataclasses.replace(wl, **{f: getattr(wl, f)[:cut] for f in fields})
     tail = dataclasses.replace(wl, **{f: getattr(wl, f)[cut:] for f in fields})
     after = fast.first_uses(tail, 0)  # tail's steps numbered from 0: shift them as the trace numbers them
-    after = np.where(after == fast.walk.NEVER, after, after + cut * wl.num_layers)
+    after = np.where(after == NEVER, after, after + cut * wl.num_layers)
     off, steps = fast.window_future(head, 0, after)
     w_off, w_steps = fast.future_csr(wl)
     L = wl.num_layers
@@ -189,7 +190,7 @@ def test_beladys_window_ends_with_each_keys_next_use_after_it():
         whole = w_steps[w_off[key] : w_off[key + 1]].tolist()
         inside = [x for x in whole if x < cut * L]
         later = [x for x in whole if x >= cut * L]
-        assert mine == [*inside, later[0] if later else fast.walk.NEVER]
+        assert mine == [*inside, later[0] if later else NEVER]
     cfg = compose_sim("system=hobbit-oracle")
     s = setup_of(wl, tr.meta.layers, cfg.model, cfg.hardware, cfg.system, max(wl.pass_context), None, lambda m: m)
     with pytest.raises(ValueError, match="Window.future"):

@@ -14,22 +14,27 @@ only the results), in the trace's memory plus per-pass results and O(cache + chu
 By job: ``compiling`` (the entry points' first compilation, its notice and lock, which copy of a policy's walk a
 run uses), ``inputs`` (what the walk, the timing and the bound read, laid out), ``decisions`` (the walk over a
 whole trace), ``replay`` (the timing of a run's decisions, the bound of each pass) and ``streaming`` (the walk and
-its timing a chunk of passes at a time); the compiled functions themselves are in ``walk``, ``timing``, ``bound``,
-``special`` (a copy of the walk per eviction policy), ``rule`` and ``order``.
+its timing a chunk of passes at a time); the compiled functions themselves are in ``walk`` (the template of each eviction policy's walk: what depends on
+the policy), ``steps``, ``state``, ``records`` and ``borrow`` (what does not), ``timing``, ``bound``, ``special`` (a
+copy of the walk per eviction policy), ``rule`` and ``order``.
 """
 
 from __future__ import annotations
 
 from hobbit.sim.fast import (
+    borrow,
     bound,
     compiling,
     decisions,
     inputs,
     jit,
     order,
+    records,
     replay,
     rule,
     special,
+    state,
+    steps,
     streaming,
     timing,
     walk,
@@ -89,6 +94,7 @@ __all__ = [
     "Times",
     "Totals",
     "Window",
+    "borrow",
     "bound",
     "compile_estimate",
     "compiling",
@@ -108,12 +114,15 @@ __all__ = [
     "pass_kinds",
     "per_pass",
     "policy_walk",
+    "records",
     "region_offsets",
     "replay",
     "rule",
     "rule_args",
     "rule_mix",
     "special",
+    "state",
+    "steps",
     "stream",
     "stream_windows",
     "streaming",

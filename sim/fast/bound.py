@@ -7,7 +7,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
-from hobbit.sim.fast.walk import _rule_row, _split_makespan
+from hobbit.sim.fast.steps import rule_row as _rule_row
+from hobbit.sim.fast.steps import split_makespan as _split_makespan
 
 HIGH, SKIP = 0, 2
 
@@ -61,7 +62,7 @@ class Scratch(NamedTuple):
 @njit(cache=True)
 def pass_bounds(sel, rule, tables, num_experts):
     """[P] seconds (``sim.bound.pass_bounds``) of the passes of ``sel`` (``Selections``): ``tables.expert_min[n]``
-    the cheapest device precision for n tokens; the classes by the precision rule (``Rule``; ``walk._rule_row``:
+    the cheapest device precision for n tokens; the classes by the precision rule (``Rule``; ``steps.rule_row``:
     HOBBIT's or, without it, none skipped); ``tables.dense_s[p, 1]`` the dense part of a layer run ``whole`` on the
     CPU."""
     K, P, E = sel.ids.shape[2], sel.pass_start.shape[0], num_experts

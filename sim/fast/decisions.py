@@ -17,9 +17,11 @@ from hobbit.sim.decide import (
     Placement,
     cache_slots,
 )
-from hobbit.sim.fast import special, walk
+from hobbit.sim.fast import special
 from hobbit.sim.fast.compiling import first_use, policy_walk
 from hobbit.sim.fast.inputs import Run, Window, unsupported, walk_inputs
+from hobbit.sim.fast.records import BEHIND, BYTES, DROPPED, EVICTIONS, ISSUED, OVERFLOW, USED
+from hobbit.sim.fast.state import walk_state
 from hobbit.sim.policies.registry import prefetcher_class
 from hobbit.sim.workload import Workload
 
@@ -39,15 +41,15 @@ def decisions_of(
     return Decisions(
         steps=steps,
         served=served,
-        prefetch_issued=int(st[walk.ISSUED]),
-        prefetch_used=int(st[walk.USED]),
-        copies_behind=int(st[walk.BEHIND]),
-        bytes_requested=int(st[walk.BYTES]),
+        prefetch_issued=int(st[ISSUED]),
+        prefetch_used=int(st[USED]),
+        copies_behind=int(st[BEHIND]),
+        bytes_requested=int(st[BYTES]),
         mass=mass,
-        evictions=int(st[walk.EVICTIONS]),
+        evictions=int(st[EVICTIONS]),
         slots=cache_slots(slots),
         staging=int(pf.staging_slots) if prefetching else 0,
-        prefetch_dropped=int(st[walk.DROPPED]),
+        prefetch_dropped=int(st[DROPPED]),
         tables=tables,
         per_layer=per_layer,
     )
@@ -68,7 +70,7 @@ def decide(
     the compiled part its own file gives; ``walks``: which copy of the policy's walk, ``compiling.policy_walk``)."""
     run = Run(system, slots, expert_bytes, placement, cpu_faster, miss_costs, profile, walks)
     state_args, inputs = walk_inputs(Window(wl), run)
-    state = walk.walk_state(**state_args)
+    state = walk_state(**state_args)
     walk_of = policy_walk(system.cache.policy, special.Variant.of(inputs), walks)
     with first_use(walk_of):
         out = walk_of(state, inputs, 0, len(wl.pass_start))
@@ -87,7 +89,7 @@ def decide(
         if held[x] > len(logs[x]) * 9 // 8:
             logs[x] = logs[x].copy()
     loads, gpu, cpu, cancel, evicted, kept = logs
-    if st[walk.OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
+    if st[OVERFLOW]:  # LIRS counted out more copies than its entries hold: the reference decides
         return Decider(
             wl, system, slots, expert_bytes, placement, cpu_faster=cpu_faster, miss_costs=miss_costs, profile=profile
         ).run()

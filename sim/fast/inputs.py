@@ -18,9 +18,11 @@ from hobbit.sim.decide import (
     layer_regions,
     log_dtype,
 )
-from hobbit.sim.fast import bound, rule, special, walk
+from hobbit.sim.fast import bound, rule, special, state
+from hobbit.sim.fast.records import CPU_MISSES, Bound, Cpu, Evict, Inputs, Place, Prefetch, Routing, Rule
 from hobbit.sim.fast.rule import frozen
 from hobbit.sim.policies.base import HIGH, LOW, SKIP, PolicyInputs
+from hobbit.sim.policies.compiled import NEVER
 from hobbit.sim.policies.precision import EPS
 from hobbit.sim.policies.registry import eviction_class, prefetcher_class
 from hobbit.sim.workload import Workload
@@ -41,13 +43,13 @@ def future_csr(wl: Workload) -> tuple[np.ndarray, np.ndarray]:
     """``Workload.future_uses`` as CSR arrays: key layer * E + expert -> its (pass, layer) steps in order
     (``walk.future_uses``)."""
     pa = wl.pass_arrays()
-    return walk.future_uses(np.ascontiguousarray(wl.ids), pa.start, pa.end, wl.num_experts)
+    return state.future_uses(np.ascontiguousarray(wl.ids), pa.start, pa.end, wl.num_experts)
 
 
 def window_future(wl: Workload, first_pass: int, after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Belady's lists (``future_csr``) for a window of a longer trace whose first pass is the trace's ``first_pass``:
     each key's steps in the window (the trace's numbers), then its first use after the window (``after``, per key;
-    ``walk.NEVER`` for none), so that the walk's cursors never run past what the window knows."""
+    ``NEVER`` for none), so that the walk's cursors never run past what the window knows."""
     off, steps = future_csr(wl)
     counts = np.diff(off)
     keys = len(counts)
@@ -61,9 +63,9 @@ def window_future(wl: Workload, first_pass: int, after: np.ndarray) -> tuple[np.
 
 def first_uses(wl: Workload, first_pass: int) -> np.ndarray:
     """Each key's (layer * E + expert) first step in ``wl``, a window whose first pass is the trace's ``first_pass``
-    (``walk.NEVER`` for a key it never selects)."""
+    (``NEVER`` for a key it never selects)."""
     off, steps = future_csr(wl)
-    out = np.full(len(off) - 1, walk.NEVER, np.int64)
+    out = np.full(len(off) - 1, NEVER, np.int64)
     has = off[1:] > off[:-1]
     out[has] = steps[off[:-1][has]] + first_pass * wl.num_layers
     return out
@@ -219,7 +221,7 @@ def walk_inputs(
     bounds: bound.Tables | None = None,
     records: int | None = None,
     prev_ids: np.ndarray | None = None,
-) -> tuple[dict[str, Any], walk.Inputs]:
+) -> tuple[dict[str, Any], Inputs]:
     """(``walk.walk_state``'s arguments by name, the walk's ``inputs``) for ``run`` over the passes of ``window``
     (``Window``: a whole trace, or a window of a longer one, and then ``prev_ids`` the selections of the last layer of
     the pass before); with ``bounds`` (``bound_inputs``) the walk also writes each pass's bound into
@@ -252,7 +254,7 @@ def walk_inputs(
         "future": future_uses,
         "prefetchers": prefetchers,
     }
-    inputs = walk.Inputs(
+    inputs = Inputs(
         _routing(window, pf_cls.needs | ev_cls.needs, prev_ids),
         _rule(system),
         _place(wl, run),
@@ -288,7 +290,7 @@ def _prefetchers(wl: Workload, system: SystemConfig, profile: list[np.ndarray] |
     return most, prefetchers, eam_lib
 
 
-def _routing(window: Window, needs: Any, prev_ids: np.ndarray | None) -> walk.Routing:
+def _routing(window: Window, needs: Any, prev_ids: np.ndarray | None) -> Routing:
     """The trace as the walk reads it: ``window``'s, with the trace's predictions where the policies need them."""
     wl = window.wl
     if wl.pred_ids is not None and "predictions" in needs:  # the trace's own arrays (the walk reads depth of them)
@@ -296,7 +298,7 @@ def _routing(window: Window, needs: Any, prev_ids: np.ndarray | None) -> walk.Ro
     else:
         pred, pred_w = frozen(np.zeros((1, 1, 0, 1), np.int16)), frozen(np.zeros((1, 1, 0, 1), wl.weights.dtype))
     pa = wl.pass_arrays()
-    return walk.Routing(
+    return Routing(
         ids=narrow(wl.ids, "expert_ids"),
         weights=frozen(wl.weights),
         pred=pred,
@@ -312,12 +314,12 @@ def _routing(window: Window, needs: Any, prev_ids: np.ndarray | None) -> walk.Ro
     )
 
 
-def _rule(system: SystemConfig) -> walk.Rule:
+def _rule(system: SystemConfig) -> Rule:
     """The precision rule as the walk takes it."""
     p = system.precision
     mixed = p.mode == "hobbit"
     hobbit_rule, rule_hi, rule_lo = rule_args(p.mode, p.t1, p.t2)
-    return walk.Rule(
+    return Rule(
         hobbit_rule=hobbit_rule,
         rule_hi=rule_hi,
         rule_lo=rule_lo,
@@ -328,7 +330,7 @@ def _rule(system: SystemConfig) -> walk.Rule:
     )
 
 
-def _place(wl: Workload, run: Run) -> walk.Place:
+def _place(wl: Workload, run: Run) -> Place:
     """Where the experts live (``run.placement``) and what the pools keep."""
     system, ev, L, E = run.system, run.system.cache, wl.num_layers, wl.num_experts
     placement = run.placement or Placement()
@@ -338,7 +340,7 @@ def _place(wl: Workload, run: Run) -> walk.Place:
     cpu_layer = np.zeros(L, np.bool_)
     cpu_layer[list(placement.cpu_layers)] = True
     sizes = pass_tokens(wl)[1]
-    return walk.Place(
+    return Place(
         resident=resident,
         cpu_layer=cpu_layer,
         wide_bypass=bool(ev.per_layer and ev.wide_step == "bypass"),
@@ -350,7 +352,7 @@ def _place(wl: Workload, run: Run) -> walk.Place:
     )
 
 
-def _evict(window: Window, future_uses: bool) -> walk.Evict:
+def _evict(window: Window, future_uses: bool) -> Evict:
     """Belady's lists (``future_csr``) where the policy reads each key's next use: the window's own (``Window.future``)
     or the trace's, made once for it."""
     wl = window.wl
@@ -360,15 +362,15 @@ def _evict(window: Window, future_uses: bool) -> walk.Evict:
         fut_off, fut_steps = window.future
     else:
         fut_off, fut_steps = wl.derived(("future",), lambda: future_csr(wl))
-    return walk.Evict(fut_off=fut_off, fut_steps=fut_steps)
+    return Evict(fut_off=fut_off, fut_steps=fut_steps)
 
 
-def _prefetch(system: SystemConfig, pf_cls: Any, most: int) -> walk.Prefetch:
+def _prefetch(system: SystemConfig, pf_cls: Any, most: int) -> Prefetch:
     """The prefetcher as the walk takes it."""
     p, pf = system.precision, system.prefetch
     uniform = LOW if p.mode == "low" else HIGH
     prefetch_prec = {"high": HIGH, "low": LOW}.get(pf.precision, -1) if p.mode == "hobbit" else uniform
-    return walk.Prefetch(
+    return Prefetch(
         kind=special.prefetchers().index(pf.kind),
         max_depth=pf.max_depth,
         history=pf.fallback == "history",
@@ -379,7 +381,7 @@ def _prefetch(system: SystemConfig, pf_cls: Any, most: int) -> walk.Prefetch:
     )
 
 
-def _cpu(system: SystemConfig, max_t: int, run: Run) -> walk.Cpu:
+def _cpu(system: SystemConfig, max_t: int, run: Run) -> Cpu:
     """Misses computed on the CPU, with the run's per-token-count tables up to ``max_t`` tokens."""
     cpu_faster = run.cpu_faster or (lambda prec, n: True)
     miss_costs = run.miss_costs or (lambda prec, n: (1.0, 1.0))
@@ -391,8 +393,8 @@ def _cpu(system: SystemConfig, max_t: int, run: Run) -> walk.Cpu:
     if system.cpu_misses == "split":
         copy_s = np.array([miss_costs(prec, 1)[0] for prec in (HIGH, LOW)])
         cpu_s[1:] = [miss_costs(HIGH, n)[1] for n in range(1, max_t + 1)]
-    return walk.Cpu(
-        misses=walk.CPU_MISSES.index(system.cpu_misses),
+    return Cpu(
+        misses=CPU_MISSES.index(system.cpu_misses),
         insert=int(system.cpu_insert),
         faster=faster,
         copy_s=copy_s,
@@ -402,10 +404,10 @@ def _cpu(system: SystemConfig, max_t: int, run: Run) -> walk.Cpu:
     )
 
 
-def _bound(wl: Workload, bounds: bound.Tables | None) -> walk.Bound:
+def _bound(wl: Workload, bounds: bound.Tables | None) -> Bound:
     """The bound's tables as the walk takes them (``bounds``; None: the walk computes no bound)."""
     if bounds is None:
-        return walk.Bound(
+        return Bound(
             on=False,
             dense=np.zeros((1, 2)),
             whole=np.zeros(1, np.bool_),
@@ -416,7 +418,7 @@ def _bound(wl: Workload, bounds: bound.Tables | None) -> walk.Bound:
             out=np.zeros(1),
             cls_n=np.zeros(3, np.int64),
         )
-    return walk.Bound(True, *bounds, out=np.zeros(len(wl.pass_start)), cls_n=np.zeros(3, np.int64))
+    return Bound(True, *bounds, out=np.zeros(len(wl.pass_start)), cls_n=np.zeros(3, np.int64))
 
 
 def timing_inputs(wl: Workload, cost: CostModel, expert_bytes: Any, top: int) -> tuple:

@@ -1,7 +1,7 @@
 """HOBBIT's precision rule (``policies.precision.hobbit_classes``) and the gate mass per selection, compiled.
 
 The walk and the bound apply the rule token by token as they read the weights
-(``walk._rule_row``: numpy's pairwise sum for the per-token total, its sequential cumulative
+(``steps.rule_row``: numpy's pairwise sum for the per-token total, its sequential cumulative
 sum, so the same floats), so no class or mass array of the trace's size is ever made. Here:
 the mix of classes counted in one pass (``hobbit_counts``, the summary's rule mix) and the
 rule laid out as arrays (``classes_and_mass``), which the differential tests check against
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hobbit.sim.fast.walk import _rule_row
+from hobbit.sim.fast.steps import rule_row as _rule_row
 from hobbit.sim.policies.precision import EPS
 
 HIGH, LOW, SKIP = 0, 1, 2

@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from hobbit.sim.fast import walk as template
 from hobbit.sim.fast.jit import in_place, is_kernel, jit
+from hobbit.sim.fast.records import CPU_MISSES
 from hobbit.sim.policies.compiled import Compiled, CompiledPrefetch
 from hobbit.sim.policies.registry import EVICTION, PREFETCH, eviction_class, prefetcher_class
 
@@ -98,7 +99,7 @@ class Variant(NamedTuple):
         """The variant of ``inputs`` (``walk.Inputs``, as ``fast.inputs.walk_inputs`` builds them)."""
         return cls(
             prefetchers()[inputs.prefetch.kind],
-            template.CPU_MISSES[inputs.cpu.misses],
+            CPU_MISSES[inputs.cpu.misses],
             bool(inputs.prefetch.history),
             bool(inputs.bound.uses_cpu),
         )
@@ -112,7 +113,7 @@ class Variant(NamedTuple):
         """The template's ``PREFETCHER``, ``MISSES``, ``HISTORY`` and ``BOUND_CPU`` in this variant's copy."""
         return (
             prefetchers().index(self.prefetcher),
-            template.CPU_MISSES.index(self.cpu_misses),
+            CPU_MISSES.index(self.cpu_misses),
             int(self.history),
             int(self.bound_cpu),
         )
@@ -233,6 +234,25 @@ def _template() -> tuple[str, ast.Module]:
     """The template's text and tree, read and parsed once per process (each copy's text and digest take them)."""
     src = Path(template.__file__).read_text(encoding="utf-8")
     return src, ast.parse(src)
+
+
+@cache
+def template_text() -> str:
+    """The text of the template and of every module of the simulator whose functions or records it takes (``steps``,
+    ``records``, ``borrow``, ``policies.compiled``, and theirs in turn): a copy's compiled walk holds their code, and
+    numba checks a cached function against its own file alone, so each copy's name carries a digest of them all."""
+    mods: dict[str, ModuleType] = {}
+    todo = [template]
+    while todo:  # and those they take from, in turn (``steps`` calls ``order``'s kernels)
+        mod = todo.pop()
+        if mod.__name__ in mods:
+            continue
+        mods[mod.__name__] = mod
+        for v in vars(mod).values():
+            name = v.__name__ if isinstance(v, ModuleType) else getattr(getattr(v, "py_func", v), "__module__", None)
+            if isinstance(name, str) and name.startswith("hobbit.sim.") and name in sys.modules:
+                todo.append(sys.modules[name])
+    return "".join(Path(mods[k].__file__ or "").read_text(encoding="utf-8") for k in sorted(mods))
 
 
 @cache
@@ -364,13 +384,13 @@ def source(policy: str, variant: Variant | None = None) -> Path:
     leave the first's file (and numba's cache of it) as it was; copies of the same policy and variant from other
     versions of the template are removed (another variant's stays until that variant is written again)."""
     body = text(policy, variant)
-    # of the whole template, not of the copy alone: the copy's compiled code holds the template's functions it calls,
-    # and of the files of the policy's own compiled part, whose code it holds too (numba checks a cache against its
-    # own file only)
+    # of the whole template and the modules it takes from (``template_text``), not of the copy alone: the copy's
+    # compiled code holds the functions it calls, and of the files of the policy's own compiled part, whose code it
+    # holds too (numba checks a cache against its own file only)
     names = prefetchers() if variant is None else (variant.prefetcher,)
     mods = {m.__name__: m for m in (*kernel_modules(policy), *(m for n in names for m in prefetch_modules(n)))}
     own = "".join(Path(mods[k].__file__ or "").read_text(encoding="utf-8") for k in sorted(mods))
-    digest = hashlib.sha256((_template()[0] + body + own).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((template_text() + body + own).encode()).hexdigest()[:16]
     d = home()
     stem = f"walk_{policy}_{_tag(variant)}"
     path = d / f"{stem}_{digest}.py"

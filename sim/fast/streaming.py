@@ -13,11 +13,14 @@ from hobbit.sim.decide import (
     Decisions,
     NotKept,
 )
-from hobbit.sim.fast import special, timing, walk
+from hobbit.sim.fast import special, timing
 from hobbit.sim.fast.compiling import first_use, policy_walk
 from hobbit.sim.fast.decisions import decisions_of
 from hobbit.sim.fast.inputs import Run, Window, bound_inputs, fill_cpu, pass_tokens, timing_inputs, walk_inputs
+from hobbit.sim.fast.records import NEXT_TID, OVERFLOW, Inputs, State
 from hobbit.sim.fast.replay import replay_passes
+from hobbit.sim.fast.state import walk_state
+from hobbit.sim.policies.compiled import TRANSFER
 from hobbit.sim.policies.registry import eviction_class
 from hobbit.sim.timeline import Timeline
 from hobbit.sim.workload import Workload
@@ -157,9 +160,9 @@ class _Carried:
         self.nbytes = np.zeros(0, np.int64)
         self.waiting = np.zeros(0, np.int64)
 
-    def live(self, state: walk.State) -> np.ndarray:
+    def live(self, state: State) -> np.ndarray:
         """The copies a later step can still name: held in a slot, staged, queued or on the link (sorted)."""
-        held = np.concatenate([state.pool[:, :, walk.TRANSFER].ravel(), state.stg_tid.ravel(), self.waiting])
+        held = np.concatenate([state.pool[:, :, TRANSFER].ravel(), state.stg_tid.ravel(), self.waiting])
         return np.unique(held[held >= 0])
 
     def link(
@@ -221,7 +224,7 @@ class _Streaming:
         bounds = bound_inputs(wl, self.cost, system, inputs[:2])
         state_args, walk_in = walk_inputs(window, self.run, bounds, records, self.prev_ids)
         if self.state is None:
-            self.state = walk.walk_state(**state_args)
+            self.state = walk_state(**state_args)
             self.walk_of = policy_walk(system.cache.policy, special.Variant.of(walk_in), self.run.walks)
             self.layer_stall, self.decode_stall = np.zeros(L), np.zeros(L)
             self.demand_n, self.prefetch_n = np.zeros(L, np.int64), np.zeros(L, np.int64)
@@ -238,18 +241,18 @@ class _Streaming:
         self.prev_ids = np.array(wl.ids[wl.pass_start[-1] : wl.pass_end[-1], L - 1], np.int16)
         return True
 
-    def chunk(self, window: Window, walk_in: walk.Inputs, inputs: tuple, p0: int, p1: int) -> bool:
+    def chunk(self, window: Window, walk_in: Inputs, inputs: tuple, p0: int, p1: int) -> bool:
         """Passes ``p0:p1`` of ``window``: walked, timed, counted and handed on (``on_chunk``)."""
         first, L = window.first_pass, window.wl.num_layers
         st, carried = self.state.st, self.carried
-        tid0 = int(st[walk.NEXT_TID])
+        tid0 = int(st[NEXT_TID])
         live = carried.live(self.state)
         with first_use(self.walk_of):
             out = self.walk_of(self.state, walk_in, p0, p1)
         loads, gpu, cpu, cancel = out.loads, out.gpu, out.cpu, out.cancel  # views of the buffers, out.logs
         self.state = self.state._replace(pins=out.pins, logs=out.logs)
         del out
-        if st[walk.OVERFLOW]:
+        if st[OVERFLOW]:
             return False
         link = carried.link(live, tid0, loads, inputs[4], inputs[5])
         for t in (gpu, cancel):  # transfer ids -> the chunk's numbering (-1: resident, stays)
