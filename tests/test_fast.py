@@ -614,13 +614,13 @@ def test_eam_prioritys_candidates_do_not_outlive_their_request(monkeypatch):
     lib[0, 1, 7] = 0.01  # the least likely expert: the lowest score once every use count is 0
     now, match = np.zeros(14, np.int64), np.zeros(1, np.int64)
     space = Space(L, E, rows, np.array([[rows], [0]]), None, False, now, match, lib)
-    state = eam_priority.priority_state(space)
+    state = eam_priority.eam_priority_state(space)
     pool = np.zeros((2, rows, N_FIELDS), np.int64)
     pool[:, :, LAYER] = pool[:, :, EXPERT] = -1
     for s in range(rows):
         pool[0, s, LAYER], pool[0, s, EXPERT] = divmod(s + 4, E)
         pool[0, s, USES], pool[0, s, TOUCHED] = (50 if (s + 4) == 15 else s % 3), s + 1
-        eam_priority.priority_insert(state, pool, 0, 0, 0, rows, s)
+        eam_priority.eam_priority_insert(state, pool, 0, 0, 0, rows, s)
     now[NOW_STEP] = 0  # layer 0 is the current one
 
     def scanned() -> int:  # the reference's victim: the lowest (score, touch) of every copy
@@ -636,14 +636,14 @@ def test_eam_prioritys_candidates_do_not_outlive_their_request(monkeypatch):
         )
 
     first = scanned()
-    assert eam_priority.priority_evict(state, pool, 0, 0, 0, rows) == first and state.cand[eam_priority.VALID]
+    assert eam_priority.eam_priority_evict(state, pool, 0, 0, 0, rows) == first and state.cand[eam_priority.VALID]
     assert pool[0, 11, USES] == 50 and 11 not in state.cand[eam_priority.SLOTS : eam_priority.SLOTS + 2]
     pool[0, first, EXPERT], pool[0, first, TOUCHED] = 0, 100  # a copy takes the victim's slot
-    eam_priority.priority_insert(state, pool, 0, 0, 0, rows, first)
+    eam_priority.eam_priority_insert(state, pool, 0, 0, 0, rows, first)
     now[NOW_REQUEST] += 1
     pool[0, :, USES] = 0
     assert scanned() == 11
-    assert eam_priority.priority_evict(state, pool, 0, 0, 0, rows) == 11
+    assert eam_priority.eam_priority_evict(state, pool, 0, 0, 0, rows) == 11
 
 
 def test_beladys_heaps_give_the_scans_victim_whatever_their_events():

@@ -210,20 +210,25 @@ def test_a_run_compiles_its_own_policys_code_and_no_others(tmp_path):
     seen = set(out.stdout.split())
     own = "walk_lru_none_never_h0_b0"
     # the policy's hooks, called from the walk (``_pre_admit`` and ``_copy_in``, inlined there)
-    assert {f"{own}.walk", "lru.list_evict", "lru.list_insert"} <= seen
+    assert {f"{own}.walk", "lru.lru_evict", "lru.lru_insert"} <= seen
     assert {"lists.push", "lists.unlink"} <= seen, seen
     assert not {x for x in seen if x.startswith("walk_lru_general.")}
     others = {"compiled.wanted", "eam.best_match", "steps.split_cpu", "order.stable_order"}  # prefetch, EAM, the CPU
-    others |= {"eam_priority.victim", "eam_release.release_evict", "multidim.pruned_evict", "multidim.scan"}
+    others |= {
+        "eam_priority.eam_priority_to_evict",
+        "eam_release.eam_release_evict",
+        "multidim.pruned_evict",
+        "multidim.scan",
+    }
     others |= {
         f"{own}._passed",
         "belady.belady_insert",
-        "sieve.compiled_evict",
-        "lfu.insert",
-        "s3fifo.compiled_evict",
+        "sieve.sieve_evict",
+        "lfu.lfu_insert",
+        "s3fifo.s3fifo_evict",
         "arc.evict_from",
     }
-    others |= {"lirs._l_make_room", "lirs.compiled_evict", "lists.q_push"}
+    others |= {"lirs._l_make_room", "lirs.lirs_evict", "lists.q_push"}
     assert not others & seen, others & seen
 
 
@@ -383,3 +388,27 @@ def test_the_many_run_commands_pass_general_copies(monkeypatch, tmp_path):
     plan_for("mixtral-8x7b", "rtx4090-pcie4", runtimes=["llama.cpp"], points=2)
     assert seen and set(seen) == {"general"}
     assert sim_command.job_walks() is None  # outside a multirun: the run's own choice
+
+
+def test_compiled_hooks_are_named_after_their_policy_and_hook():
+    """One naming scheme for the compiled parts, as libCacheSim's ``LRU_find`` / ``LRU_insert`` / ``LRU_evict``:
+    each hook is ``<policy>_<hook>`` (FIFO's are LRU's list, whose hit it does not take)."""
+    from hobbit.sim.policies.registry import EVICTION, PREFETCH
+
+    for policy in EVICTION:
+        part = special.own_part(policy)
+        assert part is not None
+        for field in (*special.PARTS, "state"):
+            fn = getattr(part, field, None)
+            if fn is None:
+                continue
+            name = getattr(fn, "py_func", fn).__name__
+            assert name.endswith(f"_{field}") and name.removesuffix(f"_{field}") in EVICTION, (policy, field, name)
+            assert name.startswith(policy) or policy == "fifo", (policy, name)
+    for prefetcher in special.prefetchers():
+        part = special.prefetch_part(prefetcher)
+        assert part is not None
+        for field in ("propose", "begin", "state"):
+            fn = getattr(part, field, None)
+            if fn is not None:
+                assert getattr(fn, "py_func", fn).__name__ == f"{prefetcher}_{field}" and prefetcher in PREFETCH

@@ -39,7 +39,7 @@ class ARCState(NamedTuple):
     experts: int  # E: a key is layer * E + expert
 
 
-def compiled_state(space: Space) -> ARCState:
+def arc_state(space: Space) -> ARCState:
     ends = np.zeros((2, space.capacity.shape[1], 13), np.int64)
     for q in (L1, L2, B1, B2):
         ends[:, :, q + lists.Q_HEAD], ends[:, :, q + lists.Q_TAIL] = -1, -1
@@ -54,7 +54,7 @@ def compiled_state(space: Space) -> ARCState:
 
 
 @kernel
-def compiled_miss(st, pool, pr, g, r0, r1, key):
+def arc_miss(st, pool, pr, g, r0, r1, key):
     """``ARC.on_miss``: a key found in a ghost list moves the target p (B1 up, B2 down) and leaves the list."""
     ends, gh, p = st.ends, st.ghosts, st.p
     ends[pr, g, GHOST_HIT] = gh[LIST, pr, key]
@@ -69,7 +69,7 @@ def compiled_miss(st, pool, pr, g, r0, r1, key):
 
 
 @kernel
-def compiled_insert(st, pool, pr, g, r0, r1, slot):
+def arc_insert(st, pool, pr, g, r0, r1, slot):
     sl, ends = st.slots, st.ends
     which = L2 if ends[pr, g, GHOST_HIT] else L1
     sl[LIST, pr, slot] = which
@@ -78,7 +78,7 @@ def compiled_insert(st, pool, pr, g, r0, r1, slot):
 
 
 @kernel
-def compiled_hit(st, pool, pr, g, slot):
+def arc_hit(st, pool, pr, g, slot):
     """``ARC.on_hit``: the copy moves to L2's newest end (from L1, or within L2)."""
     sl, ends = st.slots, st.ends
     lists.q_remove(sl[NEXT], sl[PREV], ends, pr, g, sl[LIST, pr, slot], slot)
@@ -102,7 +102,7 @@ def evict_from(st, pool, pr, g, which, ghost):
 
 
 @kernel
-def compiled_evict(st, pool, pr, g, r0, r1):
+def arc_evict(st, pool, pr, g, r0, r1):
     """``ARC.to_evict``: case IV's trim of the ghosts on a miss in no list, then REPLACE."""
     ends, gh = st.ends, st.ghosts
     cap = st.capacity[pr, g]
@@ -147,9 +147,7 @@ class ARC(Hooked):
     """Evict by ARC's REPLACE: the tail of L1 or of L2, whichever ``p`` says is over its share."""
 
     name = "arc"
-    compiled = Compiled(
-        evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, miss=compiled_miss, state=compiled_state
-    )
+    compiled = Compiled(evict=arc_evict, insert=arc_insert, hit=arc_hit, miss=arc_miss, state=arc_state)
 
     def new_state(self, capacity: int) -> _ARC:
         return _ARC(capacity)

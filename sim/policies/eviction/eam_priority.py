@@ -57,7 +57,7 @@ class PriorityState(NamedTuple):
     pos: Any
 
 
-def priority_state(space: Space) -> PriorityState:
+def eam_priority_state(space: Space) -> PriorityState:
     L, rows = space.layers, max(space.rows, 1)
     shared = not space.per_layer
     cand = np.full(SLOTS + CANDIDATES, -1, np.int64)
@@ -170,7 +170,7 @@ def passed_layers(state, fv, pool, pr, first, passed, m, K):
 
 
 @kernel
-def victim(state, pool, pr, r0, r1):
+def eam_priority_to_evict(state, pool, pr, r0, r1):
     """``EAMPriority.to_evict`` over the compiled walk's pool: the lowest decay x (probability + floor) x (1 + uses),
     then the least recently touched (the match: ``match[0]``, -1: none). The order is total (a touch is unique), so any
     search that finds the least copy finds the reference scan's victim.
@@ -205,7 +205,7 @@ def victim(state, pool, pr, r0, r1):
 
 @kernel
 def _by_layer(state, pool, pr, decays, layer_now):
-    """``victim`` of a shared pool without a match: layer by layer from the farthest, through each layer's list of its
+    """``eam_priority_to_evict`` of a shared pool without a match: layer by layer from the farthest, through each layer's list of its
     copies, until a layer's least score (its decay x (1 + floor)) is above the best found."""
     L = state.layers
     least = 1.0 + PROB_FLOOR
@@ -226,7 +226,7 @@ def _by_layer(state, pool, pr, decays, layer_now):
 
 @kernel
 def _least(pool, pr, r0, r1, decays, lib, m):
-    """``victim`` of a layer's own region: the least copy of slots ``r0:r1``, by a scan."""
+    """``eam_priority_to_evict`` of a layer's own region: the least copy of slots ``r0:r1``, by a scan."""
     best, bv, bt = -1, 0.0, 0
     for s in range(r0, r1):
         if not free(pool, pr, s):
@@ -239,7 +239,7 @@ def _least(pool, pr, r0, r1, decays, lib, m):
 
 @kernel
 def _from_candidates(state, pool, pr, slots, layer_now, m):
-    """``victim`` of a shared pool with match ``m`` from the candidates the last scan kept (``slots``: the pool's
+    """``eam_priority_to_evict`` of a shared pool with match ``m`` from the candidates the last scan kept (``slots``: the pool's
     size), brought up to date (the layers passed since, the last victim's slot): the least of them when it goes before
     the bound, which leaves them; -1 when none does (a scan is due)."""
     cand, decays, lib = state.cand, state.decay, state.library
@@ -279,7 +279,7 @@ def _from_candidates(state, pool, pr, slots, layer_now, m):
 
 @kernel
 def _scan(state, pool, pr, r0, r1, layer_now, m):
-    """``victim`` of a shared pool with match ``m`` by a scan of slots ``r0:r1``: its K + 1 lowest copies kept in
+    """``eam_priority_to_evict`` of a shared pool with match ``m`` by a scan of slots ``r0:r1``: its K + 1 lowest copies kept in
     order, the first K as the candidates, the next as the bound; the least is the victim."""
     cand, decays, lib = state.cand, state.decay, state.library
     fv = cand.view(np.float64)
@@ -316,10 +316,10 @@ def _scan(state, pool, pr, r0, r1, layer_now, m):
 
 
 @kernel
-def priority_evict(state, pool, pr, g, r0, r1):
-    """The victim (``victim``), which leaves its layer's list."""
+def eam_priority_evict(state, pool, pr, g, r0, r1):
+    """The victim (``eam_priority_to_evict``), which leaves its layer's list."""
     fresh(state)
-    s = victim(state, pool, pr, r0, r1)
+    s = eam_priority_to_evict(state, pool, pr, r0, r1)
     if s >= 0 and state.shared:
         lay, n, slots, pos = pool[pr, s, LAYER], state.n, state.slots, state.pos
         i, last = pos[pr, s], n[pr, lay] - 1
@@ -331,7 +331,7 @@ def priority_evict(state, pool, pr, g, r0, r1):
 
 
 @kernel
-def priority_insert(state, pool, pr, g, r0, r1, slot):
+def eam_priority_insert(state, pool, pr, g, r0, r1, slot):
     """A copy took ``slot``: it joins its layer's list."""
     if state.shared:
         lay, n = pool[pr, slot, LAYER], state.n
@@ -341,7 +341,7 @@ def priority_insert(state, pool, pr, g, r0, r1, slot):
 
 
 @kernel
-def priority_unpin(state, pool, pr, g, slot):
+def eam_priority_unpin(state, pool, pr, g, slot):
     """A pinned copy let go while its pool's candidates hold: it enters them as it scores at the layer they were kept
     at (``enter``); the one in the last victim's slot enters as such."""
     fresh(state)
@@ -358,7 +358,9 @@ class EAMPriority:
     name = "eam_priority"
     Knobs = None
     needs = frozenset({"prefetcher"})
-    compiled = Compiled(evict=priority_evict, insert=priority_insert, unpin=priority_unpin, state=priority_state)
+    compiled = Compiled(
+        evict=eam_priority_evict, insert=eam_priority_insert, unpin=eam_priority_unpin, state=eam_priority_state
+    )
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         self.advisor = inputs.prefetcher if inputs else None

@@ -36,12 +36,12 @@ class ReleaseState(NamedTuple):
     library: Any
 
 
-def release_state(space: Space) -> ReleaseState:
+def eam_release_state(space: Space) -> ReleaseState:
     return ReleaseState(space.layers, space.now, space.match, space.library)
 
 
 @kernel
-def release_evict(state, pool, pr, g, r0, r1):
+def eam_release_evict(state, pool, pr, g, r0, r1):
     """``EAMRelease.to_evict`` over the compiled walk's pool: of the evictable copies in ``r0:r1`` that are not the
     match's candidates (from the current layer on, a nonzero probability; none without a match), the most used since
     insertion, then the lowest (layer, expert); every evictable copy when all are candidates. A scan of the region."""
@@ -68,7 +68,7 @@ class EAMRelease:
     name = "eam_release"
     Knobs = None
     needs = frozenset({"prefetcher"})
-    compiled = Compiled(evict=release_evict, state=release_state)
+    compiled = Compiled(evict=eam_release_evict, state=eam_release_state)
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         self.advisor = inputs.prefetcher if inputs else None

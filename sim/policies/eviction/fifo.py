@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from hobbit.sim.policies.base import CacheView, Plain, Pool
 from hobbit.sim.policies.compiled import Compiled
-from hobbit.sim.policies.eviction.lru import list_evict, list_insert, list_state
+from hobbit.sim.policies.eviction.lru import lru_evict, lru_insert, lru_state
 
 
 class FIFO(Plain):
     """Evict the copy loaded longest ago, however much it was used."""
 
     name = "fifo"
-    compiled = Compiled(evict=list_evict, insert=list_insert, state=list_state)
+    compiled = Compiled(evict=lru_evict, insert=lru_insert, state=lru_state)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

@@ -27,13 +27,13 @@ class LFRUState(NamedTuple):
     clock: Any  # [pool, region, CLOCK / NEXT] int64
 
 
-def compiled_state(space: Space) -> LFRUState:
+def lfru_state(space: Space) -> LFRUState:
     rows = max(space.rows, 1)
     return LFRUState(np.zeros((3, 2, rows), np.int64), np.zeros((2, space.capacity.shape[1], 2), np.int64))
 
 
 @kernel
-def compiled_insert(st, pool, pr, g, r0, r1, slot):
+def lfru_insert(st, pool, pr, g, r0, r1, slot):
     """One use at the region's next access, entered last."""
     st.clock[pr, g, CLOCK] += 1
     st.entries[USES, pr, slot], st.entries[LAST, pr, slot] = 1, st.clock[pr, g, CLOCK]
@@ -42,14 +42,14 @@ def compiled_insert(st, pool, pr, g, r0, r1, slot):
 
 
 @kernel
-def compiled_hit(st, pool, pr, g, slot):
+def lfru_hit(st, pool, pr, g, slot):
     st.clock[pr, g, CLOCK] += 1
     st.entries[USES, pr, slot] += 1
     st.entries[LAST, pr, slot] = st.clock[pr, g, CLOCK]
 
 
 @kernel
-def compiled_evict(st, pool, pr, g, r0, r1):
+def lfru_evict(st, pool, pr, g, r0, r1):
     """``LFRU.to_evict``: the lowest uses / (accesses since the last use + 1), ties to the earliest entry."""
     ent = st.entries
     best, bs, bq = -1, 0.0, 0
@@ -73,7 +73,7 @@ class LFRU(Hooked):
     """Evict the lowest uses per access since the last use."""
 
     name = "lfru"
-    compiled = Compiled(evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, state=compiled_state)
+    compiled = Compiled(evict=lfru_evict, insert=lfru_insert, hit=lfru_hit, state=lfru_state)
 
     def new_state(self, capacity: int) -> _LFRU:
         return _LFRU()

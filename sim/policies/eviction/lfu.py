@@ -24,7 +24,7 @@ class LFUState(NamedTuple):
     free_n: Any  # [pool] int64: the free group ids (a stack in ``groups[FREE]``)
 
 
-def state(space: Space) -> LFUState:
+def lfu_state(space: Space) -> LFUState:
     rows = max(space.rows, 1)
     groups = np.zeros((4, 2, rows), np.int64)
     groups[FREE, :, :] = np.arange(rows)  # every group id free
@@ -68,7 +68,7 @@ def enter(st, pr, g, s, count, y, x):
 
 
 @kernel
-def insert(st, pool, pr, g, r0, r1, s):
+def lfu_insert(st, pool, pr, g, r0, r1, s):
     """A copy took ``s`` (used once if it serves a use now): past the groups of fewer uses."""
     gr = st.groups
     count = pool[pr, s, ALL_USES]
@@ -80,7 +80,7 @@ def insert(st, pool, pr, g, r0, r1, s):
 
 
 @kernel
-def touch(st, pool, pr, g, s):
+def lfu_hit(st, pool, pr, g, s):
     """The copy in ``s`` (its use counted) moves from its group to the next count's."""
     gr = st.groups
     last = gr[LAST, pr, gr[GROUP, pr, s]]
@@ -91,7 +91,7 @@ def touch(st, pool, pr, g, s):
 
 
 @kernel
-def evict(st, pool, pr, g, r0, r1):
+def lfu_evict(st, pool, pr, g, r0, r1):
     """The least used, then least recently touched, unpinned copy (the list's oldest end), which leaves it."""
     s = st.ends[pr, g, lists.TAIL]
     while s >= 0 and pool[pr, s, PINNED]:
@@ -105,7 +105,7 @@ class LFU(Plain):
     """Evict the copy with the fewest uses since it was loaded."""
 
     name = "lfu"
-    compiled = Compiled(evict=evict, insert=insert, hit=touch, state=state)
+    compiled = Compiled(evict=lfu_evict, insert=lfu_insert, hit=lfu_hit, state=lfu_state)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

@@ -51,7 +51,7 @@ class _LIRS:
 # it holds, in the order ``slot_of`` got them), each a next and a previous link; S's flags, the lists a key is in
 # (IN_V: how many times it is in V), its slot (-1: none). ``victims`` (V) may hold a key more than once: its entries
 # (``ve[key / next / previous, pool, entry]``) come from a free list per pool (``ve_free``: its heads, then a flag set
-# when it ran out: the reference walk then decides, ``compiled_overflow``). Per region (``lr``): each list's head,
+# when it ran out: the reference walk then decides, ``lirs_overflow``). Per region (``lr``): each list's head,
 # tail and length (``policies.lists``), its LIR and HIR counts, capacity and limits.
 S_NXT, S_PRV, Q_NXT, Q_PRV, N_NXT, N_PRV, H_NXT, H_PRV, V_NXT, V_PRV = range(10)
 IN_S, S_LIR, S_RES, IN_Q, IN_N, SLOT_OF, IN_V = range(10, 17)
@@ -72,7 +72,7 @@ class LIRSState(NamedTuple):
     experts: int  # E: a key is layer * E + expert
 
 
-def compiled_state(space: Space) -> LIRSState:
+def lirs_state(space: Space) -> LIRSState:
     keys = space.layers * space.experts
     lk = np.zeros((N_LK, 2, keys), np.int64)
     lk[SLOT_OF] = -1
@@ -325,7 +325,7 @@ def _l_forget(lk, lr, pr, g, key):
 
 
 @kernel
-def compiled_miss(st, pool, pr, g, r0, r1, key):
+def lirs_miss(st, pool, pr, g, r0, r1, key):
     lk, lr, pin = st.lk, st.lr, pool[pr, :, PINNED]
     if _l_find(st, lk, lr, pin, pr, g, key):  # resident here but not in the cache (a copy it could not keep)
         _l_forget(lk, lr, pr, g, key)
@@ -333,7 +333,7 @@ def compiled_miss(st, pool, pr, g, r0, r1, key):
 
 
 @kernel
-def compiled_insert(st, pool, pr, g, r0, r1, slot):
+def lirs_insert(st, pool, pr, g, r0, r1, slot):
     lk, lr = st.lk, st.lr
     key = pool[pr, slot, LAYER] * st.experts + pool[pr, slot, EXPERT]
     if lk[SLOT_OF, pr, key] < 0:
@@ -344,7 +344,7 @@ def compiled_insert(st, pool, pr, g, r0, r1, slot):
 
 
 @kernel
-def compiled_hit(st, pool, pr, g, slot):
+def lirs_hit(st, pool, pr, g, slot):
     lk, lr, pin = st.lk, st.lr, pool[pr, :, PINNED]
     key = pool[pr, slot, LAYER] * st.experts + pool[pr, slot, EXPERT]
     if not _l_find(st, lk, lr, pin, pr, g, key):  # a copy it had counted out: back in, as a miss would bring it
@@ -354,7 +354,7 @@ def compiled_hit(st, pool, pr, g, slot):
 
 
 @kernel
-def compiled_evict(st, pool, pr, g, r0, r1):
+def lirs_evict(st, pool, pr, g, r0, r1):
     """``LIRS.to_evict``: the oldest counted-out copy the cache still holds, else its own choice (Q's oldest held, S's
     oldest held LIR, the oldest held), forgotten."""
     lk, lr, pin = st.lk, st.lr, pool[pr, :, PINNED]
@@ -387,7 +387,7 @@ def compiled_evict(st, pool, pr, g, r0, r1):
 
 
 @kernel
-def compiled_overflow(st):
+def lirs_overflow(st):
     """Whether V ran out of entries (the reference walk then decides the run)."""
     return st.ve_free[2]
 
@@ -397,12 +397,12 @@ class LIRS(Hooked):
 
     name = "lirs"
     compiled = Compiled(
-        evict=compiled_evict,
-        insert=compiled_insert,
-        hit=compiled_hit,
-        miss=compiled_miss,
-        overflow=compiled_overflow,
-        state=compiled_state,
+        evict=lirs_evict,
+        insert=lirs_insert,
+        hit=lirs_hit,
+        miss=lirs_miss,
+        overflow=lirs_overflow,
+        state=lirs_state,
     )
 
     def new_state(self, capacity: int) -> _LIRS:

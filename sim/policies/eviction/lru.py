@@ -23,13 +23,13 @@ class ListState(NamedTuple):
     ends: Any  # [pool, region, HEAD / TAIL] int64 (-1: empty)
 
 
-def list_state(space: Space) -> ListState:
+def lru_state(space: Space) -> ListState:
     ends = np.full((2, space.capacity.shape[1], 2), -1, np.int64)
     return ListState(np.zeros((2, 2, max(space.rows, 1)), np.int64), ends)
 
 
 @kernel
-def list_evict(state, pool, pr, g, r0, r1):
+def lru_evict(state, pool, pr, g, r0, r1):
     """The oldest unpinned copy of the list (TAIL is the oldest), which leaves it; -1 when every copy is pinned."""
     links, ends = state.links, state.ends
     s = ends[pr, g, lists.TAIL]
@@ -41,13 +41,13 @@ def list_evict(state, pool, pr, g, r0, r1):
 
 
 @kernel
-def list_insert(state, pool, pr, g, r0, r1, slot):
+def lru_insert(state, pool, pr, g, r0, r1, slot):
     """A copy that took ``slot`` enters the list newest."""
     lists.push(state.links, state.ends, pr, g, slot)
 
 
 @kernel
-def touch(state, pool, pr, g, slot):
+def lru_hit(state, pool, pr, g, slot):
     """The copy in ``slot`` served a use: it moves to the list's newest end (its TOUCHED is now the newest)."""
     if state.ends[pr, g, lists.HEAD] != slot:
         lists.unlink(state.links, state.ends, pr, g, slot)
@@ -58,7 +58,7 @@ class LRU(Plain):
     """Evict the copy used (or inserted) longest ago."""
 
     name = "lru"
-    compiled = Compiled(evict=list_evict, insert=list_insert, hit=touch, state=list_state)
+    compiled = Compiled(evict=lru_evict, insert=lru_insert, hit=lru_hit, state=lru_state)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

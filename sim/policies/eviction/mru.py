@@ -13,7 +13,7 @@ from hobbit.sim.policies.compiled import LAYER, PINNED, TOUCHED, Compiled, kerne
 
 
 @kernel
-def evict(state, pool, pr, g, r0, r1):
+def mru_evict(state, pool, pr, g, r0, r1):
     """``MRU.to_evict`` over the compiled walk's pool (``pool[pool, slot, field]``), in the Python numba compiles
     (the walk compiles it: ``sim.fast.special``): of the occupied, unpinned slots ``r0:r1`` of pool ``pr``, the one
     touched last (-1: none). MRU keeps no state of its own (``state`` is empty)."""
@@ -28,7 +28,7 @@ class MRU(Plain):
     """Evict the copy used (or inserted) most recently."""
 
     name = "mru"
-    compiled = Compiled(evict=evict)  # its compiled victim: the compiled walk evicts by it (sim.fast.special)
+    compiled = Compiled(evict=mru_evict)  # its compiled victim: the compiled walk evicts by it (sim.fast.special)
 
     def to_evict(self, pool: Pool, view: CacheView, region: range) -> int:
         cand = pool.candidates(region)

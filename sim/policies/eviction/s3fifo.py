@@ -63,7 +63,7 @@ class S3State(NamedTuple):
     experts: int  # E: a key is layer * E + expert
 
 
-def compiled_state(space: Space) -> S3State:
+def s3fifo_state(space: Space) -> S3State:
     k = space.knobs or S3FIFOKnobs()
     ends = np.zeros((2, space.capacity.shape[1], 11), np.int64)
     for q in (SMALL, MAIN, GHOST):
@@ -127,7 +127,7 @@ def evict_small(st, pool, pr, g, capacity):
 
 
 @kernel
-def compiled_evict(st, pool, pr, g, r0, r1):
+def s3fifo_evict(st, pool, pr, g, r0, r1):
     """``S3FIFO.to_evict``: M's oldest unused copy while M is over its size or S is empty, else S's oldest unused."""
     ends = st.ends
     ends[pr, g, EVICTED] = 1
@@ -141,7 +141,7 @@ def compiled_evict(st, pool, pr, g, r0, r1):
 
 
 @kernel
-def compiled_miss(st, pool, pr, g, r0, r1, key):
+def s3fifo_miss(st, pool, pr, g, r0, r1, key):
     ends, gh = st.ends, st.ghosts
     ends[pr, g, GHOST_HIT] = gh[2, pr, key]
     if gh[2, pr, key]:
@@ -150,7 +150,7 @@ def compiled_miss(st, pool, pr, g, r0, r1, key):
 
 
 @kernel
-def compiled_insert(st, pool, pr, g, r0, r1, slot):
+def s3fifo_insert(st, pool, pr, g, r0, r1, slot):
     sl, ends = st.slots, st.ends
     small_cap = caps(r1 - r0, st.knobs)[0]
     to_main = ends[pr, g, GHOST_HIT] != 0 or (
@@ -163,7 +163,7 @@ def compiled_insert(st, pool, pr, g, r0, r1, slot):
 
 
 @kernel
-def compiled_hit(st, pool, pr, g, slot):
+def s3fifo_hit(st, pool, pr, g, slot):
     st.slots[USES, pr, slot] += 1
 
 
@@ -172,9 +172,7 @@ class S3FIFO(Hooked):
 
     name = "s3fifo"
     Knobs = S3FIFOKnobs
-    compiled = Compiled(
-        evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, miss=compiled_miss, state=compiled_state
-    )
+    compiled = Compiled(evict=s3fifo_evict, insert=s3fifo_insert, hit=s3fifo_hit, miss=s3fifo_miss, state=s3fifo_state)
 
     def __init__(self, knobs: S3FIFOKnobs | None = None, inputs: PolicyInputs | None = None) -> None:
         super().__init__(knobs, inputs)

@@ -29,26 +29,26 @@ class SieveState(NamedTuple):
     visited: Any  # [pool, slot] int64
 
 
-def compiled_state(space: Space) -> SieveState:
+def sieve_state(space: Space) -> SieveState:
     rows = max(space.rows, 1)
     ends = np.full((2, space.capacity.shape[1], 3), -1, np.int64)
     return SieveState(np.zeros((2, 2, rows), np.int64), ends, np.zeros((2, rows), np.int64))
 
 
 @kernel
-def compiled_insert(st, pool, pr, g, r0, r1, slot):
+def sieve_insert(st, pool, pr, g, r0, r1, slot):
     """``_Sieve.push``: at the head, unvisited."""
     lists.push(st.links, st.ends, pr, g, slot)
     st.visited[pr, slot] = 0
 
 
 @kernel
-def compiled_hit(st, pool, pr, g, slot):
+def sieve_hit(st, pool, pr, g, slot):
     st.visited[pr, slot] = 1
 
 
 @kernel
-def compiled_evict(st, pool, pr, g, r0, r1):
+def sieve_evict(st, pool, pr, g, r0, r1):
     """``Sieve.to_evict`` over region ``g`` (slots r0:r1); the victim leaves the queue."""
     links, ends, visited = st.links, st.ends, st.visited
     tail = ends[pr, g, lists.TAIL]
@@ -106,7 +106,7 @@ class Sieve(Hooked):
     """Evict the first unvisited copy at or after the hand."""
 
     name = "sieve"
-    compiled = Compiled(evict=compiled_evict, insert=compiled_insert, hit=compiled_hit, state=compiled_state)
+    compiled = Compiled(evict=sieve_evict, insert=sieve_insert, hit=sieve_hit, state=sieve_state)
 
     def new_state(self, capacity: int) -> _Sieve:
         return _Sieve()

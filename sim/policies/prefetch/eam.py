@@ -13,7 +13,7 @@ next layer, so at batch 1 only its head is ever copied: the ``per_step`` best un
 experts are proposed. ``match`` is the current p, which MoE-Infinity's cache priority reads.
 
 Compiled (``compiled``): the same match and order over the walk's counts, which keeps each later layer's cosines
-until that layer's counts change (``best_match``) and visits each layer's experts by probability (``choose``).
+until that layer's counts change (``best_match``) and visits each layer's experts by probability (``eam_propose``).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def earlier(tl, te, props, x):
 
 
 @kernel(inline=True)
-def choose(state, s, layer, a, b):
+def eam_propose(state, s, layer, a, b):
     """``EAMPrefetch.propose``, compiled: the first ``per_step`` uncached by score, highest first, then by place (a
     stable sort's order), kept sorted in ``props``; each later layer's experts visited by probability, highest first
     (``order``), up to the first that scores below the last kept one: no sort of them all."""
@@ -172,7 +172,7 @@ def choose(state, s, layer, a, b):
 
 
 @kernel(inline=True)
-def forget(state):
+def eam_begin(state):
     """``EAMPrefetch.end_request``: no match until the next request's first step."""
     state.match[0] = -1
 
@@ -184,7 +184,7 @@ class EAMPrefetch:
     Knobs = EAMKnobs
     loads_ahead = True
     needs = frozenset({"profile"})  # ctx.counts: the walk's activation matrix of the request
-    compiled = CompiledPrefetch(propose=choose, begin=forget, state=eam_state, most=_most)
+    compiled = CompiledPrefetch(propose=eam_propose, begin=eam_begin, state=eam_state, most=_most)
 
     def __init__(self, knobs: EAMKnobs | None = None, inputs: PolicyInputs | None = None) -> None:
         k = knobs or EAMKnobs()

@@ -17,7 +17,7 @@ from hobbit.sim.policies.prefetch import misses, wanted
 
 
 @kernel(inline=True)
-def adaptive(state, s, layer, a, b):
+def hobbit_propose(state, s, layer, a, b):
     """``HobbitPrefetch.propose``, compiled: the predicted misses of the first layer ahead that has any."""
     L = s.ids.shape[1]
     for d in range(1, s.max_depth + 1):
@@ -37,7 +37,7 @@ class HobbitPrefetch:
     Knobs = None
     loads_ahead = True
     needs = frozenset({"predictions"})
-    compiled = CompiledPrefetch(propose=adaptive)
+    compiled = CompiledPrefetch(propose=hobbit_propose)
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         self.max_depth = (inputs or PolicyInputs()).depth

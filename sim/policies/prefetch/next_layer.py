@@ -10,7 +10,7 @@ from hobbit.sim.policies.prefetch import misses, wanted
 
 
 @kernel(inline=True)
-def next_layer(state, s, layer, a, b):
+def next_layer_propose(state, s, layer, a, b):
     """``NextLayerPrefetch.propose``, compiled."""
     if layer + 1 >= s.ids.shape[1]:
         return 0
@@ -23,7 +23,7 @@ class NextLayerPrefetch(Plain):
     name = "next_layer"
     loads_ahead = True
     needs = frozenset({"predictions"})
-    compiled = CompiledPrefetch(propose=next_layer)
+    compiled = CompiledPrefetch(propose=next_layer_propose)
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         if ctx.layer + 1 >= ctx.num_layers:

@@ -7,7 +7,7 @@ from hobbit.sim.policies.compiled import CompiledPrefetch, kernel
 
 
 @kernel(inline=True)
-def nothing(state, s, layer, a, b):
+def none_propose(state, s, layer, a, b):
     """``NoPrefetch.propose``, compiled."""
     return 0
 
@@ -17,7 +17,7 @@ class NoPrefetch(Plain):
 
     name = "none"
     loads_ahead = False  # no staging slots are set aside for it
-    compiled = CompiledPrefetch(propose=nothing)
+    compiled = CompiledPrefetch(propose=none_propose)
 
     def propose(self, ctx: PrefetchContext) -> list[PrefetchRequest]:
         return []

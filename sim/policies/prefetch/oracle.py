@@ -9,7 +9,7 @@ from hobbit.sim.policies.prefetch import misses, wanted
 
 
 @kernel(inline=True)
-def perfect(state, s, layer, a, b):
+def oracle_propose(state, s, layer, a, b):
     """``OraclePrefetch.propose``, compiled."""
     n = 0
     for d in range(1, s.max_depth + 1):
@@ -25,7 +25,7 @@ class OraclePrefetch:
     Knobs = None
     loads_ahead = True
     needs: frozenset[str] = frozenset()  # ctx.future: the trace itself
-    compiled = CompiledPrefetch(propose=perfect)
+    compiled = CompiledPrefetch(propose=oracle_propose)
 
     def __init__(self, knobs: None = None, inputs: PolicyInputs | None = None) -> None:
         self.max_depth = (inputs or PolicyInputs()).depth
