@@ -158,7 +158,7 @@ def run_one(cfg: SimConfig, progress: bool = True, label: str | None = None, wal
         parse_window(cfg.timeline_tokens, len(res.timeline.pass_start))
     paths = write_results(res, out)
     if cfg.timeline:
-        from hobbit.plumbing.timelines import write_sim_timeline  # pandas and matplotlib: only for a timeline
+        from hobbit.plumbing.schedule_files import write_sim_timeline  # pandas and matplotlib: only for a timeline
 
         for p in write_sim_timeline(res, cfg.system.demand_first, cfg.timeline_tokens, out):
             print(f"timeline: {p.resolve()}")

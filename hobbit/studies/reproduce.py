@@ -36,7 +36,7 @@ from tqdm import tqdm
 from hobbit.analysis.reproduce_plot import plot_reproduce
 from hobbit.api import configure, simulate_config
 from hobbit.plumbing.results_io import decode_text
-from hobbit.plumbing.timelines import write_sim_timeline
+from hobbit.plumbing.schedule_files import write_sim_timeline
 from hobbit.sim.config import ConfigError, ModelConfig
 from hobbit.sim.walk_copies import GENERAL
 from hobbit.traces.capture import CaptureConfig, capture

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from hobbit.analysis.timeline import plot_gantt, write_timeline
+from hobbit.analysis.schedule_views import plot_gantt, write_timeline
 from hobbit.analysis.validation_plots import plot_validation
 from hobbit.executor.config import CalibrateConfig, ValidateConfig
 from hobbit.executor.setup import pinned, prepare
@@ -20,7 +20,7 @@ from hobbit.executor.weights import first_layers, reduce_model
 from hobbit.plumbing.glue import hydra_quote, load_hardware, load_tuned, searchpath, write_yaml
 from hobbit.plumbing.phases import require
 from hobbit.plumbing.results_io import decode_text, write_results
-from hobbit.plumbing.timelines import GANTT_PASSES
+from hobbit.plumbing.schedule_files import GANTT_PASSES
 from hobbit.sim.checks import check_profile, check_topology, check_weights
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig
 from hobbit.traces.io import atomic_write_json, atomic_write_parquet, atomic_write_text, read_trace

@@ -1,11 +1,11 @@
 """Timelines of runs as files: ``timeline.json`` (Chrome Trace Event format) and ``gantt.png``/``.svg``
-(``analysis.timeline``), for ``hobbit sim``, ``hobbit validate`` and ``hobbit reproduce`` with ``timeline=true``."""
+(``analysis.schedule_views``), for ``hobbit sim``, ``hobbit validate`` and ``hobbit reproduce`` with ``timeline=true``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hobbit.analysis.timeline import plot_gantt, write_timeline
+from hobbit.analysis.schedule_views import plot_gantt, write_timeline
 from hobbit.sim.events import Schedule, parse_window, simulated
 from hobbit.sim.results import Results
 
