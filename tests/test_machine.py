@@ -348,6 +348,8 @@ def test_the_cpu_catalogue_holds_what_people_run_within_physical_ranges():
         ("AMD EPYC 7763", "epyc-7763"),
         ("M4 Max", "apple-m4-max"),
         ("i9-14900K", "core-i9-14900k"),  # parts.yaml's entry, with cpus.yaml's spellings
+        ("AMD Threadripper PRO 7975WX (FCLK=2100)", "tr-pro-7975wx"),  # as a published row writes it
+        ("AMD Ryzen Threadripper PRO 5975WX (32 cores)", "tr-pro-5975wx"),
     ],
 )
 def test_cpus_of_the_catalogue_by_the_names_people_type(name, key):

@@ -218,7 +218,7 @@ def lookup_cpu(value: object) -> tuple[str, dict[str, Any]]:
     if want in _cpu_spellings():
         key = _cpu_spellings()[want]
         return key, table[key]
-    words = set(_cpu_words(str(value)))
+    words = {w for w in _cpu_words(str(value)) if re.search(r"\d", w)}  # model numbers, not "pro" or "max"
     hits = [key for key in table if key.rsplit("-", 1)[-1] in words]
     if len(hits) == 1:
         return hits[0], table[hits[0]]
