@@ -284,9 +284,9 @@ def test_cpu_names_as_people_write_them(name, key):
 
 def test_cpu_errors_name_the_key_and_the_known_cpus():
     with pytest.raises(
-        ConfigError, match=r"^cpu=Ryzen 7 5800X3D: not in hobbit/catalogue/data/parts.yaml.* Known: .*ryzen9-7950x"
+        ConfigError, match=r"^cpu=Ryzen 7 5899X3D: not among the \d+ CPUs of .*did you mean AMD Ryzen 7 5800X3D"
     ):
-        describe(cpu="Ryzen 7 5800X3D")
+        describe(cpu="Ryzen 7 5899X3D")
     with pytest.raises(ConfigError, match=r"^sockets=2: the AMD Ryzen 9 7950X takes at most 1"):
         describe(cpu="ryzen9-7950x", sockets=2)
     with pytest.raises(ConfigError, match=r"^sockets=2: needs cpu="):
@@ -304,3 +304,69 @@ def test_every_cpu_has_a_source_and_positive_numbers():
         assert c["dram"] in parts()["dram"]["types"], key
         f, _ = describe(cpu=key)
         assert f["cpu_cores"] == c["cores"] and HardwareConfig(**f).cpu_mem_gbps > 0
+
+
+CPU_FIELDS = {"name", "aliases", "maker", "segment", "launched", "cores", "threads", "sockets", "channels", "dram", "mts",
+              "base_ghz", "boost_ghz", "isa", "numa", "mem_gbps", "source"}  # fmt: skip
+
+
+def test_the_cpu_catalogue_holds_what_people_run_within_physical_ranges():
+    """hobbit/catalogue/data/cpus.yaml: at least 150 CPUs, every entry's fields known and within physical ranges, a
+    source on each, and no spelling that names two CPUs."""
+    from hobbit.catalogue.machine import _cpu_words, cpus
+
+    data = yaml.safe_load((PARTS.parent / "cpus.yaml").read_text())["cpus"]
+    assert len(data) >= 150
+    makers = {c["maker"] for c in data.values()}
+    assert makers == {"AMD", "Intel", "Apple"}
+    seen: dict[str, str] = {}
+    for key, c in data.items():
+        assert set(c) <= CPU_FIELDS and {"name", "cores", "sockets", "source"} <= set(c), key
+        assert c["source"] and c["segment"] in ("desktop", "workstation", "server", "laptop", "soc"), key
+        assert 1 <= c["cores"] <= 288 and c.get("threads", c["cores"]) >= c["cores"], key
+        assert c["sockets"] in (1, 2, 4, 8), key
+        assert 1 <= c.get("channels", 1) <= 16 and 1600 <= c.get("mts", 3200) <= 10000, key
+        assert c.get("dram", "ddr5") in ("ddr4", "ddr5", "lpddr4x", "lpddr5", "lpddr5x"), key
+        assert 0.5 <= c.get("base_ghz", 1.0) <= c.get("boost_ghz", 6.5) <= 6.5, key
+        assert set(c.get("isa", ())) <= {"avx2", "avx512", "avx_vnni", "avx512_vnni", "avx512_bf16", "amx"}, key
+        assert 50 <= c.get("mem_gbps", 100) <= 1000, key
+        for text in (key, c["name"], *c.get("aliases", ())):
+            spelled = "".join(_cpu_words(str(text)))
+            assert seen.setdefault(spelled, c["name"]) == c["name"], (text, seen[spelled], c["name"])
+    assert len(cpus()) >= len(data)  # parts.yaml's and cpus.yaml's, each CPU once
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("EPYC 9355", "epyc-9355"),
+        ("7950X3D", "ryzen9-7950x3d"),
+        ("TR PRO 7975WX", "tr-pro-7975wx"),
+        ("i5-12600K", "i5-12600k"),
+        ("Xeon 8480+", "xeon-platinum-8480plus"),
+        ("Threadripper PRO 7975WX", "tr-pro-7975wx"),
+        ("AMD EPYC 7763", "epyc-7763"),
+        ("M4 Max", "apple-m4-max"),
+        ("i9-14900K", "core-i9-14900k"),  # parts.yaml's entry, with cpus.yaml's spellings
+        ("AMD Threadripper PRO 7975WX (FCLK=2100)", "tr-pro-7975wx"),  # as a published row writes it
+        ("AMD Ryzen Threadripper PRO 5975WX (32 cores)", "tr-pro-5975wx"),
+    ],
+)
+def test_cpus_of_the_catalogue_by_the_names_people_type(name, key):
+    assert lookup_cpu(name)[0] == key
+
+
+def test_a_catalogue_cpu_gives_its_platform_and_says_what_it_lacks():
+    """The Threadripper PRO 7975WX of the issue's example: 32 cores and eight channels of DDR5-5200 from its maker's
+    data (not a 60 GB/s default), its fp32 peak assumed and said so; a CPU whose maker gives no channel count asks
+    for ram= with them."""
+    f, lines = describe(cpu="TR PRO 7975WX", ram="256GB")
+    why = {d.field: d for d in lines}
+    assert f["cpu_cores"] == 32
+    assert f["cpu_mem_gbps"] == pytest.approx(8 * 5200 * 8 / 1000 * 0.75)
+    assert "cpus.yaml (cpus.tr-pro-7975wx)" in why["cpu_mem_gbps"].source
+    assert why["cpu_tflops"].how.startswith("assumed")
+    with pytest.raises(ConfigError, match=r"^cpu=apple-m4-max: .* has no channels for the Apple M4 Max .*fix: ram="):
+        describe(cpu="M4 Max", ram="128GB")
+    f, _ = describe(cpu="M4 Max", ram="128GB:lpddr5x-8533x4")  # given in full, it plans
+    assert f["cpu_mem_gbps"] > 0 and f["cpu_cores"] == 16

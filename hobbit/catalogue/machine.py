@@ -37,7 +37,7 @@ KEYS: dict[str, str] = {
     "ram_gbps": "a measured host memory bandwidth, GB/s (85)",
     "ssd": "an NVMe drive of hobbit/catalogue/data/parts.yaml or its sequential read rate (samsung-990-pro, 7GB/s)",
     "ssd_fault_gbps": "a measured mmap page-fault read rate, GB/s",
-    "cpu": "a CPU of hobbit/catalogue/data/parts.yaml by name (ryzen9-7950x, xeon-gold-6454s, ...): cores, memory channels, DDR speed",
+    "cpu": "a CPU as its maker names it (7950X3D, EPYC 9355, TR PRO 7975WX, i5-12600K, Xeon 8480+; hobbit/catalogue/data/cpus.yaml): cores, memory channels, DDR speed",
     "sockets": "CPU sockets in use, with cpu= (2: each socket's cores and memory channels count, one NUMA node each)",
     "cpu_cores": "the CPU's physical cores (16)",
     "cpu_tflops": "the CPU's 16-bit GEMV TFLOP/s (1.5)",
@@ -86,6 +86,39 @@ class Ram(NamedTuple):
 def parts() -> dict[str, Any]:
     """hobbit/catalogue/data/parts.yaml, read once from the package."""
     return yaml.safe_load((resources.files("hobbit.catalogue") / "data" / "parts.yaml").read_text())
+
+
+CPU_FILES = ("parts.yaml", "cpus.yaml")  # hobbit/catalogue/data/'s files with CPUs, the first one's entries first
+
+
+@functools.cache
+def cpus() -> dict[str, dict[str, Any]]:
+    """Every CPU ``cpu=`` can name: parts.yaml's ``cpus`` (which also carry an fp32 peak) and cpus.yaml's, each CPU
+    once (by its name's words; parts.yaml's entry where both name it, with the other's spellings), each entry with
+    the file it came from (``file``)."""
+    table: dict[str, dict[str, Any]] = {}
+    by_name: dict[str, str] = {}
+    for file in CPU_FILES:
+        data = yaml.safe_load((resources.files("hobbit.catalogue") / "data" / file).read_text())
+        for key, entry in data["cpus"].items():
+            name = "".join(_cpu_words(entry["name"]))
+            if name in by_name:
+                first = table[by_name[name]]
+                first["aliases"] = [*first.get("aliases", ()), *entry.get("aliases", ())]
+                continue
+            table[key] = {**entry, "file": file}
+            by_name[name] = key
+    return table
+
+
+@functools.cache
+def _cpu_spellings() -> dict[str, str]:
+    """Each CPU's key, name and aliases as ``_cpu_words`` joins them -> its key."""
+    out: dict[str, str] = {}
+    for key, cpu in cpus().items():
+        for text in (key, cpu["name"], *cpu.get("aliases", ())):
+            out.setdefault("".join(_cpu_words(str(text))), key)
+    return out
 
 
 def _bad(key: str, value: object, forms: str) -> ConfigError:
@@ -175,20 +208,27 @@ def _cpu_words(name: str) -> list[str]:
 
 
 def lookup_cpu(value: object) -> tuple[str, dict[str, Any]]:
-    """The entry of hobbit/catalogue/data/parts.yaml ``cpus`` that ``value`` names: by its key or name (case, spaces, dashes, maker and
-    trademarks ignored: ``AMD Ryzen 9 7950X``, ``ryzen9-7950x``), else the one entry whose model number (the key's last
-    part: 7950x, 14900k, 6454s) is a word of ``value`` (``Intel i9-14900K``); an unknown name raises ``ConfigError``
-    with the closest names and every known one."""
-    table: dict[str, Any] = parts()["cpus"]
+    """The CPU (``cpus``) that ``value`` names: by its key, name or one of its aliases as users write them (case,
+    spaces, dashes, maker and trademarks ignored: ``AMD Ryzen 9 7950X``, ``ryzen9-7950x``, ``7950X3D``, ``EPYC
+    9355``, ``TR PRO 7975WX``, ``Xeon 8480+``), else the one entry whose model number (the key's last part: 7950x,
+    14900k, 6454s) is a word of ``value`` (``Intel i9-14900K``); an unknown name raises ``ConfigError`` with the
+    closest names."""
+    table = cpus()
     want = "".join(_cpu_words(str(value)))
-    for key, cpu in table.items():
-        if want in ("".join(_cpu_words(key)), "".join(_cpu_words(cpu["name"]))):
-            return key, cpu
-    words = set(_cpu_words(str(value)))
+    if want in _cpu_spellings():
+        key = _cpu_spellings()[want]
+        return key, table[key]
+    words = {w for w in _cpu_words(str(value)) if re.search(r"\d", w)}  # model numbers, not "pro" or "max"
     hits = [key for key in table if key.rsplit("-", 1)[-1] in words]
     if len(hits) == 1:
         return hits[0], table[hits[0]]
-    return lookup("cpu", value, table, "or give cpu_cores= and ram=capacity:type-MT/s x channels")
+    close = difflib.get_close_matches(want, list(_cpu_spellings()), n=3, cutoff=0.6)
+    names = list(dict.fromkeys(table[_cpu_spellings()[c]]["name"] for c in close))
+    hint = f"; did you mean {' or '.join(names)}?" if names else ""
+    raise ConfigError(
+        f"cpu={value}: not among the {len(table)} CPUs of hobbit/catalogue/data/cpus.yaml and parts.yaml{hint} "
+        f"(fix: a CPU as its maker names it, or give cpu_cores= and ram=capacity:type-MT/s x channels)"
+    )
 
 
 def pcie_gbps(gen: int, lanes: int) -> float:
@@ -336,7 +376,17 @@ class Cpu(NamedTuple):
 
     @property
     def source(self) -> str:
-        return f"hobbit/catalogue/data/parts.yaml (cpus.{self.key}): {self.entry['source']}"
+        return f"hobbit/catalogue/data/{self.entry['file']} (cpus.{self.key}): {self.entry['source']}"
+
+    def platform(self, field: str) -> Any:
+        """The entry's memory ``field`` (channels, dram, mts), refused where its maker gives none."""
+        if field not in self.entry:
+            raise ConfigError(
+                f"cpu={self.key}: hobbit/catalogue/data/{self.entry['file']} has no {field} for the "
+                f"{self.entry['name']} (its maker's data gives none) (fix: ram=SIZE:TYPE-MT/s x channels, e.g. "
+                f"ram=64GB:ddr5-5600x2, or ram_gbps=)"
+            )
+        return self.entry[field]
 
 
 def _cpu(keys: dict[str, object], put: Put) -> Cpu | None:
@@ -384,14 +434,16 @@ def _ram(keys: dict[str, object], out: dict[str, Any], put: Put, cpu: Cpu | None
         note = "" if ram.channels_given else " (2 channels assumed)"
     else:
         kind, mts, channels, note = "", 0, 0, ""
+    if "ram_gbps" in keys and cpu is not None and not (ram is not None and ram.kind):
+        return  # measured: it stands for what the platform would give
     if cpu is not None and not (ram is not None and ram.kind and ram.channels_given):
         e, per = cpu.entry, f" x {cpu.sockets} sockets" if cpu.sockets > 1 else ""
-        channels = e["channels"] * cpu.sockets
+        channels = cpu.platform("channels") * cpu.sockets
         source = f"{source}; {cpu.source}"
         if kind:
             note = f" (channels: the {e['name']}'s {e['channels']}{per})"
         else:
-            kind, mts = e["dram"], e["mts"]
+            kind, mts = cpu.platform("dram"), cpu.platform("mts")
             what = "ram= not given" if ram is None else "ram= gave no type and speed"
             note = (
                 f" ({what}: the {e['name']}'s rated speed and its {e['channels']} channels{per}, assumed populated "

@@ -109,29 +109,46 @@ def _cpu_and_ram(r: Row, hw: dict[str, str], info: dict[str, Any], fmt: str) -> 
                 f"(a runtime with one copy of the experts reads them at one socket's bandwidth: system.numa)"
             )
     if cpu_text and not NOT_STATED.search(cpu_text):
-        try:
-            key, entry = lookup_cpu(cpu_text)
-            hw["cpu"] = key
-            if used > entry["sockets"]:
-                r.assume(f"{used} sockets stated; the {entry['name']} takes {entry['sockets']}: one counted")
-                used = sockets = 1
-            elif used > 1:
-                hw["sockets"] = str(used)
-        except ConfigError:
-            per = re.search(r"(\d+)\s*cores?\s*/\s*socket", cpu_text, re.IGNORECASE)
-            total = re.search(r"\((\d+)\s*C\)|(\d+)[- ]cores?", cpu_text, re.IGNORECASE)
-            if per:
-                hw["cpu_cores"] = str(int(per.group(1)) * used)
-            elif total:
-                hw["cpu_cores"] = next(g for g in total.groups() if g)
-            r.assume(
-                f"CPU '{cpu_text}' is not in hobbit/catalogue/data/parts.yaml: its cores {'as stated' if per or total else 'unknown'}, "
-                f"its memory platform unknown"
-            )
+        entry, used, sockets = _catalogue_cpu(r, hw, cpu_text, used, sockets)
     _ram(r, hw, info, fmt, entry, sockets, used)
     bw = re.search(r"(\d+(?:\.\d+)?)\s*GB/s", r.get("mem_bw_stated"))
     if bw:
         hw["ram_gbps"] = bw.group(1)
+
+
+def _catalogue_cpu(
+    r: Row, hw: dict[str, str], cpu_text: str, used: int, sockets: int
+) -> tuple[dict[str, Any], int, int]:
+    """cpu= (and sockets=) of the CPU of the catalogue ``cpu_text`` names, or its stated cores (said so); the entry
+    whose memory platform the RAM's defaults come from ({} for none), the sockets in use and stated."""
+    try:
+        key, entry = lookup_cpu(cpu_text)
+    except ConfigError:
+        per = re.search(r"(\d+)\s*cores?\s*/\s*socket", cpu_text, re.IGNORECASE)
+        total = re.search(r"\((\d+)\s*C\)|(\d+)[- ]cores?", cpu_text, re.IGNORECASE)
+        if per:
+            hw["cpu_cores"] = str(int(per.group(1)) * used)
+        elif total:
+            hw["cpu_cores"] = next(g for g in total.groups() if g)
+        r.assume(
+            f"CPU '{cpu_text}' is not in the CPU catalogue (hobbit/catalogue/data/cpus.yaml, parts.yaml): its cores "
+            f"{'as stated' if per or total else 'unknown'}, its memory platform unknown"
+        )
+        return {}, used, sockets
+    if not {"channels", "dram", "mts"} <= set(entry):  # a maker that gives no memory platform (Apple)
+        hw["cpu_cores"] = str(entry["cores"] * used)
+        r.assume(
+            f"the {entry['name']}'s cores from hobbit/catalogue/data/{entry['file']}; its maker gives no memory "
+            f"channels, so the RAM is as stated or unknown"
+        )
+        return {}, used, sockets
+    hw["cpu"] = key
+    if used > entry["sockets"]:
+        r.assume(f"{used} sockets stated; the {entry['name']} takes {entry['sockets']}: one counted")
+        return entry, 1, 1
+    if used > 1:
+        hw["sockets"] = str(used)
+    return entry, used, sockets
 
 
 _CHANNEL_WORDS = {"dual": 2, "quad": 4, "hexa": 6, "six": 6, "octa": 8, "eight": 8, "twelve": 12}
@@ -171,7 +188,7 @@ def _ram(
             mts = cpu["mts"]
             r.assume(
                 f"RAM speed not stated: {kind.upper()}-{mts}, the {cpu['name']}'s rated speed (its data sheet, "
-                f"hobbit/catalogue/data/parts.yaml)"
+                f"hobbit/catalogue/data/{cpu['file']})"
             )
     if not gib and kind and mts:
         gib = _assumed_capacity(r, info, fmt)
@@ -183,7 +200,7 @@ def _ram(
             what = f"its capacity {_size(gib)}" if gib else unstated
             r.assume(
                 f"RAM speed not stated: {what}; its speed and channels the {cpu['name']}'s rated "
-                f"{cpu['dram'].upper()}-{cpu['mts']} x{cpu['channels'] * used} (its data sheet, hobbit/catalogue/data/parts.yaml)"
+                f"{cpu['dram'].upper()}-{cpu['mts']} x{cpu['channels'] * used} (its data sheet, hobbit/catalogue/data/{cpu['file']})"
             )
         elif not r.get("mem_bw_stated"):
             left = (
