@@ -48,7 +48,11 @@ ARCHS: dict[str, str] = {
     "qwen3_next": "qwen3next",
     "qwen3_5_moe": "qwen35moe",
     "kimi_linear": "kimi-linear",
+    "kimi_k2": "deepseek2",
 }
+# families whose config.json names its own model_type over another's architecture, read as that one (Kimi-K2's
+# config.json: model_type kimi_k2, architectures DeepseekV3ForCausalLM, the same fields)
+_READ_AS = {"kimi_k2": "deepseek_v3"}
 # Names transformers 5 gives that gguf 0.19's map lacks (fused or moved since llama.cpp's converters were written):
 # the part after ``layers.N.`` -> the GGUF kinds it splits into evenly (llama.cpp writes dt_bias as ssm_dt.bias).
 _OWN: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -173,7 +177,7 @@ def from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None =
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        cfg = AutoConfig.for_model(mt, **{k: v for k, v in raw.items() if k not in _DROP})
+        cfg = AutoConfig.for_model(_READ_AS.get(mt, mt), **{k: v for k, v in raw.items() if k not in _DROP})
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: transformers cannot read it as model_type={mt}: {e}") from e
     text = cfg.get_text_config()
