@@ -48,7 +48,6 @@ ARCHS: dict[str, str] = {
     "qwen3_next": "qwen3next",
     "qwen3_5_moe": "qwen35moe",
     "kimi_linear": "kimi-linear",
-    "kimi_k2": "deepseek2",
 }
 # families whose config.json names its own model_type over another's architecture, read as that one (Kimi-K2's
 # config.json: model_type kimi_k2, architectures DeepseekV3ForCausalLM, the same fields)
@@ -166,7 +165,8 @@ def from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None =
     ``ARCHS`` (dense models included), naming the file, the field and the supported families.
     """
     raw, where, default_name = _read_hf(path_or_dict)
-    mt = raw.get("model_type")
+    mt = str(raw.get("model_type") or "")
+    mt = _READ_AS.get(mt, mt)
     if mt not in ARCHS:
         raise ConfigError(
             f"{where}: model_type={mt!r} is not a supported MoE family (a dense model has no experts to "
@@ -177,7 +177,7 @@ def from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None =
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        cfg = AutoConfig.for_model(_READ_AS.get(mt, mt), **{k: v for k, v in raw.items() if k not in _DROP})
+        cfg = AutoConfig.for_model(mt, **{k: v for k, v in raw.items() if k not in _DROP})
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: transformers cannot read it as model_type={mt}: {e}") from e
     text = cfg.get_text_config()
