@@ -49,13 +49,16 @@ def test_a_model_by_its_hugging_face_id(value, file):
 
 def test_catalogue_models_count_as_their_cards_say():
     """DeepSeek-R1 has DeepSeek-V3's architecture: 671 B without its MTP module, the V3 preset's count; the others
-    as their model cards name them (Qwen3-Coder-480B-A35B, Mixtral-8x22B's 141 B, Kimi-K2's 1 T)."""
+    as their model cards name them (Qwen3-Coder-480B-A35B, Mixtral-8x22B's 141 B, DeepSeek-V2-Lite's 15.7 B, Kimi-K2's
+    1 T)."""
     r1 = from_hf_config(find("deepseek-ai/DeepSeek-R1").path)  # pyright: ignore[reportOptionalMemberAccess]
     assert _total(r1) == 671_026_404_352 and (r1.num_experts, r1.top_k, r1.dense_layers) == (256, 8, 3)
     coder = from_hf_config(find("Qwen/Qwen3-Coder-480B-A35B-Instruct").path)  # pyright: ignore[reportOptionalMemberAccess]
     assert round(_total(coder) / 1e9) == 480 and coder.num_experts == 160
     big = from_hf_config(find("mistralai/Mixtral-8x22B-v0.1").path)  # pyright: ignore[reportOptionalMemberAccess]
     assert round(_total(big) / 1e9) == 141 and (big.num_experts, big.top_k) == (8, 2)
+    lite = from_hf_config(find("deepseek-ai/DeepSeek-V2-Lite").path)  # pyright: ignore[reportOptionalMemberAccess]
+    assert round(_total(lite) / 1e9, 1) == 15.7 and (lite.num_experts, lite.top_k, lite.dense_layers) == (64, 6, 1)
     # Kimi-K2's config.json names its own model_type over DeepSeek-V3's architecture: read as that ("1T total")
     kimi = from_hf_config(find("moonshotai/Kimi-K2-Instruct").path)  # pyright: ignore[reportOptionalMemberAccess]
     assert round(_total(kimi) / 1e12, 2) == 1.03 and (kimi.num_experts, kimi.top_k, kimi.attention) == (384, 8, "mla")

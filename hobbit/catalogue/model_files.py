@@ -41,6 +41,7 @@ ARCHS: dict[str, str] = {
     "qwen2_moe": "qwen2moe",
     "qwen3_moe": "qwen3moe",
     "olmoe": "olmoe",
+    "deepseek_v2": "deepseek2",
     "deepseek_v3": "deepseek2",
     "gpt_oss": "gpt-oss",
     "glm4_moe": "glm4moe",
