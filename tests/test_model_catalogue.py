@@ -79,3 +79,18 @@ def test_plan_takes_a_hugging_face_id(tmp_path):
     assert fits and fits[0]["decode_tok_s"] > 0 and fits[0]["gpu_bytes"] <= 24 * 2**30
     with pytest.raises(ConfigError, match=r"model=zai-org/GLM-5: .*in the catalogue .*glm-5\.json.*glm_moe_dsa"):
         plan_for("zai-org/GLM-5", gpu="RTX 4090", ram="512GB", runtimes=["llama.cpp"])
+
+
+def test_a_name_that_is_nothing_says_the_nearest():
+    """A name no preset, file or catalogue model has: exit 2's message names the nearest (a preset or a catalogue
+    model) and how to pass a file."""
+    from hobbit.planner.config import PlanConfig
+    from hobbit.plumbing.glue import compose
+
+    with pytest.raises(ConfigError, match=r"model=deepseek-r2: conf/model has no deepseek-r2 \(did you mean model="
+                       r"deepseek-r1\?\).*or a model of the catalogue by its Hugging Face id"):  # fmt: skip
+        compose("plan", PlanConfig, ["model=deepseek-r2"])
+    with pytest.raises(
+        ConfigError, match=r"DeepSeek-R2 does not exist, nor .*did you mean model=deepseek-ai/DeepSeek-R1"
+    ):
+        compose("plan", PlanConfig, ["model=deepseek-ai/DeepSeek-R2"])

@@ -11,6 +11,7 @@ after (sweeps, the saved config of a run) then sees an ordinary config group opt
 from __future__ import annotations
 
 import atexit
+import difflib
 import re
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hobbit.catalogue.machine import KEYS, hardware_config
 from hobbit.catalogue.model_files import load_model
-from hobbit.catalogue.models import FOLDER, CatalogueModel, find
+from hobbit.catalogue.models import FOLDER, CatalogueModel, catalogue, find
 from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig
 from hobbit.traces.io import atomic_write_text
 
@@ -93,6 +94,18 @@ def _catalogue_load(value: str, listed: CatalogueModel) -> ModelConfig:
         ) from None
 
 
+def _no_model(value: str) -> str:
+    """Why ``model=value`` names nothing: no such file, no Hugging Face id of the catalogue (the nearest said)."""
+    ids = {i: name for name, m in catalogue().items() for i in m.hf_ids}
+    near = difflib.get_close_matches(value, list(ids), n=1, cutoff=0.6)
+    hint = f" (did you mean model={near[0]}?)" if near else ""
+    return (
+        f"model={value}: {Path(value).expanduser()} does not exist, nor is it the Hugging Face id of a model of the "
+        f"catalogue{hint} (fix: a .gguf or config.json file, a folder holding one, or an id of "
+        f"hobbit/catalogue/data/{FOLDER}/SOURCES.md)"
+    )
+
+
 def rewrite(overrides: list[str]) -> list[str]:
     """``overrides`` with each ``model=PATH`` and ``hardware=PATH`` replaced by the option written for it, and the
     search path added (merged into a ``hydra.searchpath=[...]`` already given). A file that cannot be read raises
@@ -105,6 +118,8 @@ def rewrite(overrides: list[str]) -> list[str]:
         listed = key == "model" and eq and "," not in value and _catalogue_model(value)
         if listed or (key in ("model", "hardware") and eq and is_path(key, value) and "," not in value):
             path = listed.path if listed else Path(value).expanduser()
+            if key == "model" and not listed and not path.exists():
+                raise ConfigError(_no_model(value))
             if key == "hardware" and not path.is_file():
                 raise ConfigError(f"hardware={value}: no such file (fix: hobbit hardware ... out={value})")
             if listed:
