@@ -54,6 +54,21 @@ TINY: dict[str, tuple[str, dict[str, Any], tuple[int, int, int, int, int]]] = {
         dict(num_hidden_layers=2, intermediate_size=8, num_experts=5, num_experts_per_tok=2),
         (2, 5, 2, 8, 0),
     ),
+    "deepseek_v2": (
+        "DeepseekV2Config",
+        dict(
+            num_hidden_layers=4,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            first_k_dense_replace=1,
+            n_shared_experts=1,
+            q_lora_rank=None,
+            **MLA,
+        ),
+        (3, 8, 2, 16, 1),
+    ),
     "deepseek_v3": (
         "DeepseekV3Config",
         dict(

@@ -41,6 +41,7 @@ ARCHS: dict[str, str] = {
     "qwen2_moe": "qwen2moe",
     "qwen3_moe": "qwen3moe",
     "olmoe": "olmoe",
+    "deepseek_v2": "deepseek2",
     "deepseek_v3": "deepseek2",
     "gpt_oss": "gpt-oss",
     "glm4_moe": "glm4moe",
@@ -49,6 +50,9 @@ ARCHS: dict[str, str] = {
     "qwen3_5_moe": "qwen35moe",
     "kimi_linear": "kimi-linear",
 }
+# families whose config.json names its own model_type over another's architecture, read as that one (Kimi-K2's
+# config.json: model_type kimi_k2, architectures DeepseekV3ForCausalLM, the same fields)
+_READ_AS = {"kimi_k2": "deepseek_v3"}
 # Names transformers 5 gives that gguf 0.19's map lacks (fused or moved since llama.cpp's converters were written):
 # the part after ``layers.N.`` -> the GGUF kinds it splits into evenly (llama.cpp writes dt_bias as ssm_dt.bias).
 _OWN: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -162,7 +166,8 @@ def from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None =
     ``ARCHS`` (dense models included), naming the file, the field and the supported families.
     """
     raw, where, default_name = _read_hf(path_or_dict)
-    mt = raw.get("model_type")
+    mt = str(raw.get("model_type") or "")
+    mt = _READ_AS.get(mt, mt)
     if mt not in ARCHS:
         raise ConfigError(
             f"{where}: model_type={mt!r} is not a supported MoE family (a dense model has no experts to "

@@ -23,6 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.errors import HydraException
 
+from hobbit.catalogue.models import catalogue
 from hobbit.traces.knobs import limit_of, say_limit, within
 
 _BOOLS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}
@@ -139,12 +140,15 @@ def override_problem(
         for v in values or [o.value()]:
             if not isinstance(v, str) or v in groups[key]:
                 continue
-            near = difflib.get_close_matches(v, groups[key], n=1, cutoff=0.6)
+            listed = list(catalogue()) if key == "model" else []  # the catalogue's configs (``model=`` takes them)
+            near = difflib.get_close_matches(v, [*groups[key], *listed], n=1, cutoff=0.6)
             return (
                 f"{line}: conf/{key} has no {v}"
                 + (f" (did you mean {key}={near[0]}?)" if near else "")
                 + f"; the choices: {', '.join(groups[key])}"
-            )
+                + (f"; or a model of the catalogue by its Hugging Face id ({', '.join(listed)}), or a .gguf or "
+                   "config.json file" if listed else "")
+            )  # fmt: skip
         return None
     if has_knob(tree, key):
         if add:

@@ -1,5 +1,5 @@
-"""``model=path/to/model.gguf`` (or a config.json, or the folder holding one) and ``hardware=path/to/my.yaml`` on a
-command line.
+"""``model=path/to/model.gguf`` (or a config.json, or the folder holding one, or a Hugging Face id of the catalogue's
+configs, ``catalogue.models``) and ``hardware=path/to/my.yaml`` on a command line.
 
 Hydra's ``model=`` and ``hardware=`` pick a config of the groups conf/model/ and conf/hardware/. A path is not one:
 before Hydra composes, the file is read into a typed config (a model by ``sim.model_files``; a machine as a hardware
@@ -11,6 +11,7 @@ after (sweeps, the saved config of a run) then sees an ordinary config group opt
 from __future__ import annotations
 
 import atexit
+import difflib
 import re
 import shutil
 import tempfile
@@ -23,7 +24,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hobbit.catalogue.machine import KEYS, hardware_config
 from hobbit.catalogue.model_files import load_model
-from hobbit.sim.config import ConfigError, HardwareConfig
+from hobbit.catalogue.models import FOLDER, CatalogueModel, catalogue, find
+from hobbit.sim.config import ConfigError, HardwareConfig, ModelConfig
 from hobbit.traces.io import atomic_write_text
 
 MODEL_SUFFIXES = (".gguf", ".json")
@@ -73,6 +75,37 @@ def _option_name(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
 
 
+def _catalogue_model(value: str) -> CatalogueModel | None:
+    """The catalogue's config ``model=value`` names (a Hugging Face id as users write it), where no preset of
+    conf/model/ and no file of that name is there to take it."""
+    if (resources.files("hobbit.conf") / "model" / f"{value}.yaml").is_file() or Path(value).expanduser().exists():
+        return None
+    return find(value)
+
+
+def _catalogue_load(value: str, listed: CatalogueModel) -> ModelConfig:
+    """``load_model`` of a catalogue config, a family it cannot count yet refused naming the model and the file."""
+    try:
+        return load_model(listed.path)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"model={value}: {listed.hf_ids[0]}'s config.json is in the catalogue (hobbit/catalogue/data/"
+            f"{FOLDER}/{listed.path.name}, read from {listed.read_from}), but {exc}"
+        ) from None
+
+
+def _no_model(value: str) -> str:
+    """Why ``model=value`` names nothing: no such file, no Hugging Face id of the catalogue (the nearest said)."""
+    ids = {i: name for name, m in catalogue().items() for i in m.hf_ids}
+    near = difflib.get_close_matches(value, list(ids), n=1, cutoff=0.6)
+    hint = f" (did you mean model={near[0]}?)" if near else ""
+    return (
+        f"model={value}: {Path(value).expanduser()} does not exist, nor is it the Hugging Face id of a model of the "
+        f"catalogue{hint} (fix: a .gguf or config.json file, a folder holding one, or an id of "
+        f"hobbit/catalogue/data/{FOLDER}/SOURCES.md)"
+    )
+
+
 def rewrite(overrides: list[str]) -> list[str]:
     """``overrides`` with each ``model=PATH`` and ``hardware=PATH`` replaced by the option written for it, and the
     search path added (merged into a ``hydra.searchpath=[...]`` already given). A file that cannot be read raises
@@ -82,11 +115,19 @@ def rewrite(overrides: list[str]) -> list[str]:
     for o in overrides:
         key, eq, value = o.partition("=")
         value = value.strip("'\"")
-        if key in ("model", "hardware") and eq and is_path(key, value) and "," not in value:
-            path = Path(value).expanduser()
+        listed = key == "model" and eq and "," not in value and _catalogue_model(value)
+        if listed or (key in ("model", "hardware") and eq and is_path(key, value) and "," not in value):
+            path = listed.path if listed else Path(value).expanduser()
+            if key == "model" and not listed and not path.exists():
+                raise ConfigError(_no_model(value))
             if key == "hardware" and not path.is_file():
                 raise ConfigError(f"hardware={value}: no such file (fix: hobbit hardware ... out={value})")
-            config = load_model(path) if key == "model" else load_hardware_file(path)
+            if listed:
+                config: ModelConfig | HardwareConfig = _catalogue_load(value, listed)
+            elif key == "model":
+                config = load_model(path)
+            else:
+                config = load_hardware_file(path)
             name = _option_name(path)
             if (resources.files("hobbit.conf") / key / f"{name}.yaml").is_file():  # conf/'s own would win
                 name += "-" + (path.suffix.lstrip(".") or "file")
