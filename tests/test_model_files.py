@@ -25,6 +25,17 @@ MLA: dict[str, Any] = dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim
 LINEAR: dict[str, Any] = dict(
     linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, head_dim=16
 )
+# DeepSeek's MoE shapes (V2 and V3 alike): a dense first layer, a shared expert, MLA
+DEEPSEEK: dict[str, Any] = dict(
+    num_hidden_layers=4,
+    intermediate_size=48,
+    moe_intermediate_size=16,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    first_k_dense_replace=1,
+    n_shared_experts=1,
+    **MLA,
+)
 # model_type -> (config class, its fields, expected (MoE layers, experts, top-k, expert FFN, dense layers))
 TINY: dict[str, tuple[str, dict[str, Any], tuple[int, int, int, int, int]]] = {
     "mixtral": (
@@ -54,38 +65,8 @@ TINY: dict[str, tuple[str, dict[str, Any], tuple[int, int, int, int, int]]] = {
         dict(num_hidden_layers=2, intermediate_size=8, num_experts=5, num_experts_per_tok=2),
         (2, 5, 2, 8, 0),
     ),
-    "deepseek_v2": (
-        "DeepseekV2Config",
-        dict(
-            num_hidden_layers=4,
-            intermediate_size=48,
-            moe_intermediate_size=16,
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            first_k_dense_replace=1,
-            n_shared_experts=1,
-            q_lora_rank=None,
-            **MLA,
-        ),
-        (3, 8, 2, 16, 1),
-    ),
-    "deepseek_v3": (
-        "DeepseekV3Config",
-        dict(
-            num_hidden_layers=4,
-            intermediate_size=48,
-            moe_intermediate_size=16,
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            n_group=2,
-            topk_group=1,
-            first_k_dense_replace=1,
-            n_shared_experts=1,
-            q_lora_rank=24,
-            **MLA,
-        ),
-        (3, 8, 2, 16, 1),
-    ),
+    "deepseek_v2": ("DeepseekV2Config", dict(**DEEPSEEK, q_lora_rank=None), (3, 8, 2, 16, 1)),  # V2-Lite: no q LoRA
+    "deepseek_v3": ("DeepseekV3Config", dict(**DEEPSEEK, n_group=2, topk_group=1, q_lora_rank=24), (3, 8, 2, 16, 1)),
     "gpt_oss": (
         "GptOssConfig",
         dict(
