@@ -22,6 +22,7 @@ from hobbit.plumbing.guard import guard
 from hobbit.plumbing.launcher import TARGET as FORKING_LAUNCHER
 from hobbit.plumbing.sweeper import claim
 from hobbit.sim.config import ConfigError, SimConfig
+from hobbit.sim.walk_copies import GENERAL
 from hobbit.traces.io import atomic_write_text
 from hobbit.traces.knobs import check_knobs
 
@@ -45,8 +46,6 @@ def job_walks() -> str | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from hobbit.sim.walk_copies import GENERAL
-
     return GENERAL if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN else None
 
 
@@ -61,8 +60,6 @@ def run_chunk(cfg: SimConfig) -> None:
     total = spec.get("total")
     sweep_dir = chunk.parent.parent
     base = dataclasses.replace(cfg, sweep_chunk=None)
-    from hobbit.sim.walk_copies import GENERAL  # the points of a sweep: each policy's general copy of the walk
-
     for point in spec["points"]:
         if not claim(chunk, point["index"]):  # another job of this queue has it
             continue
@@ -75,7 +72,7 @@ def run_chunk(cfg: SimConfig) -> None:
         check_knobs(pcfg)
         label = point.get("label") or " ".join(point["overrides"])
         label = f"[{point['index'] + 1}/{total}] {label}" if total else label
-        run_one(pcfg, progress=False, label=label, walks=GENERAL)
+        run_one(pcfg, progress=False, label=label, walks=GENERAL)  # a sweep's points: each policy's general copy
         atomic_write_text(out / ".hydra" / "overrides.yaml", "".join(f"- {o}\n" for o in point["overrides"]))
         atomic_write_text(
             out / ".hydra" / "config.yaml", yaml.dump(dataclasses.asdict(pcfg), Dumper=DUMPER, sort_keys=False)
@@ -197,10 +194,10 @@ class Preload(Callback):
         if OmegaConf.select(config, "hydra.launcher._target_") != FORKING_LAUNCHER:
             return  # joblib's or Ray's workers are fresh processes: they would load it all again
         from hobbit.api import preload
-        from hobbit.sim.walk_copies import GENERAL  # what the jobs run (``job_walks``)
 
         try:
             node = OmegaConf.masked_copy(config, [str(k) for k in config if k not in ("hydra", "out_dir")])
+            # the copies the jobs run (``job_walks``)
             preload(guard(load_typed(SimConfig, node), Path.cwd(), say=lambda _: None), walks=GENERAL)
         except Exception as exc:  # noqa: BLE001 - a head start only: each job composes, checks and reports its own
             log.debug(f"preload skipped: {type(exc).__name__}: {exc}")

@@ -50,6 +50,8 @@ def plot_plan(result: Plan, hw: HardwareConfig, out: Path) -> list[Path]:
     """plan.png/.svg: decode and prefill tok/s against the GPU memory each setting takes, one line per runtime, the
     chosen settings starred."""
     plt = pyplot()
+    from matplotlib.ticker import LogFormatter  # here: matplotlib loads with the plot (``pyplot``)
+
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     chosen = {(r["runtime"], r["flags"]) for r in result.rows if r["fits"]}
     for i, name in enumerate(dict.fromkeys(p.runtime for p in result.points)):
@@ -69,6 +71,9 @@ def plot_plan(result: Plan, hw: HardwareConfig, out: Path) -> list[Path]:
         ax.set_xlabel("GPU memory the setting takes (GiB)")
         ax.set_ylabel(f"{what} tokens/s")
         ax.set_yscale("log")
+        # rates as numbers (9, 30), not 9x10^0: the same ticks labelled as the log axis chooses them, plainly
+        ax.yaxis.set_major_formatter(LogFormatter())
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside: lines run anywhere
     fig.suptitle(result.title + " (stars: each runtime's chosen setting)", fontsize=9)

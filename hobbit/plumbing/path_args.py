@@ -115,7 +115,7 @@ def rewrite(overrides: list[str]) -> list[str]:
     for o in overrides:
         key, eq, value = o.partition("=")
         value = value.strip("'\"")
-        listed = key == "model" and eq and "," not in value and _catalogue_model(value)
+        listed = _catalogue_model(value) if key == "model" and eq and "," not in value else None
         if listed or (key in ("model", "hardware") and eq and is_path(key, value) and "," not in value):
             path = listed.path if listed else Path(value).expanduser()
             if key == "model" and not listed and not path.exists():
